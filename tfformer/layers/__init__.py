@@ -1,0 +1,28 @@
+"""Keras 3 layers of the Transformer; backend-neutral (`keras.ops` only)."""
+
+from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
+from tfformer.layers.feed_forward import FeedForward
+from tfformer.layers.learned_position_embedding import LearnedPositionEmbedding
+from tfformer.layers.masked_lm_head import MaskedLMHead
+from tfformer.layers.multi_head_attention import MultiHeadAttention
+from tfformer.layers.patch_embedding import PatchEmbedding
+from tfformer.layers.rotary_embedding import RotaryEmbedding
+from tfformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
+from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
+
+__all__ = [
+    "FeedForward",
+    "LearnedPositionEmbedding",
+    "MaskedLMHead",
+    "MultiHeadAttention",
+    "PatchEmbedding",
+    "RotaryEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "causal_mask",
+    "merge_attention_masks",
+]

@@ -1,0 +1,469 @@
+"""Multi-head scaled dot-product attention with a fixed-size key/value cache."""
+
+import math
+
+import keras
+from keras import ops
+
+from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
+from tfformer.layers.rotary_embedding import RotaryEmbedding
+from tfformer.layers.validation import check_positive_int, check_rate
+
+
+def _check_rank3(name, tensor):
+    if len(tensor.shape) != 3:
+        raise ValueError(
+            f"{name} must have shape (batch, length, features). "
+            f"Received: {name} with shape {tensor.shape}"
+        )
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention ("Attention Is All You Need", section 3.2).
+
+    For each head h, with d = key_dim:
+
+        Q_h = X W_h^Q + b^Q,  K_h = Y W_h^K + b^K,  V_h = Y W_h^V + b^V
+        head_h = softmax(Q_h K_h^T / sqrt(d) + M) V_h
+        output = concat(head_1, ..., head_H) W^O + b^O
+
+    where M is 0 where attention is allowed and -inf elsewhere. Beyond the
+    formula it offers grouped-query attention (`num_key_value_heads` < `num_heads`
+    key/value heads, each shared by a group of query heads; 1 is multi-query
+    attention), a fused query/key/value projection for self-attention, rotary
+    position embeddings on queries and keys, and a fixed-size key/value cache for
+    incremental decoding that keeps every shape static (XLA, TPU, TFLite).
+
+    The softmax runs in float32 under mixed precision. A query row whose keys
+    are all masked gets all-zero attention weights, as in Keras.
+
+    Args:
+        num_heads: number of query heads H.
+        key_dim: size of each query/key head d.
+        value_dim: size of each value head; defaults to `key_dim`.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        output_dim: size of the output features; defaults to the query's.
+        num_key_value_heads: key/value heads; must divide `num_heads`.
+            Defaults to `num_heads` (plain multi-head attention).
+        fused_qkv: project query, key and value with one matrix. Only for
+            self-attention (`value` omitted or the query itself).
+        rotary_max_wavelength: if set, apply `RotaryEmbedding` with this base
+            to queries and keys (positions offset by `cache_update_index`).
+        kernel_initializer, bias_initializer: initializers of the projections.
+        seed: seed of the attention dropout.
+
+    Call arguments:
+        query: `(batch, T, query_features)`.
+        value: `(batch, S, value_features)`; omitted for self-attention.
+        key: `(batch, S, key_features)`; defaults to `value`.
+        query_mask: `(batch, T)`; `True` for real query positions. Filled in
+            from a Keras mask on `query` (e.g. `Embedding(mask_zero=True)`).
+        value_mask, key_mask: `(batch, S)`; `True` for real key positions.
+            Filled in from Keras masks. In self-attention without a cache,
+            `value_mask` defaults to `query_mask`; with a cache it is
+            `(batch, max_length)` over the cache slots.
+        attention_mask: `(batch, T, S)`; `True` where attention is allowed.
+        use_causal_mask: forbid query t to attend to keys after t.
+        return_attention_scores: also return the `(batch, H, T, S)` weights.
+        training: whether dropout is active.
+        cache: `(batch, 2, max_length, num_key_value_heads, key_dim)` key/value
+            cache, or None. With `cache_update_index`, the new keys and values
+            of the T query tokens are written at that index and attention runs
+            over the whole cache (positions after the written ones are hidden by
+            the causal mask). Without `cache_update_index` the cache is taken as
+            precomputed keys/values (cross-attention) and `value`/`key` are
+            ignored.
+        cache_update_index: int or scalar int tensor, the cache position of
+            the first query token.
+
+    Returns:
+        `(batch, T, output_dim)`, followed by the attention weights if
+        `return_attention_scores`, followed by the updated cache if `cache` was
+        given.
+
+    Example:
+    >>> mha = MultiHeadAttention(num_heads=4, key_dim=16)
+    >>> x = keras.random.normal((2, 10, 64))
+    >>> y = mha(x, use_causal_mask=True)  # masked self-attention, (2, 10, 64)
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        num_key_value_heads=None,
+        fused_qkv=False,
+        rotary_max_wavelength=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        check_positive_int("num_heads", num_heads)
+        check_positive_int("key_dim", key_dim)
+        check_positive_int("value_dim", value_dim, allow_none=True)
+        check_positive_int("output_dim", output_dim, allow_none=True)
+        check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
+        if num_key_value_heads is not None and num_heads % num_key_value_heads:
+            raise ValueError(
+                "num_heads must be a multiple of num_key_value_heads. Received: "
+                f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
+            )
+        check_rate("dropout", dropout)
+        if rotary_max_wavelength is not None and key_dim % 2:
+            raise ValueError(
+                f"Rotary embeddings need an even key_dim. Received: key_dim={key_dim}"
+            )
+        super().__init__(**kwargs)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.num_key_value_heads = num_key_value_heads
+        self.fused_qkv = bool(fused_qkv)
+        self.rotary_max_wavelength = rotary_max_wavelength
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.seed = seed
+        self.supports_masking = True
+
+        self._value_dim = value_dim or key_dim
+        self._kv_heads = num_key_value_heads or num_heads
+        self._inverse_sqrt_key_dim = 1.0 / math.sqrt(key_dim)
+
+    def _dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer.clone(),
+            bias_initializer=self.bias_initializer.clone(),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        if len(query_shape) != 3 or query_shape[-1] is None:
+            raise ValueError(
+                "query must have shape (batch, length, features) with known "
+                f"features. Received: query with shape {query_shape}"
+            )
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        q_units = self.num_heads * self.key_dim
+        k_units = self._kv_heads * self.key_dim
+        v_units = self._kv_heads * self._value_dim
+        if self.fused_qkv:
+            self.query_key_value_dense = self._dense(
+                q_units + k_units + v_units, "query_key_value"
+            )
+            self.query_key_value_dense.build(query_shape)
+        else:
+            self.query_dense = self._dense(q_units, "query")
+            self.query_dense.build(query_shape)
+            self.key_dense = self._dense(k_units, "key")
+            self.key_dense.build(key_shape)
+            self.value_dense = self._dense(v_units, "value")
+            self.value_dense.build(value_shape)
+        self.output_dense = self._dense(
+            self.output_dim or query_shape[-1], "attention_output"
+        )
+        self.output_dense.build((None, None, self.num_heads * self._value_dim))
+        self.dropout_layer = keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy
+        )
+        self.rotary = None
+        if self.rotary_max_wavelength is not None:
+            self.rotary = RotaryEmbedding(
+                self.rotary_max_wavelength, dtype=self.dtype_policy, name="rotary"
+            )
+            self.rotary.build((None, None, self.num_heads, self.key_dim))
+        self.built = True
+
+    # ------------------------------------------------------------------ cache
+
+    def init_cache(self, batch_size, max_length):
+        """A zero key/value cache `(batch, 2, max_length, kv_heads, key_dim)`."""
+        self._check_cacheable()
+        return ops.zeros(
+            (batch_size, 2, max_length, self._kv_heads, self.key_dim),
+            dtype=self.compute_dtype,
+        )
+
+    def compute_key_value_cache(self, value, key=None):
+        """Project `value` (and `key`) once into a cache for cross-attention.
+
+        The result is passed as `cache` (without `cache_update_index`) at every
+        decoding step, so the encoder output is projected once per source.
+        """
+        self._check_cacheable()
+        if self.fused_qkv:
+            raise ValueError(
+                "compute_key_value_cache needs separate projections; this layer "
+                "was built with fused_qkv=True (self-attention only)."
+            )
+        key = value if key is None else key
+        k = self._split_heads(self.key_dense(key), self._kv_heads, self.key_dim)
+        v = self._split_heads(self.value_dense(value), self._kv_heads, self._value_dim)
+        return ops.stack([k, v], axis=1)  # (B, 2, S, kv_heads, d)
+
+    def _check_cacheable(self):
+        if self._value_dim != self.key_dim:
+            raise ValueError(
+                "A key/value cache needs value_dim == key_dim. Received: "
+                f"key_dim={self.key_dim}, value_dim={self._value_dim}"
+            )
+
+    # ------------------------------------------------------------------- call
+
+    @staticmethod
+    def _split_heads(x, heads, dim):
+        # (B, L, heads * dim) -> (B, L, heads, dim)
+        return ops.reshape(x, (-1, ops.shape(x)[1], heads, dim))
+
+    def _project(self, query, value, key):
+        if self.fused_qkv:
+            q_units = self.num_heads * self.key_dim
+            k_units = self._kv_heads * self.key_dim
+            qkv = self.query_key_value_dense(query)
+            q, k, v = ops.split(qkv, [q_units, q_units + k_units], axis=-1)
+        else:
+            q = self.query_dense(query)
+            k = self.key_dense(key)
+            v = self.value_dense(value)
+        q = self._split_heads(q, self.num_heads, self.key_dim)
+        k = self._split_heads(k, self._kv_heads, self.key_dim)
+        v = self._split_heads(v, self._kv_heads, self._value_dim)
+        return q, k, v
+
+    def _attend(self, q, k, v, mask, training):
+        """softmax(q k^T / sqrt(d), masked) v over grouped heads."""
+        batch_size = ops.shape(q)[0]
+        q_len, k_len = ops.shape(q)[1], ops.shape(k)[1]
+        groups = self.num_heads // self._kv_heads
+        q = q * ops.cast(self._inverse_sqrt_key_dim, q.dtype)
+        if groups == 1:
+            scores = ops.einsum("bthd,bshd->bhts", q, k)  # (B, H, T, S)
+        else:
+            # Query heads h = g_kv * groups + g share key/value head g_kv.
+            q = ops.reshape(q, (-1, q_len, self._kv_heads, groups, self.key_dim))
+            scores = ops.einsum("btkgd,bskd->bkgts", q, k)  # (B, KV, G, T, S)
+            scores = ops.reshape(scores, (-1, self.num_heads, q_len, k_len))
+        scores = ops.cast(scores, "float32")
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)  # (B|1, 1, T, S)
+            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+        weights = ops.softmax(scores, axis=-1)
+        if mask is not None:
+            # A row with every key masked attends to nothing (Keras semantics).
+            weights = ops.where(mask, weights, ops.zeros_like(weights))
+        weights = ops.cast(weights, self.compute_dtype)
+        dropped = self.dropout_layer(weights, training=training)
+        if groups == 1:
+            context = ops.einsum("bhts,bshd->bthd", dropped, v)  # (B, T, H, dv)
+        else:
+            dropped = ops.reshape(dropped, (-1, self._kv_heads, groups, q_len, k_len))
+            context = ops.einsum("bkgts,bskd->btkgd", dropped, v)  # (B,T,KV,G,dv)
+        context = ops.reshape(
+            context, (batch_size, q_len, self.num_heads * self._value_dim)
+        )
+        return context, weights
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        *,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_update_index=None,
+    ):
+        _check_rank3("query", query)
+        self_attention = value is None or value is query
+        if value is None:
+            value = query
+            if value_mask is None and cache is None:
+                # Self-attention: padded tokens are padded keys too. (With a
+                # cache the keys are the cache slots, which T tokens cannot
+                # describe.)
+                value_mask = query_mask
+        key = value if key is None else key
+        _check_rank3("value", value)
+        _check_rank3("key", key)
+        if self.fused_qkv and not (self_attention and key is value):
+            raise ValueError(
+                "fused_qkv=True projects the query into keys and values, so it "
+                "only supports self-attention. Received a separate value/key."
+            )
+        cached_cross = cache is not None and cache_update_index is None
+        if cache is not None:
+            self._check_cacheable()
+            if len(cache.shape) != 5 or cache.shape[1] != 2:
+                raise ValueError(
+                    "cache must have shape (batch, 2, max_length, "
+                    f"num_key_value_heads, key_dim). Received: cache with shape "
+                    f"{cache.shape}"
+                )
+
+        if cached_cross:
+            q = self._split_heads(
+                self._project_query(query), self.num_heads, self.key_dim
+            )
+            k, v = ops.unstack(cache, 2, axis=1)
+        else:
+            q, k, v = self._project(query, value, key)
+        start_index = 0 if cache_update_index is None else cache_update_index
+        if self.rotary is not None:
+            q = self.rotary(q, start_index=start_index)
+            if not cached_cross:
+                k = self.rotary(k, start_index=start_index)
+        if cache is not None and not cached_cross:
+            new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
+            zero = ops.zeros((), "int32")
+            index = ops.cast(cache_update_index, "int32")
+            cache = ops.slice_update(cache, [zero, zero, index, zero, zero], new_kv)
+            k, v = ops.unstack(cache, 2, axis=1)  # (B, max_length, kv, d) each
+
+        key_length = k.shape[1]
+        mask = merge_attention_masks(
+            key_length=key_length,
+            query_mask=query_mask,
+            key_padding_masks=[("value_mask", value_mask), ("key_mask", key_mask)],
+            attention_mask=attention_mask,
+            causal=(
+                causal_mask(ops.shape(q)[1], ops.shape(k)[1], start_index)
+                if use_causal_mask
+                else None
+            ),
+        )
+        context, weights = self._attend(q, k, v, mask, training)
+        output = self.output_dense(context)
+
+        outputs = (output,)
+        if return_attention_scores:
+            outputs += (weights,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _project_query(self, query):
+        if self.fused_qkv:
+            raise ValueError(
+                "A precomputed (cross-attention) cache needs separate "
+                "projections; this layer was built with fused_qkv=True."
+            )
+        return self.query_dense(query)
+
+    # -------------------------------------------------------------- migration
+
+    @classmethod
+    def from_keras(cls, keras_mha):
+        """Build an equivalent layer from a built `keras.layers.MultiHeadAttention`.
+
+        The projections' weights are reshaped from Keras's
+        `(features, heads, head_dim)` einsum layout into dense matrices, so the
+        result gives the same outputs on the same inputs and masks.
+        """
+        if not isinstance(keras_mha, keras.layers.MultiHeadAttention):
+            raise TypeError(
+                "from_keras expects a keras.layers.MultiHeadAttention. "
+                f"Received: keras_mha of type {type(keras_mha).__name__}"
+            )
+        if not keras_mha.built:
+            raise ValueError(
+                "from_keras needs a built layer (call it once first). "
+                f"Received: keras_mha={keras_mha.name!r} with no weights"
+            )
+        config = keras_mha.get_config()
+        if config.get("attention_axes") not in (None, (1,), [1]):
+            raise ValueError(
+                "from_keras supports attention over the sequence axis only. "
+                f"Received: attention_axes={config['attention_axes']}"
+            )
+        for unsupported in ("use_gate", "sliding_window"):
+            if config.get(unsupported):
+                raise ValueError(
+                    f"from_keras does not support {unsupported}. Received: "
+                    f"{unsupported}={config[unsupported]}"
+                )
+        q_kernel = keras_mha.query_dense.kernel  # (features, H, d)
+        k_kernel = keras_mha.key_dense.kernel
+        v_kernel = keras_mha.value_dense.kernel
+        o_kernel = keras_mha.output_dense.kernel  # (H, dv, out)
+        if len(q_kernel.shape) != 3 or len(o_kernel.shape) != 3:
+            raise ValueError(
+                "from_keras supports rank-3 inputs (batch, length, features). "
+                f"Received: a layer with query kernel shape {q_kernel.shape}"
+            )
+        layer = cls(
+            num_heads=config["num_heads"],
+            key_dim=config["key_dim"],
+            value_dim=config["value_dim"],
+            dropout=config["dropout"],
+            use_bias=config["use_bias"],
+            output_dim=int(o_kernel.shape[-1]),
+            seed=config.get("seed"),
+            dtype=keras_mha.dtype_policy,
+            name=keras_mha.name,
+        )
+        layer.build(
+            (None, None, q_kernel.shape[0]),
+            (None, None, v_kernel.shape[0]),
+            (None, None, k_kernel.shape[0]),
+        )
+
+        def numpy(weight):
+            return keras.ops.convert_to_numpy(weight)
+
+        # Inputs: (features, H, d) -> (features, H*d); output: (H, dv, out) ->
+        # (H*dv, out). Biases flatten the same way.
+        for ours, theirs in [
+            (layer.query_dense, keras_mha.query_dense),
+            (layer.key_dense, keras_mha.key_dense),
+            (layer.value_dense, keras_mha.value_dense),
+            (layer.output_dense, keras_mha.output_dense),
+        ]:
+            kernel = numpy(theirs.kernel)
+            if theirs is keras_mha.output_dense:
+                ours.kernel.assign(kernel.reshape(-1, kernel.shape[-1]))
+            else:
+                ours.kernel.assign(kernel.reshape(kernel.shape[0], -1))
+            if layer.use_bias:
+                ours.bias.assign(numpy(theirs.bias).reshape(-1))
+        return layer
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "num_key_value_heads": self.num_key_value_heads,
+                "fused_qkv": self.fused_qkv,
+                "rotary_max_wavelength": self.rotary_max_wavelength,
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "seed": self.seed,
+            }
+        )
+        return config

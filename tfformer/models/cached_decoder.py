@@ -1,0 +1,126 @@
+"""Step-by-step decoding of a built model with fixed-size key/value caches."""
+
+from keras import ops
+
+
+class CachedDecoder:
+    """Runs the decoder of a `transformer_seq2seq` or `gpt_decoder` one step at
+    a time, reusing cached keys and values instead of re-running the prefix.
+
+    Shapes are static: the self-attention caches are one tensor
+    `(num_layers, batch, 2, max_length, kv_heads, key_dim)`, updated at `index`
+    with `slice_update`, so a decoding loop around `step` compiles with XLA.
+    For encoder-decoder models, `encode` runs the encoder once and `step`
+    computes the cross-attention keys/values on the first call and returns them
+    for reuse.
+
+    Args:
+        model: a model built by `transformer_seq2seq` or `gpt_decoder` (the
+            layers are found by name).
+
+    Example:
+    >>> decoder = CachedDecoder(model)
+    >>> memory = decoder.encode(source_ids)      # seq2seq only
+    >>> cache = decoder.init_cache(batch_size, max_length)
+    >>> logits, cache, cross = decoder.step(tokens, cache, 0, memory)
+    """
+
+    def __init__(self, model):
+        names = {layer.name for layer in model.layers}
+        if "decoder_embedding" not in names:
+            raise ValueError(
+                "model must come from transformer_seq2seq or gpt_decoder (no "
+                f"'decoder_embedding' layer). Received: model={model.name!r}"
+            )
+        self.model = model
+        self.embedding = model.get_layer("decoder_embedding")
+        self.blocks = [
+            model.get_layer(name)
+            for name in sorted(
+                (n for n in names if n.startswith("decoder_block_")),
+                key=lambda n: int(n.rsplit("_", 1)[1]),
+            )
+        ]
+        self.final_norm = (
+            model.get_layer("decoder_norm") if "decoder_norm" in names else None
+        )
+        self.is_seq2seq = "encoder_block_0" in names
+        if self.is_seq2seq:
+            self.encoder_embedding = model.get_layer(
+                "encoder_embedding"
+                if "encoder_embedding" in names
+                else "decoder_embedding"
+            )
+            self.encoder_blocks = [
+                layer
+                for layer in model.layers
+                if layer.name.startswith("encoder_block_")
+            ]
+            self.encoder_norm = (
+                model.get_layer("encoder_norm") if "encoder_norm" in names else None
+            )
+
+    def encode(self, encoder_token_ids):
+        """Encoder output and its padding mask, computed once per source."""
+        if not self.is_seq2seq:
+            raise ValueError("encode() needs an encoder-decoder model.")
+        padding_mask = ops.not_equal(encoder_token_ids, 0)
+        x = self.encoder_embedding(encoder_token_ids)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=padding_mask)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, padding_mask
+
+    def init_cache(self, batch_size, max_length):
+        """Zero self-attention caches for all layers, stacked on axis 0."""
+        return ops.stack(
+            [block.init_cache(batch_size, max_length) for block in self.blocks]
+        )
+
+    def step(self, token_ids, cache, index, encoded=None, cross_caches=None):
+        """Logits for `token_ids` `(batch, T)` placed at positions index..index+T-1.
+
+        Args:
+            token_ids: `(batch, T)` int tokens (T = 1 for one step, or a prompt).
+            cache: stacked self-attention caches from `init_cache` or `step`.
+            index: int or scalar tensor, position of `token_ids[:, 0]`.
+            encoded: `(encoder_output, encoder_padding_mask)` from `encode`
+                (encoder-decoder models only).
+            cross_caches: stacked cross-attention caches from an earlier step,
+                or None to compute them from `encoded`.
+
+        Returns:
+            `(logits, cache, cross_caches)`; `cross_caches` is None for
+            decoder-only models. Logits are float32 `(batch, T, vocabulary)`.
+        """
+        if self.is_seq2seq and encoded is None:
+            raise ValueError("step() of an encoder-decoder model needs encoded.")
+        x = self.embedding(token_ids, start_index=index)
+        new_caches, new_cross = [], []
+        for i, block in enumerate(self.blocks):
+            if self.is_seq2seq:
+                encoder_output, encoder_mask = encoded
+                x, layer_cache, layer_cross = block(
+                    x,
+                    encoder_output,
+                    encoder_padding_mask=encoder_mask,
+                    self_attention_cache=cache[i],
+                    self_attention_cache_update_index=index,
+                    cross_attention_cache=(
+                        None if cross_caches is None else cross_caches[i]
+                    ),
+                )
+                new_cross.append(layer_cross)
+            else:
+                x, layer_cache = block(
+                    x,
+                    self_attention_cache=cache[i],
+                    self_attention_cache_update_index=index,
+                )
+            new_caches.append(layer_cache)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        logits = ops.cast(self.embedding(x, reverse=True), "float32")
+        cross = ops.stack(new_cross) if new_cross else None
+        return logits, ops.stack(new_caches), cross
