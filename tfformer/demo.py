@@ -13,9 +13,9 @@ import time
 # Keep TensorFlow's C++ start-up chatter out of the demo's output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tfformer.models import CachedDecoder, from_preset  # noqa: E402
+from tfformer.models import CachedDecoder, from_preset
 
 
 def main(argv=None):

@@ -4,6 +4,7 @@ import math
 
 import keras
 from keras import ops
+from keras.src.backend import get_keras_mask
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
 from tfformer.layers.rotary_embedding import RotaryEmbedding
@@ -293,6 +294,14 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_update_index=None,
     ):
         _check_rank3("query", query)
+        # Keras fills `*_mask` from attached masks only when several tensors
+        # are passed; read them here so `layer(x)` honours `mask_zero` too.
+        if query_mask is None:
+            query_mask = get_keras_mask(query)
+        if value is not None and value_mask is None:
+            value_mask = get_keras_mask(value)
+        if key is not None and key_mask is None:
+            key_mask = get_keras_mask(key)
         self_attention = value is None or value is query
         if value is None:
             value = query

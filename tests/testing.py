@@ -1,0 +1,112 @@
+"""Checks every public layer must pass, in one helper.
+
+`run_layer_test` builds the layer, then:
+1. round-trips `get_config()` through JSON and `deserialize_keras_object`;
+2. calls it eagerly and symbolically (inside a functional model) and checks
+   both give the same values;
+3. saves that model to `.keras`, loads it, and checks identical outputs;
+4. runs it under `mixed_float16` and `mixed_bfloat16` with the same weights and
+   checks the compute dtype and that the values stay close to float32;
+5. trains one `fit` step with `jit_compile=True` and checks the loss is finite
+   and the weights moved.
+"""
+
+import json
+
+import keras
+import numpy as np
+
+MIXED_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 8e-2}
+
+
+def _call(layer, tensors, names, call_kwargs):
+    first = tensors[names[0]]
+    rest = {name: tensors[name] for name in names[1:]}
+    return layer(first, **rest, **call_kwargs)
+
+
+def assert_close_to_scale(actual, expected, rtol, what):
+    """max |actual - expected| <= rtol * max(1, max |expected|)."""
+    actual = np.asarray(actual, "float32")
+    expected = np.asarray(expected, "float32")
+    assert np.all(np.isfinite(actual)), f"{what}: non-finite values"
+    scale = max(1.0, float(np.abs(expected).max()))
+    gap = float(np.abs(actual - expected).max())
+    assert gap <= rtol * scale, (
+        f"{what}: max |difference| {gap:.3g} > {rtol * scale:.3g}"
+    )
+
+
+def run_layer_test(
+    layer_cls,
+    init_kwargs,
+    inputs,
+    tmp_path,
+    call_kwargs=None,
+    fit=True,
+    mixed_precision=True,
+    atol=1e-5,
+):
+    """Runs the five checks above; returns the eager output for value tests.
+
+    Args:
+        layer_cls: the layer class.
+        init_kwargs: constructor arguments.
+        inputs: dict of call argument name -> NumPy array; the first entry is
+            passed positionally, the rest as keywords. Their first axis is the
+            batch.
+        tmp_path: pytest's tmp_path for the `.keras` file.
+        call_kwargs: non-tensor call arguments (e.g. `use_causal_mask=True`).
+        fit: run the `fit` step (off for layers without weights).
+        mixed_precision: run the mixed-precision check.
+        atol: tolerance of the float32 comparisons.
+    """
+    call_kwargs = call_kwargs or {}
+    names = list(inputs)
+    layer = layer_cls(**init_kwargs)
+    eager = keras.ops.convert_to_numpy(_call(layer, inputs, names, call_kwargs))
+
+    # 1. Config round trip through JSON.
+    serialized = json.dumps(keras.saving.serialize_keras_object(layer))
+    clone = keras.saving.deserialize_keras_object(json.loads(serialized))
+    assert type(clone) is layer_cls
+    assert clone.get_config() == layer.get_config()
+
+    # 2. Symbolic call: a functional model around the same layer.
+    symbolic = {
+        name: keras.Input(array.shape[1:], dtype=str(array.dtype), name=name)
+        for name, array in inputs.items()
+    }
+    model = keras.Model(symbolic, _call(layer, symbolic, names, call_kwargs))
+    np.testing.assert_allclose(model(inputs), eager, atol=atol, rtol=atol)
+
+    # 3. `.keras` save and load.
+    path = tmp_path / f"{layer.name}.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_allclose(loaded(inputs), eager, atol=atol, rtol=atol)
+
+    # 4. Mixed precision with the same weights.
+    if mixed_precision:
+        for policy, rtol in MIXED_TOLERANCE.items():
+            mixed = layer_cls.from_config({**layer.get_config(), "dtype": policy})
+            _call(mixed, inputs, names, call_kwargs)  # build
+            mixed.set_weights(layer.get_weights())
+            out = _call(mixed, inputs, names, call_kwargs)
+            compute_dtype = policy.split("_")[1]
+            assert keras.backend.standardize_dtype(out.dtype) == compute_dtype
+            assert_close_to_scale(out, eager, rtol, policy)
+    # 5. One XLA-compiled training step.
+    if fit:
+        target = np.random.default_rng(0).normal(size=eager.shape).astype("float32")
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=True)
+        before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
+        history = model.fit(inputs, target, batch_size=len(target), epochs=1, verbose=0)
+        assert np.isfinite(history.history["loss"][0])
+        moved = [
+            not np.allclose(b, keras.ops.convert_to_numpy(w))
+            for b, w in zip(before, model.trainable_weights, strict=True)
+        ]
+        assert any(moved), "fit changed no weight"
+
+    return eager

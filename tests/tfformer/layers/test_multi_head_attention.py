@@ -1,0 +1,337 @@
+"""MultiHeadAttention against the paper's formula, Keras, and itself cached."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import numpy_reference as ref
+from tests.testing import run_layer_test
+from tfformer.layers import MultiHeadAttention
+
+RNG = np.random.default_rng(7)
+
+
+def _normal(*shape):
+    return RNG.normal(size=shape).astype("float32")
+
+
+def _weights(layer):
+    """Dense matrices of a built layer, in the NumPy reference's order."""
+    n = keras.ops.convert_to_numpy
+    if layer.fused_qkv:
+        kernel = n(layer.query_key_value_dense.kernel)
+        bias = n(layer.query_key_value_dense.bias)
+        q = layer.num_heads * layer.key_dim
+        k = layer._kv_heads * layer.key_dim
+        split = [q, q + k]
+        wq, wk, wv = np.split(kernel, split, axis=1)
+        bq, bk, bv = np.split(bias, split)
+    else:
+        wq, bq = n(layer.query_dense.kernel), n(layer.query_dense.bias)
+        wk, bk = n(layer.key_dense.kernel), n(layer.key_dense.bias)
+        wv, bv = n(layer.value_dense.kernel), n(layer.value_dense.bias)
+    wo, bo = n(layer.output_dense.kernel), n(layer.output_dense.bias)
+    return wq, bq, wk, bk, wv, bv, wo, bo
+
+
+def _reference(layer, x_q, x_kv, masks):
+    """Per-example NumPy multi-head attention with per-example masks (T, S)."""
+    outputs, weights = [], []
+    for b in range(x_q.shape[0]):
+        out, w = ref.multi_head_attention(
+            x_q[b],
+            x_kv[b],
+            *_weights(layer),
+            num_heads=layer.num_heads,
+            mask=None if masks is None else masks[b],
+            kv_heads=layer._kv_heads,
+        )
+        outputs.append(out)
+        weights.append(w)
+    return np.stack(outputs), np.stack(weights)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_heads=4, key_dim=8),
+        dict(num_heads=4, key_dim=8, value_dim=6, output_dim=10),
+        dict(num_heads=4, key_dim=8, num_key_value_heads=2),  # grouped-query
+        dict(num_heads=4, key_dim=8, num_key_value_heads=1),  # multi-query
+        dict(num_heads=4, key_dim=8, num_key_value_heads=2, fused_qkv=True),
+    ],
+    ids=["mha", "value_dim", "gqa", "mqa", "fused_gqa"],
+)
+def test_self_attention_matches_numpy_with_padding_and_causal_mask(kwargs):
+    layer = MultiHeadAttention(**kwargs)
+    x = _normal(3, 6, 16)
+    padding = np.ones((3, 6), bool)
+    padding[1, 4:] = False
+    padding[2, 1:] = False
+    out, scores = layer(
+        x, query_mask=padding, use_causal_mask=True, return_attention_scores=True
+    )
+    masks = padding[:, :, None] & padding[:, None, :] & ref.causal(6)[None]
+    want_out, want_scores = _reference(layer, x, x, masks)
+    np.testing.assert_allclose(out, want_out, atol=1e-5)
+    np.testing.assert_allclose(scores, want_scores, atol=1e-6)
+    # Causal: no weight above the diagonal; padding: none on padded keys.
+    assert np.all(
+        np.asarray(scores)[:, :, np.triu_indices(6, 1)[0], np.triu_indices(6, 1)[1]]
+        == 0
+    )
+    assert np.all(np.asarray(scores)[1, :, :, 4:] == 0)
+
+
+def test_cross_attention_matches_numpy_with_key_padding_and_attention_mask():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, num_key_value_heads=1)
+    x_q, x_kv = _normal(2, 5, 12), _normal(2, 7, 9)
+    value_mask = np.ones((2, 7), bool)
+    value_mask[0, 5:] = False
+    attention_mask = RNG.random((2, 5, 7)) > 0.3
+    out = layer(x_q, x_kv, value_mask=value_mask, attention_mask=attention_mask)
+    want, _ = _reference(layer, x_q, x_kv, value_mask[:, None, :] & attention_mask)
+    np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_from_keras_matches_keras_with_masks(causal):
+    theirs = keras.layers.MultiHeadAttention(num_heads=3, key_dim=5, value_dim=4)
+    x_q, x_kv = _normal(2, 6, 10), _normal(2, 6, 8)
+    value_mask = np.ones((2, 6), bool)
+    value_mask[1, 3:] = False
+    attention_mask = RNG.random((2, 6, 6)) > 0.2
+    kwargs = dict(
+        value_mask=value_mask,
+        attention_mask=attention_mask,
+        use_causal_mask=causal,
+        return_attention_scores=True,
+    )
+    want, want_scores = theirs(x_q, x_kv, **kwargs)
+    ours = MultiHeadAttention.from_keras(theirs)
+    got, got_scores = ours(x_q, x_kv, **kwargs)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)
+
+
+def test_from_keras_matches_keras_with_keras_masks_in_a_model():
+    """Masks attached by `mask_zero=True` reach both layers the same way."""
+    ids = keras.Input((None,), dtype="int32")
+    embedding = keras.layers.Embedding(20, 8, mask_zero=True)
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    embedded = embedding(ids)
+    keras_model = keras.Model(ids, theirs(embedded, embedded, use_causal_mask=True))
+    ours = MultiHeadAttention.from_keras(theirs)
+    # Keras's layer strips the mask off its inputs, so embed again for ours.
+    our_model = keras.Model(ids, ours(embedding(ids), use_causal_mask=True))
+    tokens = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 9, 1]], "int32")
+    ours_out, keras_out = np.asarray(our_model(tokens)), np.asarray(keras_model(tokens))
+    real = tokens != 0
+    np.testing.assert_allclose(ours_out[real], keras_out[real], atol=1e-5)
+    # Padded query rows attend to nothing here (output = the output bias, 0 at
+    # init). Keras does the same eagerly but not inside a functional model, so
+    # only real positions are compared.
+    np.testing.assert_array_equal(ours_out[~real], 0.0)
+
+
+def test_keras_mask_and_explicit_mask_give_identical_results():
+    embedding = keras.layers.Embedding(30, 16, mask_zero=True)
+    layer = MultiHeadAttention(num_heads=4, key_dim=4)
+    tokens = np.array([[5, 6, 7, 0, 0], [1, 2, 3, 4, 0]], "int32")
+    embedded = embedding(tokens)  # carries a Keras mask
+    with_keras_mask = layer(embedded, use_causal_mask=True)
+    plain = keras.ops.convert_to_tensor(np.asarray(embedded))  # no mask attached
+    explicit = layer(plain, query_mask=tokens != 0, use_causal_mask=True)
+    np.testing.assert_array_equal(with_keras_mask, explicit)
+    # Without the mask, real tokens would attend to the padded keys.
+    masked = layer(plain, query_mask=tokens != 0)
+    unmasked = layer(plain)
+    assert not np.allclose(unmasked[0, :3], masked[0, :3], atol=1e-4)
+
+
+def test_no_causal_leakage():
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, rotary_max_wavelength=10000)
+    x = _normal(1, 8, 16)
+    base = np.asarray(layer(x, use_causal_mask=True))
+    for t in range(8):
+        changed = x.copy()
+        changed[0, t] += 5.0
+        out = np.asarray(layer(changed, use_causal_mask=True))
+        np.testing.assert_allclose(out[0, :t], base[0, :t], atol=1e-6)
+        assert not np.allclose(out[0, t], base[0, t])
+
+
+def test_padding_invariance():
+    """Extra padded keys change no output at real positions."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    x = _normal(1, 5, 16)
+    short = layer(x, use_causal_mask=True)
+    padded = np.concatenate([x, _normal(1, 3, 16)], axis=1)
+    mask = np.array([[True] * 5 + [False] * 3])
+    long = layer(padded, query_mask=mask, use_causal_mask=False)
+    short_bidirectional = layer(x)
+    np.testing.assert_allclose(long[:, :5], short_bidirectional, atol=1e-5)
+    long_causal = layer(padded, query_mask=mask, use_causal_mask=True)
+    np.testing.assert_allclose(long_causal[:, :5], short, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(num_heads=4, key_dim=8),
+        dict(num_heads=4, key_dim=8, num_key_value_heads=2, fused_qkv=True),
+        dict(num_heads=4, key_dim=8, num_key_value_heads=1, rotary_max_wavelength=500),
+    ],
+    ids=["mha", "fused_gqa", "mqa_rotary"],
+)
+def test_cached_steps_equal_full_causal_pass(kwargs):
+    layer = MultiHeadAttention(**kwargs)
+    x = _normal(2, 7, 16)
+    full = np.asarray(layer(x, use_causal_mask=True))
+    cache = layer.init_cache(2, 10)  # longer than needed: unused slots masked
+    # A 3-token prompt in one call, then one token at a time.
+    out, cache = layer(
+        x[:, :3], use_causal_mask=True, cache=cache, cache_update_index=0
+    )
+    steps = [np.asarray(out)]
+    for i in range(3, 7):
+        out, cache = layer(
+            x[:, i : i + 1], use_causal_mask=True, cache=cache, cache_update_index=i
+        )
+        steps.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+    assert cache.shape == (2, 2, 10, layer._kv_heads, 8)
+    assert np.all(np.asarray(cache)[:, :, 7:] == 0)  # nothing written past index
+
+
+def test_cache_step_compiles_with_xla_and_a_tensor_index():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = _normal(2, 5, 8)
+    full = np.asarray(layer(x, use_causal_mask=True))
+
+    @tf.function(jit_compile=True)
+    def decode(x):
+        cache = layer.init_cache(2, 5)
+        outputs = tf.TensorArray(tf.float32, size=5)
+        for i in tf.range(5):
+            out, cache = layer(
+                x[:, i][:, tf.newaxis],
+                use_causal_mask=True,
+                cache=cache,
+                cache_update_index=i,
+            )
+            outputs = outputs.write(i, out[:, 0])
+        return tf.transpose(outputs.stack(), [1, 0, 2])
+
+    np.testing.assert_allclose(decode(x), full, atol=1e-5)
+
+
+def test_precomputed_cross_attention_cache_equals_direct_call():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x_q, memory = _normal(2, 3, 8), _normal(2, 6, 8)
+    memory_mask = np.array([[True] * 6, [True] * 2 + [False] * 4])
+    direct = layer(x_q, memory, value_mask=memory_mask)
+    cache = layer.compute_key_value_cache(memory)
+    out, same_cache = layer(x_q, value_mask=memory_mask, cache=cache)
+    np.testing.assert_allclose(out, direct, atol=1e-6)
+    np.testing.assert_array_equal(same_cache, cache)
+
+
+def test_dropout_reaches_attention_weights_only_in_training():
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, dropout=0.5, seed=1)
+    x = _normal(2, 6, 16)
+    inference = [np.asarray(layer(x, training=False)) for _ in range(2)]
+    np.testing.assert_array_equal(inference[0], inference[1])
+    training = np.asarray(layer(x, training=True))
+    assert not np.allclose(training, inference[0])
+
+
+def test_causal_attention_converts_to_tflite_with_builtin_ops_only():
+    """With a dynamic length, Keras's own causal mask needs a Flex StridedSlice
+    (`x[None, None]`); ours must convert with builtin ops and run at any length."""
+    x = keras.Input((None, 16))
+    layer = MultiHeadAttention(num_heads=2, key_dim=8, num_key_value_heads=1)
+    model = keras.Model(x, layer(x, use_causal_mask=True))
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    flatbuffer = converter.convert()  # raises if any op needs Flex
+    interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+    index = interpreter.get_input_details()[0]["index"]
+    for length in (3, 7):
+        interpreter.resize_tensor_input(index, [2, length, 16])
+        interpreter.allocate_tensors()
+        data = _normal(2, length, 16)
+        interpreter.set_tensor(index, data)
+        interpreter.invoke()
+        got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+        np.testing.assert_allclose(got, model(data), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        dict(query=(2, 5, 8), value=None, kwargs=dict(use_causal_mask=True)),
+        dict(query=(2, 5, 8), value=(2, 7, 6), kwargs=dict()),
+    ],
+    ids=["causal_self", "cross"],
+)
+def test_layer_contract(case, tmp_path):
+    inputs = {"query": _normal(*case["query"])}
+    if case["value"]:
+        inputs["value"] = _normal(*case["value"])
+    run_layer_test(
+        MultiHeadAttention,
+        dict(num_heads=2, key_dim=4, num_key_value_heads=1, dropout=0.1),
+        inputs,
+        tmp_path,
+        call_kwargs=case["kwargs"],
+    )
+
+
+def test_layer_contract_with_explicit_mask_input(tmp_path):
+    mask = np.ones((2, 5), bool)
+    mask[0, 3:] = False
+    run_layer_test(
+        MultiHeadAttention,
+        dict(num_heads=2, key_dim=4, fused_qkv=True, rotary_max_wavelength=100),
+        {"query": _normal(2, 5, 8), "query_mask": mask},
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_heads=0, key_dim=4), "num_heads must be a positive int"),
+        (dict(num_heads=2, key_dim="4"), "key_dim must be a positive int"),
+        (dict(num_heads=3, key_dim=4, num_key_value_heads=2), "multiple of"),
+        (dict(num_heads=2, key_dim=4, dropout=1.5), "dropout must be in"),
+        (dict(num_heads=2, key_dim=5, rotary_max_wavelength=100), "even key_dim"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**kwargs)
+
+
+def test_bad_call_arguments():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = _normal(2, 5, 8)
+    with pytest.raises(ValueError, match="query must have shape"):
+        layer(_normal(2, 8))
+    with pytest.raises(ValueError, match="value_mask must match the key length 5"):
+        layer(x, value_mask=np.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="attention_mask must match the key length"):
+        layer(x, _normal(2, 6, 8), attention_mask=np.ones((2, 5, 5), bool))
+    with pytest.raises(ValueError, match="attention_mask must have rank 3"):
+        layer(x, attention_mask=np.ones((5, 5), bool))
+    with pytest.raises(ValueError, match="cache must have shape"):
+        layer(x, cache=np.zeros((2, 5, 2, 4), "float32"), cache_update_index=0)
+    fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
+    with pytest.raises(ValueError, match="only supports self-attention"):
+        fused(x, _normal(2, 6, 8))
+    with pytest.raises(TypeError, match="keras.layers.MultiHeadAttention"):
+        MultiHeadAttention.from_keras(keras.layers.Dense(3))
+    with pytest.raises(ValueError, match="needs a built layer"):
+        MultiHeadAttention.from_keras(keras.layers.MultiHeadAttention(2, 4))
