@@ -16,6 +16,8 @@ import json
 import keras
 import numpy as np
 
+from tests import numpy_reference as ref
+
 MIXED_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 8e-2}
 
 
@@ -110,3 +112,58 @@ def run_layer_test(
         assert any(moved), "fit changed no weight"
 
     return eager
+
+
+def attention_weights(layer):
+    """Dense matrices of a built MultiHeadAttention, in the reference's order."""
+    n = keras.ops.convert_to_numpy
+    if layer.fused_qkv:
+        kernel = n(layer.query_key_value_dense.kernel)
+        bias = n(layer.query_key_value_dense.bias)
+        q_units = layer.num_heads * layer.key_dim
+        k_units = layer._kv_heads * layer.key_dim
+        split = [q_units, q_units + k_units]
+        wq, wk, wv = np.split(kernel, split, axis=1)
+        bq, bk, bv = np.split(bias, split)
+    else:
+        wq, bq = n(layer.query_dense.kernel), n(layer.query_dense.bias)
+        wk, bk = n(layer.key_dense.kernel), n(layer.key_dense.bias)
+        wv, bv = n(layer.value_dense.kernel), n(layer.value_dense.bias)
+    wo, bo = n(layer.output_dense.kernel), n(layer.output_dense.bias)
+    return wq, bq, wk, bk, wv, bv, wo, bo
+
+
+def reference_attention(layer, x_q, x_kv, masks=None):
+    """NumPy multi-head attention with `layer`'s weights, example by example.
+
+    `masks` is `(batch, T, S)` (True = may attend) or None. Returns the
+    outputs `(batch, T, out)` and weights `(batch, H, T, S)`.
+    """
+    outputs, weights = [], []
+    for b in range(x_q.shape[0]):
+        out, w = ref.multi_head_attention(
+            x_q[b],
+            x_kv[b],
+            *attention_weights(layer),
+            num_heads=layer.num_heads,
+            mask=None if masks is None else masks[b],
+            kv_heads=layer._kv_heads,
+        )
+        outputs.append(out)
+        weights.append(w)
+    return np.stack(outputs), np.stack(weights)
+
+
+def norm_weights(norm):
+    n = keras.ops.convert_to_numpy
+    return n(norm.gamma), n(norm.beta), norm.epsilon
+
+
+def ffn_weights(ffn):
+    n = keras.ops.convert_to_numpy
+    return (
+        n(ffn.intermediate_dense.kernel),
+        n(ffn.intermediate_dense.bias),
+        n(ffn.output_dense.kernel),
+        n(ffn.output_dense.bias),
+    )

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from tests import numpy_reference as ref
+from tests.testing import ffn_weights, run_layer_test
+from tfformer.layers import FeedForward
+
+RNG = np.random.default_rng(5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_matches_numpy_formula(activation):
+    layer = FeedForward(32, activation=activation, bias_initializer="random_normal")
+    x = RNG.normal(size=(2, 5, 8)).astype("float32")
+    out = layer(x)
+    act = ref.relu if activation == "relu" else ref.gelu
+    np.testing.assert_allclose(
+        out, ref.feed_forward(x, *ffn_weights(layer), act), atol=1e-5
+    )
+
+
+def test_hand_computed_relu():
+    layer = FeedForward(2, output_dim=1)
+    layer.build((None, 2))
+    layer.intermediate_dense.kernel.assign([[1.0, -1.0], [2.0, 0.5]])
+    layer.intermediate_dense.bias.assign([0.0, 1.0])
+    layer.output_dense.kernel.assign([[3.0], [4.0]])
+    layer.output_dense.bias.assign([0.5])
+    # x = (1, 1): hidden = relu(3, 0.5) = (3, 0.5); out = 9 + 2 + 0.5
+    # x = (1, -2): hidden = relu(-3, 0) = (0, 0); out = 0.5
+    np.testing.assert_allclose(
+        layer(np.array([[1.0, 1.0], [1.0, -2.0]])), [[11.5], [0.5]]
+    )
+
+
+def test_dropout_only_in_training():
+    layer = FeedForward(64, dropout=0.5)
+    x = RNG.normal(size=(4, 8)).astype("float32")
+    np.testing.assert_array_equal(layer(x), layer(x, training=False))
+    assert not np.allclose(layer(x, training=True), layer(x))
+
+
+def test_layer_contract(tmp_path):
+    run_layer_test(
+        FeedForward,
+        {"intermediate_dim": 16, "activation": "gelu", "dropout": 0.1},
+        {"inputs": RNG.normal(size=(2, 5, 8)).astype("float32")},
+        tmp_path,
+    )
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="intermediate_dim must be a positive int"):
+        FeedForward(0)
+    with pytest.raises(ValueError, match="dropout must be in"):
+        FeedForward(4, dropout=-0.1)

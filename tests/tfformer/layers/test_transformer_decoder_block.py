@@ -1,0 +1,146 @@
+"""TransformerDecoderBlock: NumPy reference, causality, caches."""
+
+import numpy as np
+import pytest
+
+from tests import numpy_reference as ref
+from tests.testing import ffn_weights, norm_weights, reference_attention, run_layer_test
+from tfformer.layers import TransformerDecoderBlock
+
+RNG = np.random.default_rng(13)
+
+
+def _normal(*shape):
+    return RNG.normal(size=shape).astype("float32")
+
+
+def reference_decoder_block(block, x, memory, memory_padding):
+    """Post-norm: masked self-attention, cross-attention, FFN (section 3.1)."""
+    t, s = x.shape[1], memory.shape[1]
+    self_masks = np.broadcast_to(ref.causal(t), (x.shape[0], t, t))
+    cross_masks = np.broadcast_to(memory_padding[:, None, :], (x.shape[0], t, s))
+
+    def ln(norm, h):
+        return ref.layer_norm(h, *norm_weights(norm))
+
+    x = ln(
+        block.self_attention_norm,
+        x + reference_attention(block.self_attention, x, x, self_masks)[0],
+    )
+    x = ln(
+        block.cross_attention_norm,
+        x + reference_attention(block.cross_attention, x, memory, cross_masks)[0],
+    )
+    return ln(block.ffn_norm, x + ref.feed_forward(x, *ffn_weights(block.ffn)))
+
+
+def test_matches_numpy_reference():
+    block = TransformerDecoderBlock(
+        num_heads=2, intermediate_dim=32, bias_initializer="random_normal"
+    )
+    x, memory = _normal(2, 5, 16), _normal(2, 7, 16)
+    memory_padding = np.ones((2, 7), bool)
+    memory_padding[0, 4:] = False
+    out = block(x, memory, encoder_padding_mask=memory_padding)
+    np.testing.assert_allclose(
+        out, reference_decoder_block(block, x, memory, memory_padding), atol=1e-4
+    )
+
+
+@pytest.mark.parametrize("with_encoder", [True, False], ids=["seq2seq", "decoder_only"])
+def test_no_causal_leakage(with_encoder):
+    block = TransformerDecoderBlock(
+        num_heads=2, intermediate_dim=16, normalize_first=True
+    )
+    x, memory = _normal(1, 6, 8), _normal(1, 4, 8)
+    args = (memory,) if with_encoder else ()
+    base = np.asarray(block(x, *args))
+    for t in range(6):
+        changed = x.copy()
+        changed[0, t] -= 4.0
+        out = np.asarray(block(changed, *args))
+        np.testing.assert_allclose(out[0, :t], base[0, :t], atol=1e-6)
+        assert not np.allclose(out[0, t], base[0, t])
+
+
+def test_encoder_padding_invariance():
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
+    x, memory = _normal(1, 3, 8), _normal(1, 4, 8)
+    short = block(x, memory)
+    padded = np.concatenate([memory, _normal(1, 2, 8)], axis=1)
+    mask = np.array([[True] * 4 + [False] * 2])
+    np.testing.assert_allclose(
+        block(x, padded, encoder_padding_mask=mask), short, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("with_encoder", [True, False], ids=["seq2seq", "decoder_only"])
+def test_cached_steps_equal_full_pass(with_encoder):
+    block = TransformerDecoderBlock(
+        num_heads=4, intermediate_dim=16, num_key_value_heads=2, normalize_first=True
+    )
+    x, memory = _normal(2, 6, 16), _normal(2, 5, 16)
+    memory_padding = np.array([[True] * 5, [True] * 3 + [False] * 2])
+    args = (memory,) if with_encoder else ()
+    kwargs = {"encoder_padding_mask": memory_padding} if with_encoder else {}
+    full = np.asarray(block(x, *args, **kwargs))
+
+    cache, cross, steps = block.init_cache(2, 8), None, []
+    for i in range(6):
+        outputs = block(
+            x[:, i : i + 1],
+            *args,
+            self_attention_cache=cache,
+            self_attention_cache_update_index=i,
+            cross_attention_cache=cross,
+            **kwargs,
+        )
+        if with_encoder:
+            out, cache, cross = outputs
+            assert cross.shape == (2, 2, 5, 2, 4)  # computed once, then reused
+        else:
+            out, cache = outputs
+        steps.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_layer_contract_with_cross_attention(tmp_path):
+    mask = np.ones((2, 6), bool)
+    mask[1, 2:] = False
+    run_layer_test(
+        TransformerDecoderBlock,
+        dict(num_heads=2, intermediate_dim=16, dropout=0.1),
+        {
+            "decoder_sequence": _normal(2, 4, 8),
+            "encoder_sequence": _normal(2, 6, 8),
+            "encoder_padding_mask": mask,
+        },
+        tmp_path,
+    )
+
+
+def test_layer_contract_decoder_only(tmp_path):
+    run_layer_test(
+        TransformerDecoderBlock,
+        dict(
+            num_heads=2, intermediate_dim=16, fused_qkv=True, rotary_max_wavelength=100
+        ),
+        {"decoder_sequence": _normal(2, 4, 8)},
+        tmp_path,
+    )
+
+
+def test_bad_arguments():
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=8)
+    x = _normal(1, 3, 8)
+    block(x)  # built without cross-attention
+    with pytest.raises(ValueError, match="built without cross-attention"):
+        block(x, _normal(1, 2, 8))
+    with pytest.raises(ValueError, match="needs self_attention_cache_update_index"):
+        block(x, self_attention_cache=block.init_cache(1, 4))
+    seq2seq = TransformerDecoderBlock(num_heads=2, intermediate_dim=8)
+    seq2seq(x, _normal(1, 2, 8))
+    with pytest.raises(ValueError, match="needs encoder_sequence"):
+        seq2seq(x)
+    with pytest.raises(ValueError, match="decoder_padding_mask must cover"):
+        seq2seq(x, _normal(1, 2, 8), decoder_padding_mask=np.ones((1, 2), bool))
