@@ -68,10 +68,12 @@ def bert_encoder(
         epsilon=layer_norm_epsilon, name="embeddings_norm"
     )(x)
     x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
+    # Keras's Add drops the embedding's mask, so pass padding explicitly.
+    padding_mask = keras.ops.not_equal(token_ids, 0)
     x = encoder_stack(
         x,
         num_layers,
-        prefix="encoder",
+        padding_mask=padding_mask,
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
         dropout=dropout,

@@ -18,9 +18,10 @@ def final_norm(x, normalize_first, epsilon, name):
     return keras.layers.LayerNormalization(epsilon=epsilon, name=name)(x)
 
 
-def encoder_stack(x, num_layers, prefix="encoder", **block_kwargs):
+def encoder_stack(x, num_layers, padding_mask=None, **block_kwargs):
     for i in range(num_layers):
-        x = TransformerEncoderBlock(name=f"{prefix}_block_{i}", **block_kwargs)(x)
+        block = TransformerEncoderBlock(name=f"encoder_block_{i}", **block_kwargs)
+        x = block(x) if padding_mask is None else block(x, padding_mask=padding_mask)
     return x
 
 

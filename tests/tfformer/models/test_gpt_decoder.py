@@ -1,0 +1,77 @@
+"""The decoder-only language model: contract, causality, cached decoding."""
+
+import numpy as np
+import pytest
+
+from tests.testing import run_model_test
+from tfformer.models import CachedDecoder, gpt_decoder
+
+SMALL = dict(
+    num_layers=2,
+    hidden_dim=16,
+    num_heads=4,
+    intermediate_dim=32,
+    dropout=0.1,
+    max_sequence_length=16,
+)
+TOKENS = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]], "int32")
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary"])
+def test_model_contract(position, tmp_path):
+    run_model_test(
+        lambda: gpt_decoder(30, **SMALL, position=position, num_key_value_heads=2),
+        {"token_ids": TOKENS},
+        np.roll(TOKENS, -1, axis=1),
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("position", ["learned", "rotary"])
+def test_no_causal_leakage(position):
+    model = gpt_decoder(30, **SMALL, position=position)
+    base = np.asarray(model({"token_ids": TOKENS}))
+    for t in range(1, 6):
+        changed = TOKENS.copy()
+        changed[0, t] = 29
+        out = np.asarray(model({"token_ids": changed}))
+        np.testing.assert_allclose(out[0, :t], base[0, :t], atol=1e-5)
+        assert not np.allclose(out[0, t], base[0, t])
+
+
+@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary"])
+def test_cached_decoding_equals_full_pass(position):
+    model = gpt_decoder(30, **SMALL, position=position, num_key_value_heads=1)
+    full = np.asarray(model({"token_ids": TOKENS[:1]}))
+    decoder = CachedDecoder(model)
+    cache = decoder.init_cache(1, 10)
+    # A 2-token prompt at once, then one token per step.
+    logits, cache, _ = decoder.step(TOKENS[:1, :2], cache, 0)
+    steps = [np.asarray(logits)]
+    for i in range(2, 6):
+        logits, cache, _ = decoder.step(TOKENS[:1, i : i + 1], cache, i)
+        steps.append(np.asarray(logits))
+    steps = np.concatenate(steps, 1)
+    np.testing.assert_allclose(steps, full, atol=1e-4)
+    np.testing.assert_array_equal(steps.argmax(-1), full.argmax(-1))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="position must be one of"):
+        gpt_decoder(10, position="alibi")
+    with pytest.raises(ValueError, match="vocabulary_size must be a positive int"):
+        gpt_decoder(-1)
+    with pytest.raises(ValueError, match="must come from transformer_seq2seq or gpt"):
+        from tfformer.models import vit
+
+        CachedDecoder(
+            vit(
+                8,
+                2,
+                patch_size=4,
+                num_layers=1,
+                hidden_dim=8,
+                num_heads=2,
+                intermediate_dim=8,
+            )
+        )
