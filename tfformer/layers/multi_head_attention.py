@@ -75,7 +75,7 @@ class MultiHeadAttention(keras.layers.Layer):
             over the whole cache (positions after the written ones are hidden by
             the causal mask). Without `cache_update_index` the cache is taken as
             precomputed keys/values (cross-attention) and `value`/`key` are
-            ignored.
+            ignored. Cache slots after the last written one are always masked.
         cache_update_index: int or scalar int tensor, the cache position of
             the first query token.
 
@@ -348,10 +348,23 @@ class MultiHeadAttention(keras.layers.Layer):
             k, v = ops.unstack(cache, 2, axis=1)  # (B, max_length, kv, d) each
 
         key_length = k.shape[1]
+        written_mask = None
+        if cache is not None and not cached_cross:
+            # Slots after the last written one hold zeros, never keys: hide
+            # them even without `use_causal_mask`.
+            written_mask = ops.less(
+                ops.arange(ops.shape(k)[1], dtype="int32"),
+                ops.cast(start_index, "int32") + ops.shape(q)[1],
+            )
+            written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
         mask = merge_attention_masks(
             key_length=key_length,
             query_mask=query_mask,
-            key_padding_masks=[("value_mask", value_mask), ("key_mask", key_mask)],
+            key_padding_masks=[
+                ("value_mask", value_mask),
+                ("key_mask", key_mask),
+                ("cache slots", written_mask),
+            ],
             attention_mask=attention_mask,
             causal=(
                 causal_mask(ops.shape(q)[1], ops.shape(k)[1], start_index)

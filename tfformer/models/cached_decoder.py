@@ -3,6 +3,12 @@
 from keras import ops
 
 
+def _numbered_layers(model, prefix):
+    """The layers `{prefix}0`, `{prefix}1`, ... of `model`, in that order."""
+    numbered = [layer for layer in model.layers if layer.name.startswith(prefix)]
+    return sorted(numbered, key=lambda layer: int(layer.name[len(prefix) :]))
+
+
 class CachedDecoder:
     """Runs the decoder of a `transformer_seq2seq` or `gpt_decoder` one step at
     a time, reusing cached keys and values instead of re-running the prefix.
@@ -34,13 +40,7 @@ class CachedDecoder:
             )
         self.model = model
         self.embedding = model.get_layer("decoder_embedding")
-        self.blocks = [
-            model.get_layer(name)
-            for name in sorted(
-                (n for n in names if n.startswith("decoder_block_")),
-                key=lambda n: int(n.rsplit("_", 1)[1]),
-            )
-        ]
+        self.blocks = _numbered_layers(model, "decoder_block_")
         self.final_norm = (
             model.get_layer("decoder_norm") if "decoder_norm" in names else None
         )
@@ -51,11 +51,7 @@ class CachedDecoder:
                 if "encoder_embedding" in names
                 else "decoder_embedding"
             )
-            self.encoder_blocks = [
-                layer
-                for layer in model.layers
-                if layer.name.startswith("encoder_block_")
-            ]
+            self.encoder_blocks = _numbered_layers(model, "encoder_block_")
             self.encoder_norm = (
                 model.get_layer("encoder_norm") if "encoder_norm" in names else None
             )

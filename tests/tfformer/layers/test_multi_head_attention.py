@@ -171,6 +171,15 @@ def test_cached_steps_equal_full_causal_pass(kwargs):
     assert np.all(np.asarray(cache)[:, :, 7:] == 0)  # nothing written past index
 
 
+def test_unwritten_cache_slots_are_never_attended():
+    """Without a causal mask, a cached prefill sees all its own tokens (a
+    bidirectional prefix) but not the empty slots after them."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    x = _normal(1, 3, 8)
+    out, _ = layer(x, cache=layer.init_cache(1, 6), cache_update_index=0)
+    np.testing.assert_allclose(out, layer(x), atol=1e-6)
+
+
 def test_cache_step_compiles_with_xla_and_a_tensor_index():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     x = _normal(2, 5, 8)

@@ -41,6 +41,17 @@ def test_classifier_contract(tmp_path):
     )
 
 
+def test_encoder_saves_and_loads_with_both_outputs(tmp_path):
+    encoder = bert_encoder(40, **SMALL)
+    path = tmp_path / "encoder.keras"
+    encoder.save(path)
+    loaded = keras.models.load_model(path)
+    for name in ("sequence_output", "pooled_output"):
+        np.testing.assert_allclose(
+            loaded(INPUTS)[name], encoder(INPUTS)[name], atol=1e-6
+        )
+
+
 def test_heads_share_the_encoder_weights():
     encoder = bert_encoder(40, **SMALL)
     classifier = bert_classifier(encoder, 2)
