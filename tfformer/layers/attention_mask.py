@@ -8,6 +8,8 @@ TFLite converter only accepts as a Flex (SELECT_TF_OPS) op.
 
 from keras import ops
 
+from tfformer.layers.validation import static_dim
+
 
 def causal_mask(query_length, key_length, start_index=0):
     """Lower-triangular mask of shape `(1, query_length, key_length)`.
@@ -37,7 +39,8 @@ def _check_mask(name, mask, rank, key_length):
         raise ValueError(
             f"{name} must have rank {rank}. Received: {name} with shape {mask.shape}"
         )
-    if key_length is not None and mask.shape[-1] not in (None, key_length):
+    mask_length = static_dim(mask.shape[-1])
+    if None not in (key_length, mask_length) and mask_length != key_length:
         raise ValueError(
             f"The last axis of {name} must match the key length {key_length}. "
             f"Received: {name} with shape {mask.shape}"

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from tfformer.layers.rotary_embedding import positions_from
-from tfformer.layers.validation import check_positive_int
+from tfformer.layers.validation import check_positive_int, static_dim
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -54,7 +54,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, inputs, start_index=0):
-        length = inputs.shape[1]
+        length = static_dim(inputs.shape[1])
         if length is not None and isinstance(start_index, int):
             if start_index + length > self.sequence_length:
                 raise ValueError(

@@ -8,7 +8,7 @@ from keras.src.backend import get_keras_mask
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
 from tfformer.layers.rotary_embedding import RotaryEmbedding
-from tfformer.layers.validation import check_positive_int, check_rate
+from tfformer.layers.validation import check_positive_int, check_rate, static_dim
 
 
 def _check_rank3(name, tensor):
@@ -347,7 +347,7 @@ class MultiHeadAttention(keras.layers.Layer):
             cache = ops.slice_update(cache, [zero, zero, index, zero, zero], new_kv)
             k, v = ops.unstack(cache, 2, axis=1)  # (B, max_length, kv, d) each
 
-        key_length = k.shape[1]
+        key_length = static_dim(k.shape[1])
         written_mask = None
         if cache is not None and not cached_cross:
             # Slots after the last written one hold zeros, never keys: hide

@@ -3,6 +3,8 @@
 from keras import ops
 from keras.src.backend import get_keras_mask
 
+from tfformer.layers.validation import static_dim
+
 
 def resolve_padding_mask(inputs, padding_mask, name):
     """The `(batch, length)` boolean padding mask for `inputs`, or None.
@@ -19,11 +21,8 @@ def resolve_padding_mask(inputs, padding_mask, name):
             f"{name} must have shape (batch, length). Received: {name} with "
             f"shape {mask.shape}"
         )
-    if (
-        inputs.shape[1] is not None
-        and mask.shape[1] is not None
-        and inputs.shape[1] != mask.shape[1]
-    ):
+    length, mask_length = static_dim(inputs.shape[1]), static_dim(mask.shape[1])
+    if None not in (length, mask_length) and length != mask_length:
         raise ValueError(
             f"{name} must cover every position of the sequence (length "
             f"{inputs.shape[1]}). Received: {name} with shape {mask.shape}"

@@ -27,3 +27,12 @@ def check_positive_number(name, value):
         raise ValueError(
             f"{name} must be a positive number. Received: {name}={value!r}"
         )
+
+
+def static_dim(dim):
+    """`dim` if it is a concrete int, else None.
+
+    Shapes can hold None (TensorFlow) or symbolic dimensions (JAX tracing);
+    comparing those is unknown or an error, so checks use only concrete sizes.
+    """
+    return dim if isinstance(dim, int) else None

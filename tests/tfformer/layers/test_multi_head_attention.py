@@ -3,13 +3,19 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests import numpy_reference as ref
 from tests.testing import reference_attention, run_layer_test
 from tfformer.layers import MultiHeadAttention
 
 RNG = np.random.default_rng(7)
+
+
+def _tensorflow():
+    """TensorFlow, for the tests of TF-only paths (XLA graphs, TFLite)."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("needs the TensorFlow backend")
+    return pytest.importorskip("tensorflow")
 
 
 def _normal(*shape):
@@ -181,6 +187,7 @@ def test_unwritten_cache_slots_are_never_attended():
 
 
 def test_cache_step_compiles_with_xla_and_a_tensor_index():
+    tf = _tensorflow()
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     x = _normal(2, 5, 8)
     full = np.asarray(layer(x, use_causal_mask=True))
@@ -225,6 +232,7 @@ def test_dropout_reaches_attention_weights_only_in_training():
 def test_causal_attention_converts_to_tflite_with_builtin_ops_only():
     """With a dynamic length, Keras's own causal mask needs a Flex StridedSlice
     (`x[None, None]`); ours must convert with builtin ops and run at any length."""
+    tf = _tensorflow()
     x = keras.Input((None, 16))
     layer = MultiHeadAttention(num_heads=2, key_dim=8, num_key_value_heads=1)
     model = keras.Model(x, layer(x, use_causal_mask=True))
