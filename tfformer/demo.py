@@ -42,7 +42,15 @@ def main(argv=None):
     forward_s = time.perf_counter() - started
     logits = np.asarray(logits)
     print(f"forward pass: logits {logits.shape} in {forward_s * 1000:.0f} ms")
-    print(f"first sentence, first 5 argmax ids: {logits[0].argmax(-1)[:5].tolist()}")
+    # An untrained model should be close to uniform guessing: ln(vocabulary).
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    labels = np.roll(target, -1, axis=1)
+    loss = -np.take_along_axis(log_probs, labels[..., None], -1).mean()
+    print(
+        f"untrained cross-entropy: {loss:.2f} nats/token "
+        f"(uniform guessing: ln({args.vocabulary_size}) = "
+        f"{np.log(args.vocabulary_size):.2f})"
+    )
 
     # The same logits, one token at a time through the key/value cache.
     decoder = CachedDecoder(model)
