@@ -13,9 +13,11 @@ class CachedDecoder:
     """Runs the decoder of a `transformer_seq2seq` or `gpt_decoder` one step at
     a time, reusing cached keys and values instead of re-running the prefix.
 
-    Shapes are static: the self-attention caches are one tensor
-    `(num_layers, batch, 2, max_length, kv_heads, key_dim)`, updated at `index`
-    with `slice_update`, so a decoding loop around `step` compiles with XLA.
+    Shapes are static: the self-attention cache is a tuple with one
+    `(batch, 2, max_length, kv_heads, key_dim)` tensor per layer, updated at
+    `index` with `slice_update`, so a decoding loop around `step` compiles with
+    XLA. (One tuple entry per layer rather than a stacked 6-D tensor: TFLite
+    kernels such as STRIDED_SLICE stop at 5 dimensions.)
     For encoder-decoder models, `encode` runs the encoder once and `step`
     computes the cross-attention keys/values on the first call and returns them
     for reuse.
@@ -69,22 +71,21 @@ class CachedDecoder:
         return x, padding_mask
 
     def init_cache(self, batch_size, max_length):
-        """Zero self-attention caches for all layers, stacked on axis 0."""
-        return ops.stack(
-            [block.init_cache(batch_size, max_length) for block in self.blocks]
-        )
+        """Zero self-attention caches, a tuple with one entry per layer."""
+        return tuple(block.init_cache(batch_size, max_length) for block in self.blocks)
 
     def step(self, token_ids, cache, index, encoded=None, cross_caches=None):
         """Logits for `token_ids` `(batch, T)` placed at positions index..index+T-1.
 
         Args:
             token_ids: `(batch, T)` int tokens (T = 1 for one step, or a prompt).
-            cache: stacked self-attention caches from `init_cache` or `step`.
+            cache: the tuple of self-attention caches from `init_cache` or
+                `step`.
             index: int or scalar tensor, position of `token_ids[:, 0]`.
             encoded: `(encoder_output, encoder_padding_mask)` from `encode`
                 (encoder-decoder models only).
-            cross_caches: stacked cross-attention caches from an earlier step,
-                or None to compute them from `encoded`.
+            cross_caches: the tuple of cross-attention caches from an earlier
+                step, or None to compute them from `encoded`.
 
         Returns:
             `(logits, cache, cross_caches)`; `cross_caches` is None for
@@ -118,5 +119,5 @@ class CachedDecoder:
         if self.final_norm is not None:
             x = self.final_norm(x)
         logits = ops.cast(self.embedding(x, reverse=True), "float32")
-        cross = ops.stack(new_cross) if new_cross else None
-        return logits, ops.stack(new_caches), cross
+        cross = tuple(new_cross) if new_cross else None
+        return logits, tuple(new_caches), cross
