@@ -340,23 +340,22 @@ class MultiHeadAttention(keras.layers.Layer):
             q = self.rotary(q, start_index=start_index)
             if not cached_cross:
                 k = self.rotary(k, start_index=start_index)
+        written_mask = None
         if cache is not None and not cached_cross:
             new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
             zero = ops.zeros((), "int32")
             index = ops.cast(cache_update_index, "int32")
             cache = ops.slice_update(cache, [zero, zero, index, zero, zero], new_kv)
             k, v = ops.unstack(cache, 2, axis=1)  # (B, max_length, kv, d) each
-
-        key_length = static_dim(k.shape[1])
-        written_mask = None
-        if cache is not None and not cached_cross:
             # Slots after the last written one hold zeros, never keys: hide
             # them even without `use_causal_mask`.
             written_mask = ops.less(
                 ops.arange(ops.shape(k)[1], dtype="int32"),
-                ops.cast(start_index, "int32") + ops.shape(q)[1],
+                index + ops.shape(q)[1],
             )
             written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
+
+        key_length = static_dim(k.shape[1])
         mask = merge_attention_masks(
             key_length=key_length,
             query_mask=query_mask,
