@@ -1,5 +1,6 @@
-"""tfformer training: data, tokenizers, tf.data pipelines and `model.fit`.
+"""Training: data, tokenizers, tf.data pipelines, strategies and `model.fit`.
 
-Not built yet (see the "Training pipeline" issue). This package may import
-`tfformer` but never `export`.
+Depends on `tfformer`; never on `export`. Import the pieces from their
+modules (`training.trainer.train`, `training.data.build_dataset`, ...); the
+package itself stays light so `tfformer-train --help` starts fast.
 """

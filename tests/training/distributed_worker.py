@@ -1,0 +1,52 @@
+"""One worker of the multi-worker test: trains a tiny config, saves its weights.
+
+Run as `python distributed_worker.py OUTPUT_DIR WEIGHTS_FILE` with TF_CONFIG
+set; every worker runs the same command, as on a real cluster.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from training.config import load_config  # noqa: E402
+from training.trainer import train  # noqa: E402
+
+OVERRIDES = [
+    "data.train_size=800",
+    "data.validation_size=40",
+    "data.test_size=40",
+    "data.vocabulary_size=300",
+    "data.vocabulary_sample_size=300",
+    "data.max_length=32",
+    "data.bucket_lengths=[16,32]",
+    "model.num_layers=1",
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "train.batch_size=16",
+    "train.steps_per_epoch=5",
+    "train.epochs=2",
+    "train.warmup_steps=10",
+    "train.verbose=2",
+    "train.strategy=multi_worker",
+    "train.evaluate_exact_match=false",
+]
+
+
+def main(output_dir, weights_file):
+    config = load_config(overrides=[*OVERRIDES, f"train.output_dir={output_dir}"])
+    result = train(config)
+    np.savez(
+        weights_file,
+        *[w.numpy() for w in result.model.weights],
+        loss=np.array(result.metrics["loss"]),
+        global_step=result.metrics["global_step"],
+        replicas=result.metrics["replicas"],
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,142 @@
+"""tf.distribute: strategy choice, Mirrored on 2 logical CPUs, 2-worker MWMS."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from training.config import load_config
+from training.strategy import build_strategy, is_chief
+from training.trainer import train
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def test_strategy_names():
+    assert isinstance(build_strategy("one_device"), tf.distribute.OneDeviceStrategy)
+    # No GPUs and no TF_CONFIG here: auto is one device.
+    assert isinstance(build_strategy("auto"), tf.distribute.OneDeviceStrategy)
+    assert is_chief(build_strategy("auto"))
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        build_strategy("horovod")
+
+
+def test_multi_worker_needs_tf_config(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="needs TF_CONFIG"):
+        build_strategy("multi_worker")
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG is not valid JSON"):
+        build_strategy("auto")
+
+
+LM = [
+    "data.task=text",
+    "data.tokenizer=byte",
+    "data.max_length=16",
+    "model.family=gpt",
+    "model.preset=gpt_tiny",
+    "model.num_layers=1",
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "model.dropout=0.0",
+    "train.batch_size=8",
+    "train.steps_per_epoch=3",
+    "train.epochs=1",
+    "train.warmup_steps=5",
+    "train.verbose=0",
+    "train.label_smoothing=0.0",
+]
+
+
+def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
+    """Mirrored with 2 replicas splits each batch of 8 in two. The windows have
+    no padding, so each replica's token mean weighs the same and the loss (and
+    averaged gradient) equal the one-device ones."""
+    logical = tf.config.list_logical_devices("CPU")
+    if len(logical) < 2:
+        pytest.skip("needs the 2 logical CPUs that tests/conftest.py configures")
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 60)
+    results = {}
+    for name, extra in (
+        ("one", ["train.strategy=one_device"]),
+        ("two", ["train.strategy=mirrored", "train.devices=/cpu:0,/cpu:1"]),
+    ):
+        config = load_config(
+            overrides=[*LM, f"data.text_path={text}", f"train.output_dir={tmp_path / name}",
+                       "train.steps_per_epoch=1", "train.epsilon=1.0", *extra]
+        )
+        results[name] = train(config, progress=lambda *_: None)
+    one, two = results["one"], results["two"]
+    assert two.metrics["replicas"] == 2
+    assert two.metrics["strategy"] == "MirroredStrategy"
+    # The same loss on the same first batch: a replica that saw the wrong half,
+    # or a loss scaled by the replica count, would change it.
+    np.testing.assert_allclose(two.metrics["loss"], one.metrics["loss"], rtol=1e-5)
+    np.testing.assert_allclose(two.metrics["test_loss"], one.metrics["test_loss"], rtol=1e-3)
+    # With epsilon = 1 Adam's first update is ~lr * g / (|g| + 1), close to
+    # linear in the gradient, so the weights tell whether the averaged
+    # gradient is the one-device gradient (a sum over replicas would double it).
+    for a, b in zip(one.model.weights, two.model.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=5e-6)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
+    """MultiWorkerMirroredStrategy, 2 processes on 127.0.0.1 via TF_CONFIG.
+
+    Plain Keras 3 fails here (keras-team/keras#20585); training/multi_worker.py
+    fixes it. Both workers must finish with bit-identical weights and report
+    2 replicas.
+    """
+    ports = [free_port(), free_port()]
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    processes = []
+    for index in range(2):
+        env = dict(
+            os.environ,
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            PYTHONPATH=ROOT,
+        )
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, os.path.join(HERE, "distributed_worker.py"),
+                 str(tmp_path / "run"), str(tmp_path / f"worker{index}.npz")],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+        )
+    outputs = []
+    for process in processes:
+        try:
+            out, _ = process.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise
+        outputs.append(out)
+        assert process.returncode == 0, out[-3000:]
+    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
+    assert int(first["replicas"]) == int(second["replicas"]) == 2
+    assert int(first["global_step"]) == int(second["global_step"]) == 10
+    weights = [k for k in first.files if k.startswith("arr_")]
+    assert weights
+    for key in weights:
+        np.testing.assert_array_equal(first[key], second[key])
+    # Logs are averaged over the workers, so both print the same loss.
+    np.testing.assert_allclose(first["loss"], second["loss"], rtol=1e-6)
+    # Only the chief wrote the model.
+    assert os.path.isfile(tmp_path / "run" / "model.keras")

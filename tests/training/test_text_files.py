@@ -1,0 +1,51 @@
+import gzip
+
+import pytest
+
+from training.text_files import read_labelled_text, read_lines, read_parallel_text
+
+
+def write(path, data, gz=False):
+    opener = gzip.open if gz else open
+    with opener(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+def test_plain_and_gzip_read_the_same(tmp_path):
+    text = "ein Hund\nzwei Katzen\n".encode()
+    plain = write(tmp_path / "a.txt", text)
+    packed = write(tmp_path / "a.txt.gz", text, gz=True)
+    assert read_lines(plain) == read_lines(packed) == ["ein Hund", "zwei Katzen"]
+
+
+def test_parallel_pairs_and_line_count_mismatch(tmp_path):
+    src = write(tmp_path / "s.de", b"a\nb\n")
+    tgt = write(tmp_path / "t.en", b"x\ny\n")
+    assert read_parallel_text(src, tgt) == [("a", "x"), ("b", "y")]
+    short = write(tmp_path / "short.en", b"x\n")
+    with pytest.raises(ValueError, match=r"short\.en' has 1"):
+        read_parallel_text(src, short)
+
+
+def test_errors_name_file_and_line(tmp_path):
+    bad = write(tmp_path / "bad.txt", b"fine\nalso fine\nbroken \xff here\n")
+    with pytest.raises(ValueError, match=r"bad\.txt:3: bytes that are not UTF-8"):
+        read_lines(bad)
+    empty = write(tmp_path / "empty.txt", b"")
+    with pytest.raises(ValueError, match=r"empty\.txt: the file is empty"):
+        read_lines(empty)
+    hole = write(tmp_path / "hole.txt", b"a\n\nb\n")
+    with pytest.raises(ValueError, match=r"hole\.txt:2: empty line"):
+        read_lines(hole)
+    notgz = write(tmp_path / "fake.gz", b"not gzip at all")
+    with pytest.raises(ValueError, match=r"fake\.gz: cannot be read"):
+        read_lines(notgz)
+    with pytest.raises(ValueError, match="File not found"):
+        read_lines(str(tmp_path / "missing.txt"))
+
+
+def test_labelled_text_uses_file_order_as_class(tmp_path):
+    neg = write(tmp_path / "neg", b"bad\nawful\n")
+    pos = write(tmp_path / "pos", b"good\n")
+    assert read_labelled_text([neg, pos]) == [("bad", 0), ("awful", 0), ("good", 1)]

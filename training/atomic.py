@@ -1,0 +1,43 @@
+"""Write-then-rename helpers: a reader sees the old file or the new one, never half."""
+
+import contextlib
+import os
+import shutil
+import tempfile
+
+
+@contextlib.contextmanager
+def atomic_path(path):
+    """Yields a temporary path next to `path`; renames it onto `path` on success.
+
+    On an exception the temporary file (or directory) is removed and `path` is
+    left as it was.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    # Keep the whole extension: Keras insists on ".weights.h5" and ".keras".
+    extension = os.path.basename(path).partition(".")[2]
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.",
+        suffix=f".{extension}" if extension else ".tmp",
+        dir=directory,
+    )
+    os.close(fd)
+    os.remove(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def atomic_write_text(path, text):
+    """Writes `text` to `path` (UTF-8) atomically, flushed to disk."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())

@@ -1,0 +1,214 @@
+"""Callbacks for preemption-safe training: backups, the best model, a report.
+
+Every file is written to a temporary name and renamed into place, so a kill at
+any moment leaves the previous complete file, never a torn one.
+"""
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+
+import keras
+
+from training.atomic import atomic_path, atomic_write_text
+
+BACKUP_WEIGHTS = "latest.weights.h5"
+BACKUP_STATE = "state.json"
+
+
+@contextlib.contextmanager
+def save_target(path, write):
+    """Yields where to save `path`: a temporary name renamed into place when
+    `write`, else a scratch file that is deleted.
+
+    Under MultiWorkerMirroredStrategy every worker must take part in a save
+    (reading distributed variables is a collective op), but only the chief
+    may write the real file.
+    """
+    if write:
+        with atomic_path(path) as tmp:
+            yield tmp
+        return
+    scratch = tempfile.mkdtemp(prefix="tfformer-worker-")
+    try:
+        yield os.path.join(scratch, os.path.basename(path))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def read_backup_state(directory):
+    """The state saved with the last backup in `directory`, or None."""
+    path = os.path.join(directory, BACKUP_STATE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def restore_backup(model, directory):
+    """Loads the last backup into a compiled `model`; returns its state or None.
+
+    The weights file holds the model and the optimizer state (its iteration
+    count included), so the learning-rate schedule continues where it stopped.
+    """
+    state = read_backup_state(directory)
+    if state is None:
+        return None
+    weights = os.path.join(directory, BACKUP_WEIGHTS)
+    if not os.path.isfile(weights):
+        raise ValueError(f"{directory} has {BACKUP_STATE} but no {BACKUP_WEIGHTS}.")
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    model.load_weights(weights)
+    # The weights carry the optimizer's step; a kill between writing them and
+    # the state file leaves the state one backup behind, so the weights win.
+    state["global_step"] = int(model.optimizer.iterations.numpy())
+    return state
+
+
+class ResumableBackup(keras.callbacks.Callback):
+    """Backs up weights and optimizer every `every_steps` steps and each epoch.
+
+    Unlike `keras.callbacks.BackupAndRestore`, the backup records the global
+    step, and the input stream is a function of that step, so a restarted run
+    resumes mid-epoch with the next unseen batch instead of redoing the epoch.
+    Files are replaced atomically. Only the chief writes (`write=False` on
+    other workers of a multi-worker run).
+
+    Args:
+        directory: where `latest.weights.h5` and `state.json` go.
+        every_steps: optimizer steps between backups.
+        write: whether this process writes (the chief) or only counts.
+        extra_state: callable returning a dict stored with each backup.
+    """
+
+    def __init__(self, directory, every_steps, *, write=True, extra_state=None):
+        super().__init__()
+        self.directory = directory
+        self.every_steps = int(every_steps)
+        self.write = write
+        self.extra_state = extra_state
+        self._epoch_start = 0
+        self._last_saved = None
+
+    def on_train_begin(self, logs=None):
+        self._epoch_start = int(self.model.optimizer.iterations.numpy())
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = int(self.model.optimizer.iterations.numpy())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self._epoch_start + batch + 1
+        if step % self.every_steps == 0:
+            self.save(step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.save(int(self.model.optimizer.iterations.numpy()))
+
+    def save(self, step):
+        if step == self._last_saved:
+            return
+        # The weights first, then the state; restore trusts the weights' step.
+        path = os.path.join(self.directory, BACKUP_WEIGHTS)
+        with save_target(path, self.write) as tmp:
+            self.model.save_weights(tmp)
+        self._last_saved = step
+        if not self.write:
+            return
+        state = {"global_step": step, "time": time.time()}
+        if self.extra_state is not None:
+            state.update(self.extra_state())
+        atomic_write_text(
+            os.path.join(self.directory, BACKUP_STATE), json.dumps(state) + "\n"
+        )
+
+
+class BestModel(keras.callbacks.Callback):
+    """Saves the whole model (`.keras`) when `monitor` improves; atomically.
+
+    `best` may be given to continue a resumed run's record.
+    """
+
+    def __init__(self, path, monitor="val_loss", mode="min", *, best=None, write=True):
+        super().__init__()
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max'. Received: mode={mode!r}")
+        self.path = path
+        self.monitor = monitor
+        self.mode = mode
+        self.best = best
+        self.write = write
+
+    def _improved(self, value):
+        if self.best is None:
+            return True
+        return value < self.best if self.mode == "min" else value > self.best
+
+    def on_epoch_end(self, epoch, logs=None):
+        value = (logs or {}).get(self.monitor)
+        if value is None or not math.isfinite(value) or not self._improved(value):
+            return
+        self.best = float(value)
+        with save_target(self.path, self.write) as tmp:
+            self.model.save(tmp)
+
+
+class TrainingReport(keras.callbacks.Callback):
+    """Collects epoch logs, wall time and real (non-padding) tokens per second.
+
+    Reads the `real_tokens` metric (summed over the epoch and all replicas)
+    and divides it by the time spent in the epoch's training steps. Writes
+    the report as JSON after each epoch (atomically) when `path` is set.
+    """
+
+    def __init__(self, path=None, *, write=True, initial=None):
+        super().__init__()
+        self.path = path
+        self.write = write
+        self.report = initial or {"epochs": [], "train_seconds": 0.0, "tokens": 0.0}
+        self._start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_test_begin(self, logs=None):
+        # Validation time is not training time.
+        if self._start is not None:
+            self._paused = time.perf_counter()
+
+    def on_test_end(self, logs=None):
+        if self._start is not None and getattr(self, "_paused", None) is not None:
+            self._start += time.perf_counter() - self._paused
+            self._paused = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self._start
+        logs = {k: float(v) for k, v in (logs or {}).items()}
+        tokens = logs.get("real_tokens", 0.0)
+        logs["epoch"] = epoch + 1
+        logs["seconds"] = seconds
+        logs["real_tokens_per_second"] = tokens / seconds if seconds > 0 else 0.0
+        self.report["epochs"].append(logs)
+        self.report["train_seconds"] += seconds
+        self.report["tokens"] += tokens
+        self.flush()
+
+    def summary(self):
+        last = self.report["epochs"][-1] if self.report["epochs"] else {}
+        seconds = self.report["train_seconds"]
+        return {
+            **{k: v for k, v in last.items() if k not in ("seconds",)},
+            "real_tokens_per_second": self.report["tokens"] / seconds
+            if seconds
+            else 0.0,
+            "train_seconds": seconds,
+        }
+
+    def flush(self, extra=None):
+        if self.write and self.path:
+            body = {**self.report, "summary": self.summary(), **(extra or {})}
+            atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")

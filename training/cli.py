@@ -1,0 +1,56 @@
+"""`tfformer-train --config FILE [--set section.key=value ...]`."""
+
+import argparse
+import json
+import sys
+
+from training.config import load_config
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="tfformer-train",
+        description="Train a tfformer model from a config file.",
+    )
+    parser.add_argument(
+        "--config",
+        help="training/configs/NAME.json or .yaml (default: the built-in defaults, "
+        "the embedded number-words task)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one config value, e.g. --set train.epochs=3 (repeatable)",
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        config = load_config(args.config, args.overrides)
+    except (ValueError, TypeError) as e:
+        print(f"tfformer-train: error: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(json.dumps(config.to_dict(), indent=2))
+        return 0
+    from training.trainer import train
+
+    results = train(config).metrics
+    for source, reference, prediction in results.get("test_examples", []):
+        print(f"  {source}\n    reference:  {reference}\n    prediction: {prediction}")
+    shown = {k: v for k, v in results.items() if k != "test_examples"}
+    print(json.dumps(shown, indent=2))
+    print(f"Model, logs and metrics.json are in {config.train.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

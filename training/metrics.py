@@ -1,0 +1,47 @@
+"""Metrics over real (non-padding) tokens."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class MaskedAccuracy(keras.metrics.Mean):
+    """Share of non-padding positions where the arg-max prediction is the label."""
+
+    def __init__(self, pad_id=0, name="accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
+        correct = ops.cast(
+            ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true),
+            self.dtype,
+        )
+        weight = ops.cast(ops.not_equal(y_true, self.pad_id), self.dtype)
+        if sample_weight is not None:
+            sample_weight = ops.cast(sample_weight, self.dtype)
+            while len(sample_weight.shape) < len(weight.shape):
+                sample_weight = ops.expand_dims(sample_weight, -1)
+            weight = weight * sample_weight
+        super().update_state(correct, sample_weight=weight)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class RealTokens(keras.metrics.Sum):
+    """Counts the non-padding label tokens seen: the numerator of tokens/s."""
+
+    def __init__(self, pad_id=0, name="real_tokens", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+        self.pad_id = int(pad_id)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        del y_pred, sample_weight
+        real = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
+        super().update_state(ops.sum(real))
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}

@@ -1,0 +1,284 @@
+"""tf.data input pipelines with static batch shapes.
+
+Examples are tokenized once, up front, into ragged id tensors. Each batch is
+then drawn from one length bucket and padded to that bucket's length, with a
+fixed batch size (`drop_remainder`), so every batch has one of a few static
+shapes: XLA compiles each shape once and TPUs need nothing else.
+
+Training data is an endless stream of numbered epochs. Epoch `e` is shuffled
+with seed `seed + e`, so the stream is a pure function of the seed: a resumed
+run rebuilds it from (epoch, step) and continues with exactly the batches the
+killed run would have seen.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass
+class Examples:
+    """Tokenized examples of one split.
+
+    `features` maps input names to int32 RaggedTensors `(num_examples, None)`;
+    `labels` is a RaggedTensor of the same row lengths as the decoder input
+    (sequence tasks) or an int32 vector (classification). `lengths` is the
+    padded length each example needs (numpy), used to choose its bucket.
+    """
+
+    features: dict
+    labels: object
+    lengths: np.ndarray
+
+    def __len__(self):
+        return len(self.lengths)
+
+
+def _check_ids(name, ids):
+    if not isinstance(ids, tf.RaggedTensor):
+        raise TypeError(f"{name} must be a tf.RaggedTensor. Received: {type(ids)}")
+
+
+def seq2seq_examples(source_ids, target_ids, *, start_id, end_id, max_length):
+    """Teacher forcing: decoder input = [start] + target, labels = target + [end].
+
+    Sources are cut to `max_length` tokens and targets to `max_length - 1`, so
+    decoder inputs and labels are at most `max_length` long.
+    """
+    _check_ids("source_ids", source_ids)
+    _check_ids("target_ids", target_ids)
+    if source_ids.nrows() != target_ids.nrows():
+        raise ValueError(
+            f"source_ids and target_ids differ in length: {source_ids.nrows()} vs "
+            f"{target_ids.nrows()}"
+        )
+    source = source_ids[:, :max_length]
+    target = target_ids[:, : max_length - 1]
+    rows = target.nrows()
+    starts = tf.fill([rows, 1], tf.constant(start_id, tf.int32))
+    ends = tf.fill([rows, 1], tf.constant(end_id, tf.int32))
+    decoder_input = tf.concat([starts, target], axis=1)
+    labels = tf.concat([target, ends], axis=1)
+    lengths = np.maximum(
+        source.row_lengths().numpy(), decoder_input.row_lengths().numpy()
+    )
+    return Examples(
+        {"encoder_token_ids": source, "decoder_token_ids": decoder_input},
+        labels,
+        lengths,
+    )
+
+
+def language_model_examples(ids, *, sequence_length):
+    """Non-overlapping windows of a token stream: inputs w[:-1], labels w[1:]."""
+    ids = np.asarray(ids, np.int32)
+    windows = (len(ids) - 1) // sequence_length
+    if windows < 1:
+        raise ValueError(
+            f"The text has {len(ids)} tokens, fewer than one window of "
+            f"sequence_length={sequence_length} + 1."
+        )
+    starts = np.arange(windows) * sequence_length
+    index = starts[:, None] + np.arange(sequence_length + 1)[None, :]
+    chunks = ids[index]
+    inputs = tf.RaggedTensor.from_tensor(chunks[:, :-1])
+    labels = tf.RaggedTensor.from_tensor(chunks[:, 1:])
+    return Examples(
+        {"token_ids": inputs}, labels, np.full(windows, sequence_length)
+    )
+
+
+def classification_examples(token_ids, labels, *, start_id, end_id, max_length):
+    """BERT-style inputs: [start] tokens [end] (start is the pooled position)."""
+    _check_ids("token_ids", token_ids)
+    body = token_ids[:, : max_length - 2]
+    rows = body.nrows()
+    starts = tf.fill([rows, 1], tf.constant(start_id, tf.int32))
+    ends = tf.fill([rows, 1], tf.constant(end_id, tf.int32))
+    ids = tf.concat([starts, body, ends], axis=1)
+    return Examples(
+        {"token_ids": ids, "segment_ids": tf.zeros_like(ids)},
+        tf.constant(labels, tf.int32),
+        ids.row_lengths().numpy(),
+    )
+
+
+def bucket_index(lengths, bucket_lengths):
+    """Index of the smallest bucket that holds each length (numpy)."""
+    lengths = np.asarray(lengths)
+    if lengths.size and lengths.max() > bucket_lengths[-1]:
+        raise ValueError(
+            f"An example of length {lengths.max()} exceeds the largest bucket "
+            f"{bucket_lengths[-1]}."
+        )
+    return np.searchsorted(np.asarray(bucket_lengths), lengths, side="left")
+
+
+def batches_per_epoch(lengths, bucket_lengths, batch_size):
+    """Full batches in one pass: sum over buckets of floor(count / batch_size)."""
+    counts = np.bincount(
+        bucket_index(lengths, bucket_lengths), minlength=len(bucket_lengths)
+    )
+    return int(np.sum(counts // batch_size))
+
+
+def evaluation_steps(lengths, bucket_lengths, batch_size):
+    """Batches of `evaluation_dataset`: sum over buckets of ceil(count / batch_size)."""
+    counts = np.bincount(
+        bucket_index(lengths, bucket_lengths), minlength=len(bucket_lengths)
+    )
+    return int(np.sum(-(-counts // batch_size)))
+
+
+def _pad_rows(batch_size):
+    """Pads a partial batch with all-padding rows (weight 0) to `batch_size` rows."""
+
+    def pad(features, labels, weights):
+        missing = batch_size - tf.shape(weights)[0]
+
+        def grow(x):
+            paddings = [[0, missing]] + [[0, 0]] * (len(x.shape) - 1)
+            return tf.pad(x, paddings)
+
+        return (
+            tf.nest.map_structure(grow, features),
+            grow(labels),
+            grow(weights),
+        )
+
+    return pad
+
+
+def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
+    """Groups elements by bucket and pads each batch to its bucket's length."""
+    lengths = tf.constant(bucket_lengths, tf.int64)
+
+    def to_dense(features, labels, bucket):
+        # Ragged rows become dense rows padded to the bucket length.
+        length = tf.gather(lengths, bucket)
+
+        def pad(x):
+            if x.shape.rank == 0:
+                return x
+            return tf.pad(x, [[0, length - tf.shape(x, out_type=tf.int64)[0]]])
+
+        return (
+            tf.nest.map_structure(pad, features),
+            pad(labels),
+            tf.constant(1.0),
+            bucket,
+        )
+
+    def batch_bucket(bucket, window):
+        window = window.map(lambda f, y, w, b: (f, y, w))
+        return window.batch(batch_size, drop_remainder=drop_remainder)
+
+    dataset = dataset.map(to_dense, num_parallel_calls=AUTOTUNE)
+    dataset = dataset.group_by_window(
+        key_func=lambda f, y, w, b: b,
+        reduce_func=batch_bucket,
+        window_size=batch_size,
+    )
+    if not drop_remainder:
+        dataset = dataset.map(_pad_rows(batch_size))
+    if dataset.element_spec[1].shape.rank > 1:
+        # Sequence labels mark padding with id 0 and need no sample weights.
+        dataset = dataset.map(lambda f, y, w: (f, y))
+    return dataset
+
+
+def _lookup(examples, bucket):
+    """Maps an example index to (features, labels, bucket) tensors."""
+    features = examples.features
+    labels = examples.labels
+    bucket = tf.constant(bucket)
+
+    def lookup(i):
+        return (
+            {name: values[i] for name, values in features.items()},
+            labels[i],
+            tf.gather(bucket, i),
+        )
+
+    return lookup
+
+
+def training_stream(
+    examples,
+    *,
+    batch_size,
+    bucket_lengths,
+    steps_per_epoch,
+    seed,
+    first_epoch=0,
+    skip_steps=0,
+    num_shards=1,
+    shard_index=0,
+):
+    """The endless training stream of `(features, labels[, sample_weight])` batches.
+
+    Epoch `e` visits this shard's examples in the order of a stateless shuffle
+    seeded with (seed, e, r) for its r-th pass (an epoch longer than one pass
+    continues with a fresh order), buckets them, and stops after
+    `steps_per_epoch` batches. The stream starts at epoch `first_epoch`,
+    `skip_steps` batches in: a resumed run sees exactly the batches that the
+    interrupted one had not yet trained on.
+    """
+    if batch_size < 1 or steps_per_epoch < 1:
+        raise ValueError(
+            "batch_size and steps_per_epoch must be positive. Received: "
+            f"batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"
+        )
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index must be in [0, {num_shards}). Received: {shard_index}")
+    bucket = bucket_index(examples.lengths, bucket_lengths).astype(np.int64)
+    indices = tf.constant(np.arange(shard_index, len(examples), num_shards, np.int64))
+    if indices.shape[0] == 0:
+        raise ValueError(f"Shard {shard_index} of {num_shards} holds no examples.")
+    lookup = _lookup(examples, bucket)
+    forever = np.iinfo(np.int64).max
+
+    def epoch(e):
+        def one_pass(r):
+            order = tf.random.experimental.stateless_shuffle(
+                indices, seed=tf.stack([tf.constant(seed, tf.int64) * 65537 + e, r])
+            )
+            return tf.data.Dataset.from_tensor_slices(order)
+
+        passes = tf.data.Dataset.range(forever).flat_map(one_pass)
+        elements = passes.map(lookup, num_parallel_calls=AUTOTUNE)
+        batches = _bucketed(elements, bucket_lengths, batch_size, drop_remainder=True)
+        return batches.take(steps_per_epoch)
+
+    epochs = tf.data.Dataset.range(first_epoch, forever)
+    stream = epochs.flat_map(epoch).skip(skip_steps)
+    options = tf.data.Options()
+    options.deterministic = True
+    # Sharding is done above, per worker; tf.distribute must not shard again.
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF
+    )
+    return stream.with_options(options).prefetch(AUTOTUNE)
+
+
+def evaluation_dataset(examples, *, batch_size, bucket_lengths, repeat=False):
+    """Every example once, bucketed; the last batch of a bucket is padded with
+    zero-weight rows so that every batch still has a static shape.
+
+    With `repeat`, the same pass comes again endlessly: Keras keeps one
+    validation iterator across epochs and reads `validation_steps` from it.
+    """
+    bucket = bucket_index(examples.lengths, bucket_lengths).astype(np.int64)
+    elements = tf.data.Dataset.range(len(examples)).map(_lookup(examples, bucket))
+    dataset = _bucketed(elements, bucket_lengths, batch_size, drop_remainder=False)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA
+    )
+    dataset = dataset.with_options(options).cache()
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset.prefetch(AUTOTUNE)

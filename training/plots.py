@@ -1,0 +1,38 @@
+"""Training curves as a PNG (matplotlib, no display needed)."""
+
+import os
+
+from training.atomic import atomic_path
+
+
+def plot_training_curves(report, path):
+    """Plots loss and accuracy per epoch (train and validation) into `path`.
+
+    Args:
+        report: the `TrainingReport.report` dict (its "epochs" list of logs).
+        path: the PNG file to write (atomically).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = report.get("epochs", [])
+    if not epochs:
+        return None
+    x = [e["epoch"] for e in epochs]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, name in zip(axes, ("loss", "accuracy"), strict=True):
+        for prefix, style in (("", "-o"), ("val_", "--s")):
+            values = [e.get(prefix + name) for e in epochs]
+            if all(v is not None for v in values):
+                axis.plot(x, values, style, label=f"{prefix or 'train_'}{name}")
+        axis.set_xlabel("epoch")
+        axis.set_title(name)
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    with atomic_path(os.fspath(path)) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
+    plt.close(figure)
+    return path
