@@ -2,9 +2,12 @@
 
 import argparse
 import json
+import os
 import sys
 
 from training.config import load_config
+
+DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "number_words.json")
 
 
 def parse_args(argv=None):
@@ -14,8 +17,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--config",
-        help="training/configs/NAME.json or .yaml (default: the built-in defaults, "
-        "the embedded number-words task)",
+        default=DEFAULT_CONFIG,
+        help="training/configs/NAME.json or .yaml (default: number_words.json, "
+        "the embedded task)",
     )
     parser.add_argument(
         "--set",

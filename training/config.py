@@ -96,9 +96,7 @@ class TrainConfig:
     clipnorm: float = 0.0
     label_smoothing: float = 0.1
     # auto | one_device | mirrored | multi_worker | tpu.
-    strategy: Literal["auto", "one_device", "mirrored", "multi_worker", "tpu"] = (
-        "auto"
-    )
+    strategy: Literal["auto", "one_device", "mirrored", "multi_worker", "tpu"] = "auto"
     # mirrored: devices to replicate on; empty means every visible GPU.
     devices: tuple[str, ...] = ()
     # tpu: the TPU name or grpc:// address given to TPUClusterResolver.
@@ -230,9 +228,7 @@ def apply_overrides(values, overrides):
     values = json.loads(json.dumps(values))
     for item in overrides:
         if "=" not in item:
-            raise ValueError(
-                f"--set takes section.key=value. Received: --set {item!r}"
-            )
+            raise ValueError(f"--set takes section.key=value. Received: --set {item!r}")
         key, raw = item.split("=", 1)
         if key.count(".") != 1:
             raise ValueError(

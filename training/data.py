@@ -104,7 +104,7 @@ def tokenizer_file(config, role):
 
 
 def build_dataset(config, directory=None, *, progress=print):
-    """Reads the data of `config` (a `DataConfig`), learns or loads tokenizers, tokenizes.
+    """Reads `config.task` (a `DataConfig`), gets tokenizers, tokenizes the splits.
 
     Tokenizers already saved in `directory` are reused (a resumed run keeps its
     vocabulary); new ones are learned from the training split only.

@@ -59,8 +59,9 @@ def greedy_decoder(model, *, max_length, start_id, end_id):
     return run
 
 
-def exact_match(model, pairs, source_tokenizer, target_tokenizer, *, max_length,
-                batch_size=64):
+def exact_match(
+    model, pairs, source_tokenizer, target_tokenizer, *, max_length, batch_size=64
+):
     """Share of `pairs` whose greedy translation equals the reference.
 
     Both sides are compared after a tokenize/detokenize round trip, so the

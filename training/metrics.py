@@ -40,7 +40,9 @@ class RealTokens(keras.metrics.Sum):
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         del y_pred, sample_weight
-        real = ops.cast(ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32")
+        real = ops.cast(
+            ops.not_equal(ops.cast(y_true, "int32"), self.pad_id), "float32"
+        )
         super().update_state(ops.sum(real))
 
     def get_config(self):

@@ -73,16 +73,37 @@ def german(n):
     _check_number(n)
     if n == 0:
         return "null"
-    thousands = _german_below_1000(n // 1000, final=False) + "tausend" if n >= 1000 else ""
+    thousands = (
+        _german_below_1000(n // 1000, final=False) + "tausend" if n >= 1000 else ""
+    )
     return thousands + _german_below_1000(n % 1000, final=True)
+
+
+def _draw(rng, count, min_digits, exclude):
+    """`count` distinct numbers not in `exclude`, with a uniform digit count."""
+    chosen = []
+    while len(chosen) < count:
+        # Fixed-size draws: the sequence of numbers does not depend on `count`.
+        digits = rng.integers(min_digits, 7, size=4096)
+        low = np.where(digits == 1, 0, 10 ** (digits - 1))
+        for n in rng.integers(low, 10**digits).tolist():
+            if n not in exclude:
+                exclude.add(n)
+                chosen.append(n)
+                if len(chosen) == count:
+                    break
+    return chosen
 
 
 def number_words_splits(seed=0, train_size=40000, validation_size=1000, test_size=1000):
     """Disjoint train/validation/test splits of (english, german) sentence pairs.
 
-    Numbers are drawn with a uniformly random digit count (1 to 6 digits), then
-    uniformly within it, so short numbers are not drowned by the 900,000
-    six-digit ones. Each number appears in at most one split.
+    Numbers are drawn with a uniformly random digit count, then uniformly
+    within it, so short numbers are not drowned by the 900,000 six-digit ones.
+    No number is in two splits. The held-out splits hold numbers of 3 to 6
+    digits only: numbers below 100 are the words the task is built from (a
+    model cannot guess "neunzig" for "ninety" without ever seeing it), so
+    they all stay in training, and held-out numbers test composition.
 
     Returns:
         A dict `{"train": [(en, de), ...], "validation": ..., "test": ...}`.
@@ -98,22 +119,18 @@ def number_words_splits(seed=0, train_size=40000, validation_size=1000, test_siz
             f"{MAX_NUMBER // 2} are available."
         )
     rng = np.random.default_rng(seed)
-    chosen, seen = [], set()
-    while len(chosen) < total:
-        # Fixed-size draws: the sequence of numbers does not depend on `total`.
-        digits = rng.integers(1, 7, size=4096)
-        low = np.where(digits == 1, 0, 10 ** (digits - 1))
-        for n in rng.integers(low, 10**digits).tolist():
-            if n not in seen:
-                seen.add(n)
-                chosen.append(n)
-                if len(chosen) == total:
-                    break
-    # The test and validation splits come first, so changing train_size
-    # keeps them the same.
-    splits, start = {}, 0
-    for name in ("test", "validation", "train"):
-        numbers = chosen[start : start + sizes[name]]
-        splits[name] = [(english(n), german(n)) for n in numbers]
-        start += sizes[name]
-    return splits
+    # The held-out splits are drawn first, so changing train_size keeps them.
+    taken = set()
+    numbers = {
+        "test": _draw(rng, test_size, 3, taken),
+        "validation": _draw(rng, validation_size, 3, taken),
+    }
+    small = [n for n in range(100) if n not in taken][:train_size]
+    taken.update(small)
+    numbers["train"] = small + _draw(rng, train_size - len(small), 1, taken)
+    order = np.random.default_rng(seed + 1).permutation(train_size)
+    numbers["train"] = [numbers["train"][i] for i in order]
+    return {
+        name: [(english(n), german(n)) for n in numbers[name]]
+        for name in ("train", "validation", "test")
+    }

@@ -86,9 +86,7 @@ def language_model_examples(ids, *, sequence_length):
     chunks = ids[index]
     inputs = tf.RaggedTensor.from_tensor(chunks[:, :-1])
     labels = tf.RaggedTensor.from_tensor(chunks[:, 1:])
-    return Examples(
-        {"token_ids": inputs}, labels, np.full(windows, sequence_length)
-    )
+    return Examples({"token_ids": inputs}, labels, np.full(windows, sequence_length))
 
 
 def classification_examples(token_ids, labels, *, start_id, end_id, max_length):
@@ -152,6 +150,15 @@ def _pad_rows(batch_size):
     return pad
 
 
+# Named functions, not lambdas: AutoGraph cannot read a lambda's source.
+def _drop_last(*parts):
+    return parts[:-1]
+
+
+def _last(*parts):
+    return parts[-1]
+
+
 def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
     """Groups elements by bucket and pads each batch to its bucket's length."""
     lengths = tf.constant(bucket_lengths, tf.int64)
@@ -173,12 +180,12 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
         )
 
     def batch_bucket(bucket, window):
-        window = window.map(lambda f, y, w, b: (f, y, w))
+        window = window.map(_drop_last)
         return window.batch(batch_size, drop_remainder=drop_remainder)
 
     dataset = dataset.map(to_dense, num_parallel_calls=AUTOTUNE)
     dataset = dataset.group_by_window(
-        key_func=lambda f, y, w, b: b,
+        key_func=_last,
         reduce_func=batch_bucket,
         window_size=batch_size,
     )
@@ -186,7 +193,7 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
         dataset = dataset.map(_pad_rows(batch_size))
     if dataset.element_spec[1].shape.rank > 1:
         # Sequence labels mark padding with id 0 and need no sample weights.
-        dataset = dataset.map(lambda f, y, w: (f, y))
+        dataset = dataset.map(_drop_last)
     return dataset
 
 
@@ -233,7 +240,9 @@ def training_stream(
             f"batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"
         )
     if not 0 <= shard_index < num_shards:
-        raise ValueError(f"shard_index must be in [0, {num_shards}). Received: {shard_index}")
+        raise ValueError(
+            f"shard_index must be in [0, {num_shards}). Received: {shard_index}"
+        )
     bucket = bucket_index(examples.lengths, bucket_lengths).astype(np.int64)
     indices = tf.constant(np.arange(shard_index, len(examples), num_shards, np.int64))
     if indices.shape[0] == 0:

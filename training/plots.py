@@ -13,6 +13,7 @@ def plot_training_curves(report, path):
         path: the PNG file to write (atomically).
     """
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -28,6 +29,7 @@ def plot_training_curves(report, path):
             if all(v is not None for v in values):
                 axis.plot(x, values, style, label=f"{prefix or 'train_'}{name}")
         axis.set_xlabel("epoch")
+        axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         axis.set_title(name)
         axis.grid(alpha=0.3)
         axis.legend()

@@ -38,7 +38,9 @@ def read_lines(path, *, allow_empty_lines=False):
                     raise ValueError(f"{path}:{number}: empty line.")
                 lines.append(line)
     except (OSError, EOFError, zlib.error) as e:
-        raise ValueError(f"{path}: cannot be read as {opener.__module__}: {e}") from None
+        raise ValueError(
+            f"{path}: cannot be read as {opener.__module__}: {e}"
+        ) from None
     if not lines:
         raise ValueError(f"{path}: the file is empty.")
     return lines

@@ -21,7 +21,9 @@ def tfds_translation_splits(name, *, source_key, target_key, data_dir=None):
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except Exception as e:  # tfds raises its own DatasetNotFoundError
-        raise ValueError(f"Unknown tfds dataset. Received: tfds_name={name!r}: {e}") from None
+        raise ValueError(
+            f"Unknown tfds dataset. Received: tfds_name={name!r}: {e}"
+        ) from None
     features = set(builder.info.features.keys()) if builder.info.features else set()
     for what, key in (("source_key", source_key), ("target_key", target_key)):
         if features and key not in features:
@@ -32,7 +34,9 @@ def tfds_translation_splits(name, *, source_key, target_key, data_dir=None):
     splits = {}
     for split, tfds_split in SPLIT_NAMES.items():
         try:
-            dataset = tfds.load(name, split=tfds_split, data_dir=data_dir, download=False)
+            dataset = tfds.load(
+                name, split=tfds_split, data_dir=data_dir, download=False
+            )
         except Exception as e:
             raise ValueError(
                 f"tfds dataset {name!r} has no prepared split {tfds_split!r} "

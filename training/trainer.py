@@ -80,7 +80,9 @@ def build_model(config, data):
     if m.family == "gpt":
         return from_preset(m.preset, vocabulary_size, **kwargs)
     encoder = from_preset(m.preset, vocabulary_size, **kwargs)
-    return bert_classifier(encoder, data.num_classes, dropout=kwargs.get("dropout", 0.1))
+    return bert_classifier(
+        encoder, data.num_classes, dropout=kwargs.get("dropout", 0.1)
+    )
 
 
 def compile_model(model, config):
@@ -124,30 +126,55 @@ def dtype_policy(name):
         keras.config.set_dtype_policy(previous)
 
 
-def _per_worker(strategy, build):
-    """A dataset for fit: per-worker shards under multi-worker, else global."""
-    if not is_multi_worker(strategy):
-        return build(1, 0, strategy.num_replicas_in_sync)
-    return strategy.distribute_datasets_from_function(
-        lambda ctx: build(
-            ctx.num_input_pipelines,
-            ctx.input_pipeline_id,
-            strategy.num_replicas_in_sync // ctx.num_input_pipelines,
+@dataclasses.dataclass
+class InputLayout:
+    """How the global batch maps onto datasets under a strategy.
+
+    Without multi-worker, one dataset yields global batches and Keras splits
+    them over the local replicas. Under multi-worker, each worker builds its
+    own shard yielding per-replica batches, and one step takes one batch per
+    local replica.
+    """
+
+    workers: int
+    batch_size: int  # of the dataset(s) given to fit
+    batches_per_step: int  # dataset batches each worker consumes per step
+
+    @classmethod
+    def for_strategy(cls, strategy, global_batch_size):
+        replicas = strategy.num_replicas_in_sync
+        if global_batch_size % replicas:
+            raise ValueError(
+                f"train.batch_size ({global_batch_size}) must divide evenly over "
+                f"{replicas} replicas."
+            )
+        if not is_multi_worker(strategy):
+            return cls(1, global_batch_size, 1)
+        workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
+        workers += strategy.cluster_resolver.cluster_spec().num_tasks("chief")
+        return cls(workers, global_batch_size // replicas, replicas // workers)
+
+    def dataset(self, strategy, build):
+        """`build(num_shards, shard_index)` once, or once per worker."""
+        if self.workers == 1 and not is_multi_worker(strategy):
+            return build(1, 0)
+        return strategy.distribute_datasets_from_function(
+            lambda ctx: build(ctx.num_input_pipelines, ctx.input_pipeline_id)
         )
-    )
 
 
-def steps_per_epoch(config, data, num_shards):
-    """Configured steps, or the full batches of one pass over the smallest shard."""
+def steps_per_epoch(config, data, layout):
+    """Configured steps, or the full steps of one pass over the smallest shard."""
     t = config.train
     if t.steps_per_epoch:
         return t.steps_per_epoch
     lengths = data.examples["train"].lengths
     per_shard = min(
         pipeline.batches_per_epoch(
-            lengths[i::num_shards], data.bucket_lengths, t.batch_size // num_shards
+            lengths[i :: layout.workers], data.bucket_lengths, layout.batch_size
         )
-        for i in range(num_shards)
+        // layout.batches_per_step
+        for i in range(layout.workers)
     )
     if per_shard < 1:
         raise ValueError(
@@ -182,14 +209,7 @@ def train(config, *, progress=print):
     strategy = build_strategy(t.strategy, devices=t.devices, tpu=t.tpu)
     chief = is_chief(strategy)
     multi = is_multi_worker(strategy)
-    num_workers = (
-        strategy.cluster_resolver.cluster_spec().num_tasks("worker") if multi else 1
-    )
-    if t.batch_size % strategy.num_replicas_in_sync:
-        raise ValueError(
-            f"train.batch_size ({t.batch_size}) must divide evenly over "
-            f"{strategy.num_replicas_in_sync} replicas."
-        )
+    layout = InputLayout.for_strategy(strategy, t.batch_size)
     keras.utils.set_random_seed(t.seed)
     os.makedirs(out, exist_ok=True)
 
@@ -208,23 +228,25 @@ def train(config, *, progress=print):
         with strategy.scope():
             state = restore_backup(model, backup_dir)
     global_step = state["global_step"] if state else 0
-    steps = steps_per_epoch(config, data, num_workers)
+    steps = steps_per_epoch(config, data, layout)
     first_epoch, skip = divmod(global_step, steps)
     if state:
-        progress(f"Resuming from step {global_step}: epoch {first_epoch + 1}, "
-                 f"batch {skip + 1}")
+        progress(
+            f"Resuming from step {global_step}: epoch {first_epoch + 1}, "
+            f"batch {skip + 1}"
+        )
 
     def train_data(start_epoch, skip_steps):
-        return _per_worker(
+        return layout.dataset(
             strategy,
-            lambda shards, index, replicas_per_worker: pipeline.training_stream(
+            lambda shards, index: pipeline.training_stream(
                 data.examples["train"],
-                batch_size=t.batch_size // num_workers,
+                batch_size=layout.batch_size,
                 bucket_lengths=data.bucket_lengths,
-                steps_per_epoch=steps,
+                steps_per_epoch=steps * layout.batches_per_step,
                 seed=config.data.seed,
                 first_epoch=start_epoch,
-                skip_steps=skip_steps,
+                skip_steps=skip_steps * layout.batches_per_step,
                 num_shards=shards,
                 shard_index=index,
             ),
@@ -234,11 +256,11 @@ def train(config, *, progress=print):
         # Under multi-worker every worker evaluates the whole split (the mean
         # over workers of identical values is that value); cheaper than keeping
         # uneven shards in lockstep.
-        return _per_worker(
+        return layout.dataset(
             strategy,
-            lambda shards, index, replicas: pipeline.evaluation_dataset(
+            lambda shards, index: pipeline.evaluation_dataset(
                 data.examples[split],
-                batch_size=t.batch_size // num_workers,
+                batch_size=layout.batch_size,
                 bucket_lengths=data.bucket_lengths,
                 repeat=True,
             ),
@@ -254,7 +276,9 @@ def train(config, *, progress=print):
     if state and os.path.isfile(report_path):
         with open(report_path, encoding="utf-8") as f:
             previous_report = {
-                k: v for k, v in json.load(f).items() if k in ("epochs", "train_seconds", "tokens")
+                k: v
+                for k, v in json.load(f).items()
+                if k in ("epochs", "train_seconds", "tokens")
             }
     report = TrainingReport(report_path, write=chief, initial=previous_report)
     callbacks = [
@@ -271,13 +295,14 @@ def train(config, *, progress=print):
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "logs")))
 
     def eval_steps(split):
-        return pipeline.evaluation_steps(
-            data.examples[split].lengths, data.bucket_lengths, t.batch_size // num_workers
+        batches = pipeline.evaluation_steps(
+            data.examples[split].lengths, data.bucket_lengths, layout.batch_size
         )
+        return -(-batches // layout.batches_per_step)
 
     validation = eval_data("validation")
     fit_context = (
-        multi_worker_fit(model, strategy, _element_spec(data, config, num_workers))
+        multi_worker_fit(model, strategy, _element_spec(data, layout))
         if multi
         else contextlib.nullcontext()
     )
@@ -335,11 +360,11 @@ def train(config, *, progress=print):
     return TrainResult(model, data, results)
 
 
-def _element_spec(data, config, num_workers):
-    """Per-replica element spec of the training batches (shapes may be None)."""
+def _element_spec(data, layout):
+    """Per-replica element spec of the batches (shapes may be None)."""
     sample = pipeline.evaluation_dataset(
         data.examples["validation"],
-        batch_size=config.train.batch_size // num_workers,
+        batch_size=layout.batch_size,
         bucket_lengths=data.bucket_lengths,
     )
     return sample.element_spec

@@ -90,7 +90,7 @@ class WordPieceTokenizer:
         return cls(vocabulary[:vocabulary_size], lower_case=lower_case)
 
     def save(self, path):
-        """Writes the vocabulary file atomically (the file appears whole or not at all)."""
+        """Writes the vocabulary file atomically: whole or not at all."""
         atomic_write_text(path, "".join(f"{token}\n" for token in self.vocabulary))
 
     @classmethod

@@ -9,10 +9,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from training.config import load_config  # noqa: E402
-from training.trainer import train  # noqa: E402
+from training.config import load_config
+from training.trainer import train
 
 OVERRIDES = [
     "data.train_size=800",

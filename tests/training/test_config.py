@@ -25,20 +25,38 @@ def test_shipped_configs_load(path):
 
 def test_all_four_families_of_configs_ship():
     names = {os.path.splitext(os.path.basename(p))[0] for p in CONFIGS}
-    assert names >= {"number_words", "multi30k_de_en", "tinyshakespeare_gpt", "polarity_bert"}
+    assert names >= {
+        "number_words",
+        "multi30k_de_en",
+        "tinyshakespeare_gpt",
+        "polarity_bert",
+    }
 
 
 def test_yaml_and_json_give_the_same_config(tmp_path):
-    values = {"train": {"epochs": 3, "precision": "mixed_bfloat16"}, "data": {"seed": 7}}
+    values = {
+        "train": {"epochs": 3, "precision": "mixed_bfloat16"},
+        "data": {"seed": 7},
+    }
     (tmp_path / "c.json").write_text(json.dumps(values))
-    (tmp_path / "c.yaml").write_text("train:\n  epochs: 3\n  precision: mixed_bfloat16\ndata:\n  seed: 7\n")
-    assert load_config(str(tmp_path / "c.json")) == load_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "c.yaml").write_text(
+        "train:\n  epochs: 3\n  precision: mixed_bfloat16\ndata:\n  seed: 7\n"
+    )
+    assert load_config(str(tmp_path / "c.json")) == load_config(
+        str(tmp_path / "c.yaml")
+    )
 
 
 def test_overrides_are_typed():
     config = load_config(
-        overrides=["train.epochs=3", "train.learning_rate_scale=2", "data.bucket_lengths=[16,32,64]",
-                   "data.max_length=64", "train.jit_compile=true", "data.lower_case=true"]
+        overrides=[
+            "train.epochs=3",
+            "train.learning_rate_scale=2",
+            "data.bucket_lengths=[16,32,64]",
+            "data.max_length=64",
+            "train.jit_compile=true",
+            "data.lower_case=true",
+        ]
     )
     assert config.train.epochs == 3
     assert config.train.learning_rate_scale == 2.0
@@ -52,15 +70,31 @@ def test_overrides_are_typed():
     [
         ({"train": {"epoch": 3}}, ValueError, r"train\.epoch"),
         ({"trian": {}}, ValueError, r"Unknown config section.*trian"),
-        ({"train": {"epochs": "three"}}, TypeError, r"train\.epochs must be an int.*three"),
+        (
+            {"train": {"epochs": "three"}},
+            TypeError,
+            r"train\.epochs must be an int.*three",
+        ),
         ({"train": {"epochs": 0}}, ValueError, r"train\.epochs must be positive"),
-        ({"train": {"strategy": "horovod"}}, ValueError, r"train\.strategy must be one of"),
+        (
+            {"train": {"strategy": "horovod"}},
+            ValueError,
+            r"train\.strategy must be one of",
+        ),
         ({"train": {"precision": "float64"}}, ValueError, r"train\.precision"),
         ({"train": {"label_smoothing": 1.5}}, ValueError, r"train\.label_smoothing"),
         ({"data": {"bucket_lengths": [32, 16]}}, ValueError, r"data\.bucket_lengths"),
         ({"data": {"task": "parallel_text"}}, ValueError, r"needs data\.source_path"),
-        ({"data": {"task": "text", "text_path": "x"}}, ValueError, r"model\.family='gpt'"),
-        ({"data": {"lower_case": "maybe"}}, TypeError, r"data\.lower_case must be true or false"),
+        (
+            {"data": {"task": "text", "text_path": "x"}},
+            ValueError,
+            r"model\.family='gpt'",
+        ),
+        (
+            {"data": {"lower_case": "maybe"}},
+            TypeError,
+            r"data\.lower_case must be true or false",
+        ),
     ],
 )
 def test_bad_configs_are_rejected_by_name(values, error, message):

@@ -71,8 +71,14 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
         ("two", ["train.strategy=mirrored", "train.devices=/cpu:0,/cpu:1"]),
     ):
         config = load_config(
-            overrides=[*LM, f"data.text_path={text}", f"train.output_dir={tmp_path / name}",
-                       "train.steps_per_epoch=1", "train.epsilon=1.0", *extra]
+            overrides=[
+                *LM,
+                f"data.text_path={text}",
+                f"train.output_dir={tmp_path / name}",
+                "train.steps_per_epoch=1",
+                "train.epsilon=1.0",
+                *extra,
+            ]
         )
         results[name] = train(config, progress=lambda *_: None)
     one, two = results["one"], results["two"]
@@ -81,7 +87,9 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     # The same loss on the same first batch: a replica that saw the wrong half,
     # or a loss scaled by the replica count, would change it.
     np.testing.assert_allclose(two.metrics["loss"], one.metrics["loss"], rtol=1e-5)
-    np.testing.assert_allclose(two.metrics["test_loss"], one.metrics["test_loss"], rtol=1e-3)
+    np.testing.assert_allclose(
+        two.metrics["test_loss"], one.metrics["test_loss"], rtol=1e-3
+    )
     # With epsilon = 1 Adam's first update is ~lr * g / (|g| + 1), close to
     # linear in the gradient, so the weights tell whether the averaged
     # gradient is the one-device gradient (a sum over replicas would double it).
@@ -109,14 +117,23 @@ def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
     for index in range(2):
         env = dict(
             os.environ,
-            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+            TF_CONFIG=json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            ),
             PYTHONPATH=ROOT,
         )
         processes.append(
             subprocess.Popen(
-                [sys.executable, os.path.join(HERE, "distributed_worker.py"),
-                 str(tmp_path / "run"), str(tmp_path / f"worker{index}.npz")],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                [
+                    sys.executable,
+                    os.path.join(HERE, "distributed_worker.py"),
+                    str(tmp_path / "run"),
+                    str(tmp_path / f"worker{index}.npz"),
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
         )
     outputs = []

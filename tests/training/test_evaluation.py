@@ -7,8 +7,14 @@ from training.wordpiece_tokenizer import WordPieceTokenizer
 
 def tiny_model(vocabulary=20):
     return transformer_seq2seq(
-        vocabulary, vocabulary, num_encoder_layers=1, num_decoder_layers=1,
-        hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
+        vocabulary,
+        vocabulary,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
         max_sequence_length=16,
     )
 
@@ -47,10 +53,14 @@ def test_exact_match_counts_identical_translations():
     pairs = [("a b", "a b"), ("b a", "b a"), ("a a", "b")]
     tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[START]", "[END]", "a", "b"])
     model = tiny_model(vocabulary=6)
-    score, shown = exact_match(model, pairs, tokenizer, tokenizer, max_length=6, batch_size=2)
+    score, shown = exact_match(
+        model, pairs, tokenizer, tokenizer, max_length=6, batch_size=2
+    )
     decode = greedy_decoder(model, max_length=6, start_id=2, end_id=3)
     source = tokenizer.tokenize([s for s, _ in pairs]).to_tensor(shape=[3, 6])
     predicted = tokenizer.detokenize(decode(source)).numpy()
-    expected = np.mean([p.decode() == t for p, (_, t) in zip(predicted, pairs, strict=True)])
+    expected = np.mean(
+        [p.decode() == t for p, (_, t) in zip(predicted, pairs, strict=True)]
+    )
     assert score == expected
     assert [s for s, _, _ in shown] == ["a b", "b a", "a a"]

@@ -39,7 +39,9 @@ def test_padding_positions_change_nothing():
     changed = logits.copy()
     changed[:, 2:] = 100.0 * rng.normal(size=(2, 2, 6))
     changed[1, 1:] = 0.0
-    np.testing.assert_allclose(float(loss(labels, logits)), float(loss(labels, changed)), rtol=1e-6)
+    np.testing.assert_allclose(
+        float(loss(labels, logits)), float(loss(labels, changed)), rtol=1e-6
+    )
     # A batch of only padding gives 0, not NaN.
     assert float(loss(np.zeros((2, 4), "int32"), logits)) == 0.0
 

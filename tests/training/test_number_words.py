@@ -46,12 +46,18 @@ def test_splits_are_deterministic_disjoint_and_sized():
         "test": 50,
     }
     sources = [set(s for s, _ in a[k]) for k in ("train", "validation", "test")]
-    assert not (sources[0] & sources[1] or sources[0] & sources[2] or sources[1] & sources[2])
+    assert not (
+        sources[0] & sources[1] or sources[0] & sources[2] or sources[1] & sources[2]
+    )
     # The held-out splits do not depend on the size of the training split.
-    bigger = number_words_splits(seed=3, train_size=800, validation_size=50, test_size=50)
+    bigger = number_words_splits(
+        seed=3, train_size=800, validation_size=50, test_size=50
+    )
     assert bigger["test"] == a["test"]
-    # Short numbers are present: the digit count is drawn uniformly.
-    assert sum(len(s.split()) == 1 for s, _ in a["train"]) > 20
+    # Every number below 100 is in training; held-out numbers have 3+ digits.
+    numbers = {english(n): n for n in range(100)}
+    assert set(numbers) <= sources[0]
+    assert not any(s in numbers for s in sources[1] | sources[2])
 
 
 def test_bad_split_sizes():

@@ -82,7 +82,9 @@ def test_stream_is_seeded_and_resumes_exactly():
     # Epochs differ from each other (a new order per epoch).
     assert full[:6] != full[6:12]
     # Resuming at step 14 = epoch 2, 2 batches in, continues the same stream.
-    resumed = pipeline.training_stream(ex, seed=5, first_epoch=2, skip_steps=2, **kwargs)
+    resumed = pipeline.training_stream(
+        ex, seed=5, first_epoch=2, skip_steps=2, **kwargs
+    )
     assert as_list(resumed, 6) == full[14:20]
 
 
@@ -93,8 +95,15 @@ def test_an_epoch_is_one_pass_without_repeats():
     stream = pipeline.training_stream(
         ex, batch_size=8, bucket_lengths=(8, 16), steps_per_epoch=steps, seed=0
     )
-    seen = [tuple(row) for f, _ in stream.take(steps) for row in f["encoder_token_ids"].numpy()]
-    expected = [tuple(r + [0] * (8 - len(r))) for r in ex.features["encoder_token_ids"].to_list()]
+    seen = [
+        tuple(row)
+        for f, _ in stream.take(steps)
+        for row in f["encoder_token_ids"].numpy()
+    ]
+    expected = [
+        tuple(r + [0] * (8 - len(r)))
+        for r in ex.features["encoder_token_ids"].to_list()
+    ]
     assert sorted(seen) == sorted(expected)
 
 
@@ -104,16 +113,24 @@ def test_shards_are_disjoint_and_cover_the_data():
     rows = []
     for index in range(2):
         stream = pipeline.training_stream(ex, num_shards=2, shard_index=index, **kwargs)
-        rows.append({tuple(r) for f, _ in stream.take(8) for r in f["encoder_token_ids"].numpy()})
+        rows.append(
+            {
+                tuple(r)
+                for f, _ in stream.take(8)
+                for r in f["encoder_token_ids"].numpy()
+            }
+        )
     assert not rows[0] & rows[1]
-    assert len(rows[0] | rows[1]) == len({tuple(r) for r in ex.features["encoder_token_ids"].to_list()})
+    assert len(rows[0] | rows[1]) == len(
+        {tuple(r) for r in ex.features["encoder_token_ids"].to_list()}
+    )
 
 
 def test_evaluation_keeps_every_example_once_with_static_shapes():
     ex = random_examples(n=37)
     dataset = pipeline.evaluation_dataset(ex, batch_size=8, bucket_lengths=(8, 16))
     real = 0
-    for features, labels in dataset:
+    for _, labels in dataset:
         assert tuple(labels.shape) in {(8, 8), (8, 16)}
         real += int(np.sum(np.any(labels.numpy() != 0, axis=1)))
     assert real == 37
@@ -123,8 +140,12 @@ def test_classification_examples_carry_weights_and_pad_rows_weigh_zero():
     ex = pipeline.classification_examples(
         ragged([[5, 6], [7], [8, 9, 10]]), [1, 0, 1], start_id=2, end_id=3, max_length=8
     )
-    assert ex.features["token_ids"].to_list() == [[2, 5, 6, 3], [2, 7, 3], [2, 8, 9, 10, 3]]
-    (features, labels, weights), = list(
+    assert ex.features["token_ids"].to_list() == [
+        [2, 5, 6, 3],
+        [2, 7, 3],
+        [2, 8, 9, 10, 3],
+    ]
+    ((features, labels, weights),) = list(
         pipeline.evaluation_dataset(ex, batch_size=4, bucket_lengths=(8,))
     )
     assert features["token_ids"].shape == (4, 8)

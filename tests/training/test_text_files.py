@@ -13,7 +13,7 @@ def write(path, data, gz=False):
 
 
 def test_plain_and_gzip_read_the_same(tmp_path):
-    text = "ein Hund\nzwei Katzen\n".encode()
+    text = b"ein Hund\nzwei Katzen\n"
     plain = write(tmp_path / "a.txt", text)
     packed = write(tmp_path / "a.txt.gz", text, gz=True)
     assert read_lines(plain) == read_lines(packed) == ["ein Hund", "zwei Katzen"]

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from training import pipeline
 from training.config import load_config
-from training.trainer import build_model, compile_model, train
 from training.data import build_dataset
+from training.trainer import build_model, compile_model, train
 
 TINY = [
     "data.train_size=600",
@@ -62,8 +62,16 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     assert [e["epoch"] for e in report["epochs"]] == [1, 2]
     metrics = result.metrics
     assert metrics["global_step"] == 8
-    for key in ("loss", "accuracy", "val_loss", "test_loss", "test_exact_match",
-                "real_tokens_per_second", "train_seconds", "wall_seconds"):
+    for key in (
+        "loss",
+        "accuracy",
+        "val_loss",
+        "test_loss",
+        "test_exact_match",
+        "real_tokens_per_second",
+        "train_seconds",
+        "wall_seconds",
+    ):
         assert key in metrics, key
     assert metrics["real_tokens_per_second"] > 0
     # Real tokens counted = the non-pad labels of the 4 batches of epoch 2.
@@ -71,10 +79,17 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     assert 0.0 <= metrics["test_exact_match"] <= 1.0
     # The saved model reloads and predicts what the trained one predicts.
     reloaded = keras.saving.load_model(os.path.join(out, "model.keras"))
-    batch = next(iter(pipeline.evaluation_dataset(
-        result.data.examples["test"], batch_size=4, bucket_lengths=(16, 32))))[0]
+    batch = next(
+        iter(
+            pipeline.evaluation_dataset(
+                result.data.examples["test"], batch_size=4, bucket_lengths=(16, 32)
+            )
+        )
+    )[0]
     np.testing.assert_allclose(
-        reloaded.predict(batch, verbose=0), result.model.predict(batch, verbose=0), atol=1e-5
+        reloaded.predict(batch, verbose=0),
+        result.model.predict(batch, verbose=0),
+        atol=1e-5,
     )
 
 
@@ -88,7 +103,9 @@ def test_rerunning_a_finished_run_resumes_instead_of_restarting(tmp_path):
     for a, b in zip(first.model.weights, again.model.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     # Asking for more epochs continues from the backup.
-    more = load_config(overrides=[*TINY, f"train.output_dir={tmp_path / 'run'}", "train.epochs=3"])
+    more = load_config(
+        overrides=[*TINY, f"train.output_dir={tmp_path / 'run'}", "train.epochs=3"]
+    )
     assert train(more, progress=lambda *_: None).metrics["global_step"] == 12
 
 
@@ -96,8 +113,11 @@ def test_resuming_mid_epoch_equals_an_uninterrupted_run(tmp_path):
     """A run killed after step 3 of a 4-step epoch, restarted from its backup,
     ends with the weights of a run that was never interrupted: it continues at
     batch 4 of epoch 1 with the optimizer state (and schedule) of step 3."""
-    extra = ["model.dropout=0.0", "train.checkpoint_every_steps=100",
-             "train.evaluate_exact_match=false"]
+    extra = [
+        "model.dropout=0.0",
+        "train.checkpoint_every_steps=100",
+        "train.evaluate_exact_match=false",
+    ]
     full = train(tiny_config(tmp_path / "a", *extra), progress=lambda *_: None)
     config = tiny_config(tmp_path / "b", *extra)
     _write_backup_after(config, steps=3)
@@ -115,8 +135,10 @@ def _write_backup_after(config, steps):
     keras.utils.set_random_seed(config.train.seed)
     model = compile_model(build_model(config, data), config)
     stream = pipeline.training_stream(
-        data.examples["train"], batch_size=config.train.batch_size,
-        bucket_lengths=data.bucket_lengths, steps_per_epoch=config.train.steps_per_epoch,
+        data.examples["train"],
+        batch_size=config.train.batch_size,
+        bucket_lengths=data.bucket_lengths,
+        steps_per_epoch=config.train.steps_per_epoch,
         seed=config.data.seed,
     )
     model.fit(stream, steps_per_epoch=steps, epochs=1, verbose=0)
@@ -130,13 +152,18 @@ def _write_backup_after(config, steps):
 @pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision):
     config = tiny_config(
-        tmp_path, f"train.precision={precision}", "train.epochs=1",
+        tmp_path,
+        f"train.precision={precision}",
+        "train.epochs=1",
         "train.evaluate_exact_match=false",
     )
     result = train(config, progress=lambda *_: None)
     assert np.isfinite(result.metrics["loss"])
     assert result.model.dtype_policy.name == precision
-    assert result.model.get_layer("decoder_block_0").compute_dtype == precision.split("_")[1]
+    assert (
+        result.model.get_layer("decoder_block_0").compute_dtype
+        == precision.split("_")[1]
+    )
     if precision == "mixed_float16":
         assert isinstance(result.model.optimizer, keras.optimizers.LossScaleOptimizer)
     # The global policy is restored after the model is built.
@@ -145,7 +172,9 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
 
 def test_steps_per_execution_and_jit(tmp_path):
     config = tiny_config(
-        tmp_path, "train.steps_per_execution=2", "train.jit_compile=true",
+        tmp_path,
+        "train.steps_per_execution=2",
+        "train.jit_compile=true",
         "train.evaluate_exact_match=false",
     )
     result = train(config, progress=lambda *_: None)
@@ -161,8 +190,11 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     data = build_dataset(config.data, None, progress=lambda *_: None)
     model = compile_model(build_model(config, data), config)
     stream = pipeline.training_stream(
-        data.examples["train"], batch_size=16, bucket_lengths=data.bucket_lengths,
-        steps_per_epoch=40, seed=0,
+        data.examples["train"],
+        batch_size=16,
+        bucket_lengths=data.bucket_lengths,
+        steps_per_epoch=40,
+        seed=0,
     )
     by_shape = {}
     for features, labels in stream.take(40):
@@ -178,8 +210,20 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
         assert np.isfinite(float(logs["loss"]))
 
 
-def test_bad_batch_for_replicas_and_unknown_preset(tmp_path):
-    with pytest.raises(ValueError, match="model.preset must be one of"):
-        train(tiny_config(tmp_path, "model.preset=transformer_huge"), progress=lambda *_: None)
+def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
+    def run(*extra):
+        train(tiny_config(tmp_path, *extra), progress=lambda *_: None)
+
+    with pytest.raises(ValueError, match=r"model\.preset must be one of"):
+        run("model.preset=transformer_huge")
     with pytest.raises(ValueError, match="needs a transformer_seq2seq preset"):
-        train(tiny_config(tmp_path, "model.preset=bert_tiny"), progress=lambda *_: None)
+        run("model.preset=bert_tiny")
+    with pytest.raises(
+        ValueError, match=r"batch_size \(15\) must divide evenly over 2"
+    ):
+        run(
+            "train.batch_size=15",
+            "train.strategy=mirrored",
+            "train.devices=/cpu:0,/cpu:1",
+        )
+    assert not os.path.exists(tmp_path / "run" / "model.keras")

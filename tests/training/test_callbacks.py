@@ -1,0 +1,107 @@
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from training.callbacks import (
+    BestModel,
+    ResumableBackup,
+    TrainingReport,
+    restore_backup,
+)
+
+
+def small_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.Adam(0.1), "mse")
+    return model
+
+
+def fit(model, steps, callbacks, epochs=1):
+    x = np.ones((steps * 4, 3), "float32")
+    y = np.zeros((steps * 4, 2), "float32")
+    return model.fit(x, y, batch_size=4, epochs=epochs, callbacks=callbacks, verbose=0)
+
+
+def test_backup_every_n_steps_and_restore_with_optimizer_state(tmp_path):
+    model = small_model()
+    backup = ResumableBackup(str(tmp_path), every_steps=3)
+    fit(model, steps=5, callbacks=[backup], epochs=2)
+    with open(tmp_path / "state.json") as f:
+        assert json.load(f)["global_step"] == 10
+    restored = small_model()
+    state = restore_backup(restored, str(tmp_path))
+    assert state["global_step"] == 10
+    assert int(restored.optimizer.iterations.numpy()) == 10
+    for a, b in zip(model.weights, restored.weights, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(
+        model.optimizer.variables, restored.optimizer.variables, strict=True
+    ):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Nothing but the two files: no temporary leftovers.
+    assert sorted(os.listdir(tmp_path)) == ["latest.weights.h5", "state.json"]
+
+
+def test_a_failing_save_keeps_the_previous_backup(tmp_path, monkeypatch):
+    model = small_model()
+    backup = ResumableBackup(str(tmp_path), every_steps=2)
+    fit(model, steps=2, callbacks=[backup])
+    before = (tmp_path / "latest.weights.h5").read_bytes()
+
+    def crash(*args, **kwargs):
+        raise OSError("killed while writing")
+
+    monkeypatch.setattr(model, "save_weights", crash)
+    with pytest.raises(OSError, match="killed while writing"):
+        fit(model, steps=2, callbacks=[backup])
+    assert (tmp_path / "latest.weights.h5").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["latest.weights.h5", "state.json"]
+
+
+def test_weights_win_over_a_stale_state_file(tmp_path):
+    model = small_model()
+    fit(model, steps=4, callbacks=[ResumableBackup(str(tmp_path), every_steps=100)])
+    (tmp_path / "state.json").write_text(json.dumps({"global_step": 2}))
+    assert restore_backup(small_model(), str(tmp_path))["global_step"] == 4
+
+
+def test_non_chief_workers_write_nothing(tmp_path):
+    model = small_model()
+    fit(
+        model,
+        steps=4,
+        callbacks=[
+            ResumableBackup(str(tmp_path / "backup"), every_steps=2, write=False),
+            BestModel(str(tmp_path / "best.keras"), monitor="loss", write=False),
+        ],
+    )
+    assert not os.listdir(tmp_path)
+
+
+def test_best_model_saves_only_on_improvement(tmp_path):
+    path = str(tmp_path / "best.keras")
+    best = BestModel(path, monitor="val_loss", best=1.0)
+    best.set_model(small_model())
+    best.on_epoch_end(0, {"val_loss": 2.0})
+    assert not os.path.exists(path)
+    best.on_epoch_end(1, {"val_loss": 0.5})
+    assert os.path.exists(path) and best.best == 0.5
+    stamp = os.path.getmtime(path)
+    best.on_epoch_end(2, {"val_loss": float("nan")})
+    assert os.path.getmtime(path) == stamp and best.best == 0.5
+    with pytest.raises(ValueError, match="mode must be"):
+        BestModel(path, mode="up")
+
+
+def test_report_divides_real_tokens_by_training_time(tmp_path):
+    report = TrainingReport(str(tmp_path / "m.json"))
+    report.on_epoch_begin(0)
+    report.on_epoch_end(0, {"loss": 1.5, "real_tokens": 1000.0})
+    with open(tmp_path / "m.json") as f:
+        written = json.load(f)
+    epoch = written["epochs"][0]
+    assert epoch["real_tokens_per_second"] == pytest.approx(1000.0 / epoch["seconds"])
+    assert written["summary"]["loss"] == 1.5

@@ -1,0 +1,75 @@
+"""The shipped configs on the real data in ../shared/data (skipped if absent)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from training.config import load_config
+from training.data import build_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+
+
+def config_for(name, *overrides):
+    path = os.path.join(ROOT, "training", "configs", name)
+    config = load_config(path, overrides)
+    return config
+
+
+def needs(*parts):
+    path = os.path.join(SHARED, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"shared data not found at {path}")
+
+
+@pytest.fixture(autouse=True)
+def _from_repository_root(monkeypatch):
+    # The configs name ../shared/data relative to the repository root.
+    monkeypatch.chdir(ROOT)
+
+
+def test_multi30k_de_en_reads_all_three_splits():
+    needs("multi30k", "train.de.gz")
+    config = config_for(
+        "multi30k_de_en.json",
+        "data.vocabulary_size=2000",
+        "data.vocabulary_sample_size=3000",
+    )
+    data = build_dataset(config.data, None, progress=lambda *_: None)
+    assert {k: len(v) for k, v in data.examples.items()} == {
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
+    source, target = data.raw["test"][0]
+    assert source.startswith("Ein Mann") and target.startswith("A man")
+    # Almost no unknown pieces on the test split with a vocabulary from train.
+    ids = data.examples["test"].labels.flat_values.numpy()
+    assert np.mean(ids == 1) < 0.01
+    assert data.examples["train"].lengths.max() <= config.data.max_length
+
+
+def test_tinyshakespeare_bytes_split_into_windows():
+    needs("tinyshakespeare", "input.txt.gz")
+    config = config_for("tinyshakespeare_gpt.json")
+    data = build_dataset(config.data, None, progress=lambda *_: None)
+    train = data.examples["train"]
+    assert train.features["token_ids"].to_tensor().shape[1] == config.data.max_length
+    # ~1.1M characters, 90% train, in windows of 128.
+    assert 7000 < len(train) < 8500
+    text = (
+        data.tokenizers["text"].detokenize(train.features["token_ids"][:1]).numpy()[0]
+    )
+    assert text.startswith(b"First Citizen")
+
+
+def test_sentence_polarity_has_two_balanced_classes():
+    needs("sentence_polarity", "rt-polarity.pos.gz")
+    config = config_for("polarity_bert.yaml", "data.vocabulary_sample_size=3000")
+    data = build_dataset(config.data, None, progress=lambda *_: None)
+    labels = np.concatenate([data.examples[s].labels.numpy() for s in data.examples])
+    assert len(labels) == 10662
+    assert abs(labels.mean() - 0.5) < 1e-3
+    assert data.num_classes == 2

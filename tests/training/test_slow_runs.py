@@ -1,0 +1,103 @@
+"""Long runs behind the slow marker: SIGKILL and resume, and convergence."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from training.config import load_config
+from training.trainer import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+KILLABLE = [
+    "data.train_size=3000",
+    "data.validation_size=64",
+    "data.test_size=64",
+    "data.vocabulary_size=300",
+    "data.vocabulary_sample_size=500",
+    "data.max_length=32",
+    "data.bucket_lengths=[16,32]",
+    "model.num_layers=1",
+    "model.hidden_dim=32",
+    "model.num_heads=2",
+    "model.intermediate_dim=64",
+    "model.dropout=0.0",
+    "train.batch_size=16",
+    "train.steps_per_epoch=40",
+    "train.epochs=2",
+    "train.warmup_steps=20",
+    "train.checkpoint_every_steps=10",
+    "train.verbose=2",
+    "train.evaluate_exact_match=false",
+]
+
+
+def command(output_dir):
+    args = [sys.executable, "-m", "training"]
+    for item in [*KILLABLE, f"train.output_dir={output_dir}"]:
+        args += ["--set", item]
+    return args
+
+
+def backup_step(output_dir):
+    try:
+        with open(os.path.join(output_dir, "backup", "state.json")) as f:
+            return json.load(f)["global_step"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_the_same_command_resumes(tmp_path):
+    out = str(tmp_path / "killed")
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    process = subprocess.Popen(
+        command(out),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while backup_step(out) < 20 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, "training ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    backup = backup_step(out)
+    # Mid-epoch: epoch 1 has 40 steps, the kill came after the step-20 backup.
+    assert 20 <= backup < 40
+    rerun = subprocess.run(
+        command(out), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    # It restarts from the last backup: at most one interval (10 steps) lost.
+    assert f"Resuming from step {backup}: epoch 1, batch {backup + 1}" in rerun.stdout
+    with open(os.path.join(out, "metrics.json")) as f:
+        assert json.load(f)["results"]["global_step"] == 80
+    # And it ends exactly where a run that was never killed ends.
+    clean = str(tmp_path / "clean")
+    subprocess.run(
+        command(clean), cwd=ROOT, env=env, check=True, capture_output=True, timeout=600
+    )
+    resumed_model = keras.saving.load_model(os.path.join(out, "model.keras"))
+    clean_model = keras.saving.load_model(os.path.join(clean, "model.keras"))
+    for a, b in zip(resumed_model.weights, clean_model.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_default_config_reaches_95_percent_exact_match(tmp_path):
+    config = load_config(
+        os.path.join(ROOT, "training", "configs", "number_words.json"),
+        [f"train.output_dir={tmp_path / 'run'}", "train.verbose=2"],
+    )
+    result = train(config)
+    assert result.metrics["test_exact_match"] >= 0.95, result.metrics
