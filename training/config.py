@@ -57,8 +57,6 @@ class DataConfig:
     # every batch has one of a few static shapes (XLA, TPU). The largest must
     # be max_length; empty means "max_length only".
     bucket_lengths: tuple[int, ...] = ()
-    # Keep tokenized examples in memory after the first epoch.
-    cache: bool = True
 
 
 @dataclasses.dataclass

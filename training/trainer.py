@@ -150,8 +150,8 @@ class InputLayout:
             )
         if not is_multi_worker(strategy):
             return cls(1, global_batch_size, 1)
-        workers = strategy.cluster_resolver.cluster_spec().num_tasks("worker")
-        workers += strategy.cluster_resolver.cluster_spec().num_tasks("chief")
+        jobs = strategy.cluster_resolver.cluster_spec().as_dict()
+        workers = len(jobs.get("worker", [])) + len(jobs.get("chief", []))
         return cls(workers, global_batch_size // replicas, replicas // workers)
 
     def dataset(self, strategy, build):

@@ -110,3 +110,14 @@ def test_cli_reports_config_errors_without_a_traceback(capsys, tmp_path):
     assert main(["--set", "oops"]) == 2
     assert main(["--print-config", "--set", "train.epochs=2"]) == 0
     assert json.loads(capsys.readouterr().out)["train"]["epochs"] == 2
+
+
+def test_package_exposes_the_entry_functions():
+    import training
+
+    assert callable(training.train)
+    assert callable(training.build_dataset)
+    assert callable(training.build_model)
+    assert training.load_config().train.batch_size > 0
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        training.nope  # noqa: B018
