@@ -11,22 +11,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
+from tests.training.tiny import TINY_NUMBER_WORDS
 from training.config import load_config
 from training.trainer import train
 
 OVERRIDES = [
+    *TINY_NUMBER_WORDS,
     "data.train_size=800",
     "data.validation_size=40",
     "data.test_size=40",
-    "data.vocabulary_size=300",
     "data.vocabulary_sample_size=300",
-    "data.max_length=32",
-    "data.bucket_lengths=[16,32]",
-    "model.num_layers=1",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
-    "train.batch_size=16",
     "train.steps_per_epoch=5",
     "train.epochs=2",
     "train.warmup_steps=10",

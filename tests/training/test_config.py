@@ -27,8 +27,8 @@ def test_all_four_families_of_configs_ship():
     names = {os.path.splitext(os.path.basename(p))[0] for p in CONFIGS}
     assert names >= {
         "number_words",
-        "multi30k_de_en",
-        "tinyshakespeare_gpt",
+        "translate_de_en",
+        "shakespeare_gpt",
         "polarity_bert",
     }
 

@@ -14,6 +14,8 @@ from training.config import load_config
 from training.strategy import build_strategy, is_chief
 from training.trainer import train
 
+from .tiny import TINY_MODEL
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -42,10 +44,7 @@ LM = [
     "data.max_length=16",
     "model.family=gpt",
     "model.preset=gpt_tiny",
-    "model.num_layers=1",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
+    *TINY_MODEL,
     "model.dropout=0.0",
     "train.batch_size=8",
     "train.steps_per_epoch=3",

@@ -5,11 +5,10 @@ import numpy as np
 from training.config import load_config
 from training.trainer import train
 
+from .tiny import TINY_MODEL
+
 SMALL = [
-    "model.num_layers=1",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
+    *TINY_MODEL,
     "train.batch_size=8",
     "train.steps_per_epoch=6",
     "train.epochs=2",

@@ -30,10 +30,10 @@ def _from_repository_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-def test_multi30k_de_en_reads_all_three_splits():
+def test_multi30k_reads_all_three_splits():
     needs("multi30k", "train.de.gz")
     config = config_for(
-        "multi30k_de_en.json",
+        "translate_de_en.json",
         "data.vocabulary_size=2000",
         "data.vocabulary_sample_size=3000",
     )
@@ -53,7 +53,7 @@ def test_multi30k_de_en_reads_all_three_splits():
 
 def test_tinyshakespeare_bytes_split_into_windows():
     needs("tinyshakespeare", "input.txt.gz")
-    config = config_for("tinyshakespeare_gpt.json")
+    config = config_for("shakespeare_gpt.json")
     data = build_dataset(config.data, None, progress=lambda *_: None)
     train = data.examples["train"]
     assert train.features["token_ids"].to_tensor().shape[1] == config.data.max_length

@@ -14,22 +14,17 @@ import pytest
 from training.config import load_config
 from training.trainer import train
 
+from .tiny import TINY_NUMBER_WORDS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 KILLABLE = [
+    *TINY_NUMBER_WORDS,
     "data.train_size=3000",
     "data.validation_size=64",
     "data.test_size=64",
-    "data.vocabulary_size=300",
     "data.vocabulary_sample_size=500",
-    "data.max_length=32",
-    "data.bucket_lengths=[16,32]",
-    "model.num_layers=1",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
     "model.dropout=0.0",
-    "train.batch_size=16",
     "train.steps_per_epoch=40",
     "train.epochs=2",
     "train.warmup_steps=20",

@@ -13,19 +13,14 @@ from training.config import load_config
 from training.data import build_dataset
 from training.trainer import build_model, compile_model, train
 
+from .tiny import TINY_NUMBER_WORDS
+
 TINY = [
+    *TINY_NUMBER_WORDS,
     "data.train_size=600",
     "data.validation_size=40",
     "data.test_size=40",
-    "data.vocabulary_size=300",
     "data.vocabulary_sample_size=300",
-    "data.max_length=32",
-    "data.bucket_lengths=[16,32]",
-    "model.num_layers=1",
-    "model.hidden_dim=32",
-    "model.num_heads=2",
-    "model.intermediate_dim=64",
-    "train.batch_size=16",
     "train.steps_per_epoch=4",
     "train.epochs=2",
     "train.warmup_steps=10",
@@ -141,7 +136,7 @@ def _write_backup_after(config, steps):
         steps_per_epoch=config.train.steps_per_epoch,
         seed=config.data.seed,
     )
-    model.fit(stream, steps_per_epoch=steps, epochs=1, verbose=0)
+    model.fit(stream, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
     backup = os.path.join(config.train.output_dir, "backup")
     os.makedirs(backup)
     model.save_weights(os.path.join(backup, "latest.weights.h5"))
