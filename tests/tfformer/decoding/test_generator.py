@@ -1,0 +1,290 @@
+"""Greedy, beam search and sampling against references and constructed cases."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tfformer.decoding import Generator, filter_logits, gnmt_length_penalty
+from tfformer.models import gpt_decoder, transformer_seq2seq
+
+PAD, START, END, A, B = 0, 2, 3, 4, 5
+
+
+class MarkovDecoder:
+    """A decoder-only "model" whose next-token distribution depends only on
+    the last token: a transition table, to build cases by hand."""
+
+    is_seq2seq = False
+
+    def __init__(self, table):
+        self.table = np.log(np.maximum(np.asarray(table, "float32"), 1e-12))
+        self.calls = 0
+
+    def init_cache(self, batch_size, max_length):
+        return (ops.zeros((batch_size, 1)),)
+
+    def step(self, token_ids, cache, index, encoded=None, cross_caches=None):
+        self.calls += 1
+        logits = ops.take(ops.convert_to_tensor(self.table), token_ids[:, -1], axis=0)
+        return logits[:, None, :], cache, None
+
+
+def table(rows):
+    """6 x 6 transition probabilities from {token: {next: p}}."""
+    t = np.full((6, 6), 1e-9)
+    for token, nexts in rows.items():
+        for nxt, p in nexts.items():
+            t[token, nxt] = p
+    return t
+
+
+def seq2seq(vocabulary=24):
+    return transformer_seq2seq(
+        vocabulary,
+        vocabulary,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        hidden_dim=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_sequence_length=16,
+        num_key_value_heads=2,
+    )
+
+
+def gpt(vocabulary=24):
+    return gpt_decoder(
+        vocabulary,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_sequence_length=16,
+        position="rotary",
+    )
+
+
+def sources(batch=3, length=7, vocabulary=24, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((batch, length), "int32")
+    for row in range(batch):
+        n = rng.integers(2, length + 1)
+        ids[row, :n] = rng.integers(4, vocabulary, n)
+    return ids
+
+
+def recompute_greedy_seq2seq(model, source, max_length):
+    """Greedy by re-running the whole model on the prefix for every token."""
+    tokens = np.zeros((len(source), max_length), "int32")
+    tokens[:, 0] = START
+    done = np.zeros(len(source), bool)
+    for i in range(1, max_length):
+        logits = model.predict(
+            {"encoder_token_ids": source, "decoder_token_ids": tokens[:, :i]}, verbose=0
+        )
+        nxt = np.where(done, PAD, logits[:, i - 1].argmax(-1))
+        tokens[:, i] = nxt
+        done |= nxt == END
+        if done.all():
+            break
+    return tokens
+
+
+def recompute_greedy_gpt(model, prompts, max_length):
+    lengths = (prompts != PAD).sum(1)
+    tokens = np.zeros((len(prompts), max_length), "int32")
+    tokens[:, : prompts.shape[1]] = prompts
+    done = np.zeros(len(prompts), bool)
+    for i in range(1, max_length):
+        logits = model.predict({"token_ids": tokens[:, :i]}, verbose=0)
+        nxt = np.where(done, PAD, logits[:, i - 1].argmax(-1))
+        nxt = np.where(i < lengths, tokens[:, i], nxt)
+        tokens[:, i] = nxt
+        done |= (nxt == END) & (i >= lengths)
+        if done.all():
+            break
+    return tokens
+
+
+def test_cached_greedy_equals_prefix_recompute_seq2seq():
+    model = seq2seq()
+    source = sources()
+    out = Generator(model, max_length=10)(source)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(out["token_ids"]),
+        recompute_greedy_seq2seq(model, source, 10),
+    )
+
+
+def test_cached_greedy_equals_prefix_recompute_gpt_with_ragged_prompts():
+    model = gpt()
+    prompts = np.array([[5, 6, 7, 8], [9, 0, 0, 0], [10, 11, 0, 0]], "int32")
+    out = Generator(model, max_length=12)(prompts)
+    tokens = ops.convert_to_numpy(out["token_ids"])
+    np.testing.assert_array_equal(tokens, recompute_greedy_gpt(model, prompts, 12))
+    # Each row continues after its own prompt.
+    np.testing.assert_array_equal(tokens[0, :4], prompts[0])
+    np.testing.assert_array_equal(tokens[1, :1], prompts[1, :1])
+
+
+@pytest.mark.parametrize("build", [seq2seq, gpt], ids=["seq2seq", "gpt"])
+def test_beam_width_one_equals_greedy(build):
+    model = build()
+    inputs = (
+        sources() if build is seq2seq else np.array([[5, 6, 0], [7, 0, 0]], "int32")
+    )
+    greedy = Generator(model, max_length=10)(inputs)
+    beam = Generator(
+        model, max_length=10, strategy="beam", beam_width=1, length_penalty=0.0
+    )(inputs)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(beam["token_ids"]),
+        ops.convert_to_numpy(greedy["token_ids"]),
+    )
+
+
+def test_beam_search_beats_myopic_greedy():
+    # START -> A (0.6) or B (0.4); A -> A (0.5), END (0.4), B (0.1); B -> END (1).
+    # Greedy takes A, then A again and again. The best sequence is START B END
+    # (log 0.4 = -0.92) against START A END (log 0.24 = -1.43).
+    chain = MarkovDecoder(
+        table({START: {A: 0.6, B: 0.4}, A: {A: 0.5, END: 0.4, B: 0.1}, B: {END: 1.0}})
+    )
+    prompt = np.array([[START]], "int32")
+    greedy = Generator(chain, max_length=8)(prompt)
+    assert ops.convert_to_numpy(greedy["token_ids"]).tolist() == [[START] + [A] * 7]
+    beam = Generator(
+        chain, max_length=8, strategy="beam", beam_width=2, length_penalty=0.0
+    )(prompt)
+    assert ops.convert_to_numpy(beam["token_ids"]).tolist() == [
+        [START, B, END, 0, 0, 0, 0, 0]
+    ]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(beam["scores"]), [np.log(0.4)], rtol=1e-4
+    )
+    assert float(ops.convert_to_numpy(greedy["scores"])[0]) < np.log(0.4)
+
+
+def test_length_penalty_moves_the_choice_toward_longer_outputs():
+    # START -> END (0.5) or A (0.5); A -> END (0.9).
+    # log P: short -0.69 (1 token), long -0.80 (2 tokens). alpha 0 picks short;
+    # alpha 2 divides by ((5+1)/6)^2 = 1 and ((5+2)/6)^2 = 1.36: long wins.
+    chain = MarkovDecoder(table({START: {END: 0.5, A: 0.5}, A: {END: 0.9, B: 0.1}}))
+    prompt = np.array([[START]], "int32")
+
+    def best(alpha):
+        out = Generator(
+            chain, max_length=6, strategy="beam", beam_width=2, length_penalty=alpha
+        )(prompt)
+        return ops.convert_to_numpy(out["token_ids"])[0].tolist()
+
+    assert best(0.0)[:3] == [START, END, 0]
+    assert best(2.0)[:3] == [START, A, END]
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(gnmt_length_penalty(2, 2.0)), (7 / 6) ** 2, rtol=1e-6
+    )
+
+
+def test_beam_search_stops_early_once_no_beam_can_improve():
+    chain = MarkovDecoder(table({START: {END: 0.9, A: 0.1}, A: {END: 1.0}}))
+    Generator(chain, max_length=64, strategy="beam", beam_width=2)(np.array([[START]]))
+    # 1 step before the loop + 2 steps until both finished slots are filled.
+    assert chain.calls <= 4
+
+
+def test_greedy_stops_early_when_every_row_ended():
+    chain = MarkovDecoder(table({START: {END: 1.0}}))
+    Generator(chain, max_length=64)(np.array([[START], [START]]))
+    assert chain.calls == 2
+
+
+def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
+    model = seq2seq()
+    source = sources()
+    greedy = ops.convert_to_numpy(Generator(model, max_length=10)(source)["token_ids"])
+    top1 = Generator(model, max_length=10, strategy="sample", top_k=1, seed=3)(source)
+    np.testing.assert_array_equal(ops.convert_to_numpy(top1["token_ids"]), greedy)
+    sampler = Generator(
+        model, max_length=10, strategy="sample", temperature=2.0, seed=7
+    )
+    first = ops.convert_to_numpy(sampler(source)["token_ids"])
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(sampler(source)["token_ids"]), first
+    )
+    again = Generator(model, max_length=10, strategy="sample", temperature=2.0, seed=7)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(again(source)["token_ids"]), first
+    )
+    other = Generator(model, max_length=10, strategy="sample", temperature=2.0, seed=8)
+    assert not np.array_equal(ops.convert_to_numpy(other(source)["token_ids"]), first)
+
+
+def test_filter_logits_top_k_and_top_p():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32"))
+    kept = lambda x: (ops.convert_to_numpy(x) > -1e8).tolist()[0]  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2)) == [True, True, False, False]
+    # 0.5 < 0.7, 0.5 + 0.3 >= 0.7: the nucleus is the first two tokens.
+    assert kept(filter_logits(logits, top_p=0.7)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.5)) == [True, False, False, False]
+    assert kept(filter_logits(logits, top_p=1.0)) == [True] * 4
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(filter_logits(logits, temperature=2.0)),
+        logits / 2,
+        rtol=1e-6,
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(strategy="beam", beam_width=0), "beam_width must be an int >= 1"),
+        (dict(strategy="sample", top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(strategy="sample", top_p=1.5), r"top_p must be in \(0, 1\]"),
+        (dict(strategy="sample", top_k=0), "top_k must be a positive int"),
+        (dict(strategy="sample", temperature=0.0), "temperature must be positive"),
+        (dict(strategy="nucleus"), "strategy must be one of"),
+        (dict(max_length=1), "max_length must be an int >= 2"),
+        (dict(max_length=40), "at most the model's max_sequence_length"),
+        (dict(length_penalty=-1.0), "length_penalty must be >= 0"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Generator(gpt(), **{"max_length": 8, **kwargs})
+
+
+def test_max_length_below_the_prompt_is_refused():
+    with pytest.raises(
+        ValueError, match=r"max_length \(4\) must exceed the prompt length"
+    ):
+        Generator(gpt(), max_length=4)(np.ones((1, 5), "int32"))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function")
+@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
+def test_the_whole_search_compiles_with_xla(strategy):
+    model = seq2seq()
+    source = sources()
+    generator = Generator(model, max_length=10, strategy=strategy, beam_width=3, seed=1)
+    eager = generator(source)
+    compiled = generator.compiled(jit_compile=True)(source)
+    if strategy != "sample":  # XLA and eager draw different random streams
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(compiled["token_ids"]),
+            ops.convert_to_numpy(eager["token_ids"]),
+        )
+        np.testing.assert_allclose(
+            ops.convert_to_numpy(compiled["scores"]),
+            ops.convert_to_numpy(eager["scores"]),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+    else:
+        again = generator.compiled(jit_compile=True)(source)
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(again["token_ids"]),
+            ops.convert_to_numpy(compiled["token_ids"]),
+        )

@@ -1,0 +1,372 @@
+"""Incremental decoding: greedy, beam search and sampling in one loop.
+
+Everything is `keras.ops` on static shapes (a maximum length, fixed-size
+key/value caches), with an `ops.while_loop` that exits early once every
+sequence has ended, so the whole search traces into one graph. On the
+TensorFlow backend `Generator.compiled()` wraps it in a
+`tf.function(jit_compile=True)`.
+"""
+
+import keras
+from keras import ops
+
+from tfformer.decoding.sampling import NEG_INF, check_sampling_arguments, filter_logits
+from tfformer.models.cached_decoder import CachedDecoder
+
+STRATEGIES = ("greedy", "beam", "sample")
+
+
+def _check_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"{name} must be an int >= {minimum}. Received: {name}={value!r}"
+        )
+
+
+def gnmt_length_penalty(length, alpha):
+    """((5 + length) / 6) ** alpha, from Wu et al. 2016 (GNMT), eq. 14."""
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+class Generator:
+    """Generates token ids with a `transformer_seq2seq` or `gpt_decoder` model.
+
+    The encoder runs once per source, and so do the cross-attention keys and
+    values. Each new token costs one decoder step over a key/value cache.
+
+    Args:
+        model: a model from `transformer_seq2seq` or `gpt_decoder`.
+        max_length: total length of the output, start token or prompt
+            included; the caches have this size.
+        strategy: "greedy", "beam" or "sample".
+        start_id: first decoder token of a seq2seq model (ignored for GPT,
+            whose prompt comes first).
+        end_id: the token that ends a sequence.
+        pad_id: written after a sequence has ended; also marks padding in
+            sources and prompts.
+        beam_width: beams per example ("beam").
+        length_penalty: GNMT alpha ("beam"): hypotheses are ranked by
+            log P / ((5 + length) / 6) ** alpha; 0 ranks by log P.
+        temperature, top_k, top_p: sampling filters ("sample").
+        seed: int seed; the same seed gives the same samples.
+
+    Call arguments:
+        inputs: seq2seq: `(batch, S)` source ids (0 = padding). GPT: `(batch,
+            P)` prompts, right-padded with 0; rows may differ in length, each
+            continues after its own last token.
+
+    Returns:
+        A dict: "token_ids" `(batch, max_length)` (the prompt or start token,
+        then the generated tokens; `pad_id` after the end token) and "scores"
+        `(batch,)`, the sum of the generated tokens' log-probabilities
+        (for "beam": the length-normalized score that ranked it).
+
+    Example:
+    >>> generator = Generator(model, max_length=32, strategy="beam", beam_width=4)
+    >>> out = generator.compiled()(source_ids)   # one XLA-compiled graph
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        max_length,
+        strategy="greedy",
+        start_id=2,
+        end_id=3,
+        pad_id=0,
+        beam_width=4,
+        length_penalty=0.6,
+        temperature=1.0,
+        top_k=None,
+        top_p=None,
+        seed=None,
+    ):
+        if strategy not in STRATEGIES:
+            raise ValueError(
+                f"strategy must be one of {STRATEGIES}. Received: strategy={strategy!r}"
+            )
+        _check_int("max_length", max_length, 2)
+        _check_int("beam_width", beam_width, 1)
+        for name, value in (
+            ("start_id", start_id),
+            ("end_id", end_id),
+            ("pad_id", pad_id),
+        ):
+            _check_int(name, value, 0)
+        if isinstance(length_penalty, bool) or not isinstance(
+            length_penalty, int | float
+        ):
+            raise TypeError(
+                f"length_penalty must be a number. Received: {length_penalty!r}"
+            )
+        if length_penalty < 0:
+            raise ValueError(
+                f"length_penalty must be >= 0. Received: {length_penalty}"
+            )
+        check_sampling_arguments(temperature, top_k, top_p)
+        # A model, or anything with CachedDecoder's interface (tests use a
+        # hand-made Markov chain).
+        self.decoder = CachedDecoder(model) if isinstance(model, keras.Model) else model
+        capacity = getattr(
+            getattr(self.decoder, "embedding", None), "sequence_length", None
+        )
+        if capacity is not None and max_length > capacity:
+            raise ValueError(
+                f"max_length must be at most the model's max_sequence_length "
+                f"({capacity}). Received: max_length={max_length}"
+            )
+        self.model = model
+        self.max_length = max_length
+        self.strategy = strategy
+        self.start_id, self.end_id, self.pad_id = start_id, end_id, pad_id
+        self.beam_width = beam_width
+        self.length_penalty = float(length_penalty)
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.seed = seed
+        # Created once (tf.function allows variables only on the first trace)
+        # and rewound at every call, so a seed always gives the same samples.
+        self._seeds = keras.random.SeedGenerator(seed) if strategy == "sample" else None
+        self._first_seed = (
+            ops.convert_to_numpy(self._seeds.state.value) if self._seeds else None
+        )
+
+    # -- shared pieces ---------------------------------------------------------
+
+    def _prompt(self, inputs):
+        """(prompt ids `(batch, max_length)`, prompt lengths `(batch,)`, encoded)."""
+        inputs = ops.convert_to_tensor(inputs)
+        if "int" not in str(inputs.dtype):
+            raise TypeError(
+                f"inputs must be integer token ids. Received: {inputs.dtype}"
+            )
+        batch = ops.shape(inputs)[0]
+        if self.decoder.is_seq2seq:
+            encoded = self.decoder.encode(inputs)
+            prompt = ops.concatenate(
+                [
+                    ops.full((batch, 1), self.start_id, "int32"),
+                    ops.zeros((batch, self.max_length - 1), "int32"),
+                ],
+                axis=1,
+            )
+            return prompt, ops.ones((batch,), "int32"), encoded
+        length = inputs.shape[1]
+        if length is not None and length >= self.max_length:
+            raise ValueError(
+                f"max_length ({self.max_length}) must exceed the prompt length "
+                f"({length})."
+            )
+        inputs = ops.cast(inputs, "int32")
+        lengths = ops.sum(ops.cast(ops.not_equal(inputs, self.pad_id), "int32"), axis=1)
+        # An empty prompt still needs a first token to condition on.
+        lengths = ops.maximum(lengths, 1)
+        prompt = ops.pad(inputs, [[0, 0], [0, self.max_length - ops.shape(inputs)[1]]])
+        return prompt, lengths, None
+
+    def _step(self, token, cache, index, encoded, cross):
+        """Log-probabilities `(batch, vocab)` of the token after `token` at `index`."""
+        logits, cache, cross = self.decoder.step(token, cache, index, encoded, cross)
+        return (
+            ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1),
+            cache,
+            cross,
+        )
+
+    def __call__(self, inputs):
+        if self.strategy == "beam":
+            return self._beam_search(inputs)
+        return self._greedy_or_sample(inputs)
+
+    def compiled(self, jit_compile=True):
+        """The same search as one `tf.function` (TensorFlow backend only)."""
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                "compiled() needs the TensorFlow backend; call the generator "
+                f"directly (or jax.jit it) on {keras.backend.backend()!r}."
+            )
+        import tensorflow as tf
+
+        return tf.function(
+            self.__call__, jit_compile=jit_compile, reduce_retracing=True
+        )
+
+    # -- greedy and sampling -------------------------------------------------
+
+    def _choose(self, log_probs, step_seed):
+        if self.strategy == "greedy":
+            return ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+        logits = filter_logits(
+            log_probs, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p
+        )
+        draw = keras.random.categorical(logits, 1, seed=step_seed, dtype="int32")
+        return draw[:, 0]
+
+    def _greedy_or_sample(self, inputs):
+        tokens, lengths, encoded = self._prompt(inputs)
+        batch = ops.shape(tokens)[0]
+        cache = self.decoder.init_cache(batch, self.max_length)
+        log_probs, cache, cross = self._step(tokens[:, :1], cache, 0, encoded, None)
+        seeds = self._seeds
+        if seeds is not None:
+            seeds.state.assign(self._first_seed)
+        positions = ops.arange(self.max_length, dtype="int32")
+
+        def cond(i, tokens, cache, log_probs, finished, scores):
+            return ops.logical_and(
+                i < self.max_length, ops.logical_not(ops.all(finished))
+            )
+
+        def body(i, tokens, cache, log_probs, finished, scores):
+            chosen = self._choose(log_probs, seeds)
+            # Prompt tokens are copied, not chosen; ended rows get padding.
+            forced = i < lengths
+            prompt_token = ops.take(tokens, i, axis=1)
+            token = ops.where(forced, prompt_token, chosen)
+            token = ops.where(finished, self.pad_id, token)
+            generated = ops.logical_and(
+                ops.logical_not(forced), ops.logical_not(finished)
+            )
+            picked = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+            scores = scores + ops.where(generated, picked, 0.0)
+            # (batch, max_length): the new token written at column i.
+            tokens = ops.where(positions[None, :] == i, token[:, None], tokens)
+            finished = ops.logical_or(
+                finished, ops.logical_and(generated, token == self.end_id)
+            )
+            log_probs, cache, _ = self._step(token[:, None], cache, i, encoded, cross)
+            return i + 1, tokens, cache, log_probs, finished, scores
+
+        state = (
+            ops.convert_to_tensor(1, "int32"),
+            tokens,
+            cache,
+            log_probs,
+            ops.zeros((batch,), "bool"),
+            ops.zeros((batch,), "float32"),
+        )
+        _, tokens, _, _, _, scores = ops.while_loop(cond, body, state)
+        return {"token_ids": tokens, "scores": scores}
+
+    # -- beam search -----------------------------------------------------------
+
+    def _beam_search(self, inputs):
+        """Beam search with GNMT length normalization.
+
+        Per example it keeps `beam_width` alive hypotheses and `beam_width`
+        finished ones. Each step takes the 2W best extensions of the alive
+        beams: those ending with `end_id` are scored log P / lp(length) and
+        compete with the finished set; the best W others stay alive. It stops
+        when no alive beam can still beat the worst finished one.
+        """
+        width, max_length = self.beam_width, self.max_length
+        tokens, lengths, encoded = self._prompt(inputs)
+        batch = ops.shape(tokens)[0]
+
+        def tile(x):
+            # (batch, ...) -> (batch * width, ...), beams of an example adjacent.
+            return ops.repeat(x, width, axis=0)
+
+        if encoded is not None:
+            encoded = (tile(encoded[0]), tile(encoded[1]))
+        cache = self.decoder.init_cache(batch * width, max_length)
+        log_probs, cache, cross = self._step(
+            tile(tokens[:, :1]), cache, 0, encoded, None
+        )
+        vocabulary = ops.shape(log_probs)[-1]
+        positions = ops.arange(max_length, dtype="int32")
+        lengths_beam = tile(lengths)
+        # Only the first beam of each example starts alive.
+        first = ops.concatenate(
+            [ops.zeros((batch, 1)), ops.full((batch, width - 1), NEG_INF)], axis=1
+        )
+        offsets = ops.arange(batch, dtype="int32")[:, None] * width
+
+        def gather_beams(x, beams):
+            """Rows of `x` `(batch * width, ...)` picked by `beams` `(batch, width)`."""
+            return ops.take(x, ops.reshape(beams + offsets, (-1,)), axis=0)
+
+        def cond(i, sequences, cache, log_probs, alive, done, done_scores):
+            # The best an alive beam can still reach: its log P (which only
+            # falls) over the largest length penalty.
+            best_alive = ops.max(alive, axis=1) / gnmt_length_penalty(
+                max_length, self.length_penalty
+            )
+            worst_done = ops.min(done_scores, axis=1)
+            can_improve = ops.any(best_alive > worst_done)
+            return ops.logical_and(i < max_length, can_improve)
+
+        def body(i, sequences, cache, log_probs, alive, done, done_scores):
+            forced = i < lengths_beam  # (batch * width,)
+            prompt_token = ops.take(sequences, i, axis=1)
+            forced_scores = ops.where(
+                ops.arange(vocabulary, dtype="int32")[None, :] == prompt_token[:, None],
+                0.0,
+                NEG_INF,
+            )
+            step_scores = ops.where(forced[:, None], forced_scores, log_probs)
+            # (batch, width * vocab): total log P of every extension.
+            totals = ops.reshape(
+                ops.reshape(alive, (-1, 1)) + step_scores, (batch, width * vocabulary)
+            )
+            top_scores, top_index = ops.top_k(totals, 2 * width)
+            beams = top_index // vocabulary
+            words = ops.cast(top_index % vocabulary, "int32")
+            forced_now = ops.reshape(forced, (batch, width))[:, 0:1]
+            ends = ops.logical_and(words == self.end_id, ops.logical_not(forced_now))
+            # (batch, 2W, max_length): each candidate's parent, new word at i.
+            candidates = ops.reshape(
+                gather_beams(sequences, beams), (batch, 2 * width, max_length)
+            )
+            candidates = ops.where(
+                positions[None, None, :] == i, words[:, :, None], candidates
+            )
+            # Finished candidates, normalized by their generated length
+            # (columns prompt_length..i).
+            generated = i + 1 - ops.reshape(lengths_beam, (batch, width))[:, 0:1]
+            normalized = top_scores / gnmt_length_penalty(
+                generated, self.length_penalty
+            )
+            new_done = ops.where(ends, normalized, NEG_INF)
+            merged_scores = ops.concatenate([done_scores, new_done], axis=1)
+            merged = ops.concatenate([done, candidates], axis=1)
+            done_scores, keep = ops.top_k(merged_scores, width)
+            done = ops.take_along_axis(merged, keep[:, :, None], axis=1)
+            # Alive: the best W candidates that did not end.
+            alive_scores = ops.where(ends, NEG_INF, top_scores)
+            alive, pick = ops.top_k(alive_scores, width)
+            chosen_beams = ops.take_along_axis(beams, pick, axis=1)
+            chosen_words = ops.take_along_axis(words, pick, axis=1)
+            sequences = ops.reshape(
+                ops.take_along_axis(candidates, pick[:, :, None], axis=1),
+                (batch * width, max_length),
+            )
+            cache = tuple(gather_beams(c, chosen_beams) for c in cache)
+            log_probs, cache, _ = self._step(
+                ops.reshape(chosen_words, (-1, 1)), cache, i, encoded, cross
+            )
+            return i + 1, sequences, cache, log_probs, alive, done, done_scores
+
+        state = (
+            ops.convert_to_tensor(1, "int32"),
+            tile(tokens),
+            cache,
+            log_probs,
+            first,
+            ops.zeros((batch, width, max_length), "int32"),
+            ops.full((batch, width), NEG_INF),
+        )
+        _, sequences, _, _, alive, done, done_scores = ops.while_loop(cond, body, state)
+        # Examples with no finished hypothesis return their best alive beam.
+        has_done = done_scores[:, 0] > NEG_INF / 2
+        alive_sequences = ops.reshape(sequences, (batch, width, max_length))[:, 0]
+        length = ops.sum(
+            ops.cast(ops.not_equal(alive_sequences, self.pad_id), "int32"), 1
+        )
+        alive_score = alive[:, 0] / gnmt_length_penalty(
+            length - lengths, self.length_penalty
+        )
+        return {
+            "token_ids": ops.where(has_done[:, None], done[:, 0], alive_sequences),
+            "scores": ops.where(has_done, done_scores[:, 0], alive_score),
+        }
