@@ -6,18 +6,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import pytest
-import tensorflow as tf
 
-# Two logical CPUs, so MirroredStrategy can be tested with 2 replicas. This must
-# happen before TensorFlow initializes its devices; it changes nothing for code
-# that does not ask for /cpu:1.
-try:
-    tf.config.set_logical_device_configuration(
-        tf.config.list_physical_devices("CPU")[0],
-        [tf.config.LogicalDeviceConfiguration()] * 2,
-    )
-except RuntimeError:  # devices were initialized already (e.g. by a plugin)
-    pass
+if keras.backend.backend() == "tensorflow":
+    import tensorflow as tf
+
+    # Two logical CPUs, so MirroredStrategy can be tested with 2 replicas. This
+    # must happen before TensorFlow initializes its devices; it changes nothing
+    # for code that does not ask for /cpu:1.
+    try:
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * 2,
+        )
+    except RuntimeError:  # devices were initialized already
+        pass
 
 
 @pytest.fixture(autouse=True)

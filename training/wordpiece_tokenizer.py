@@ -16,6 +16,23 @@ from training.atomic import atomic_write_text
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED_TOKENS = (PAD, UNK, START, END)
 
+# Detokenized words are joined by spaces, punctuation included ("a dog ." ,
+# "twenty - one"). These RE2 rewrites (graph ops, so an exported model can
+# apply them too) undo the common cases.
+JOIN_RULES = (
+    (r" ([.,!?;:%)\]}])", r"\1"),
+    (r"([(\[{]) ", r"\1"),
+    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
+    (r"(\w) - (\w)", r"\1-\2"),
+)
+
+
+def join_punctuation(strings):
+    """Removes the spaces the WordPiece detokenizer puts around punctuation."""
+    for pattern, rewrite in JOIN_RULES:
+        strings = tf.strings.regex_replace(strings, pattern, rewrite)
+    return strings
+
 
 class WordPieceTokenizer:
     """Strings to int32 WordPiece ids and back.
@@ -115,8 +132,9 @@ class WordPieceTokenizer:
         return self._tokenizer.tokenize(strings)
 
     def detokenize(self, ids):
-        """Ids (Ragged or dense, reserved ids dropped) back to `(batch,)` strings."""
+        """Ids (Ragged or dense, reserved ids dropped) back to `(batch,)` strings,
+        with punctuation joined to its word (`join_punctuation`)."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids, tf.int32))
         ids = tf.ragged.boolean_mask(ids, ids >= len(RESERVED_TOKENS))
-        return self._tokenizer.detokenize(ids)
+        return join_punctuation(self._tokenizer.detokenize(ids))

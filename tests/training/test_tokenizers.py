@@ -22,7 +22,7 @@ def test_learned_vocabulary_has_reserved_ids_and_round_trips(tmp_path):
     ids = tok.tokenize(["a dog runs in the park ."])
     assert ids.dtype.name == "int32"
     assert np.all(ids.flat_values.numpy() >= 4)
-    assert tok.detokenize(ids).numpy().tolist() == [b"a dog runs in the park ."]
+    assert tok.detokenize(ids).numpy().tolist() == [b"a dog runs in the park."]
     # Unknown characters map to [UNK] (id 1), never to a crash.
     assert 1 in tok.tokenize(["a \u4e2d dog"]).flat_values.numpy()
     path = str(tmp_path / "vocab.txt")
@@ -37,7 +37,7 @@ def test_learned_vocabulary_has_reserved_ids_and_round_trips(tmp_path):
     )
     # Reserved ids inside dense, padded ids are dropped on detokenize.
     padded = np.array([[2, *ids.flat_values.numpy(), 3, 0, 0]])
-    assert tok.detokenize(padded).numpy().tolist() == [b"a dog runs in the park ."]
+    assert tok.detokenize(padded).numpy().tolist() == [b"a dog runs in the park."]
 
 
 def test_lower_case_folds_before_lookup():
@@ -88,3 +88,20 @@ def test_byte_tokenizer_round_trips_any_bytes(tmp_path):
     assert tok.detokenize(ids).numpy().tolist() == ["hé".encode(), b"\xff\x00a", b""]
     tok.save(str(tmp_path / "t.json"))
     assert isinstance(ByteTokenizer.load(str(tmp_path / "t.json")), ByteTokenizer)
+
+
+def test_join_punctuation_undoes_the_detokenizer_spacing():
+    from training.wordpiece_tokenizer import join_punctuation
+
+    spaced = [
+        "a dog ( brown ) runs , fast .",
+        "the man ' s hat , don ' t",
+        "twenty - one",
+        "a - b",
+    ]
+    assert join_punctuation(spaced).numpy().tolist() == [
+        b"a dog (brown) runs, fast.",
+        b"the man's hat, don't",
+        b"twenty-one",
+        b"a-b",
+    ]

@@ -101,9 +101,7 @@ class Generator:
                 f"length_penalty must be a number. Received: {length_penalty!r}"
             )
         if length_penalty < 0:
-            raise ValueError(
-                f"length_penalty must be >= 0. Received: {length_penalty}"
-            )
+            raise ValueError(f"length_penalty must be >= 0. Received: {length_penalty}")
         check_sampling_arguments(temperature, top_k, top_p)
         # A model, or anything with CachedDecoder's interface (tests use a
         # hand-made Markov chain).

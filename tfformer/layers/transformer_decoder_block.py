@@ -44,11 +44,15 @@ class TransformerDecoderBlock(TransformerBlock):
         cross_attention_cache: `(batch, 2, S, kv_heads, key_dim)` from a
             previous cached call, or None.
         training: whether dropout is active.
+        return_attention_scores: also return the attention weights (without
+            caches only), for inspection and attention maps.
 
     Returns:
         `(batch, T, hidden_dim)`; with `self_attention_cache`, the tuple
         `(outputs, self_attention_cache)`, plus `cross_attention_cache` when the
-        block has cross-attention.
+        block has cross-attention. With `return_attention_scores`, the tuple
+        `(outputs, {"self_attention": (batch, heads, T, T),
+        "cross_attention": (batch, heads, T, S) or None})`.
 
     Example:
     >>> block = TransformerDecoderBlock(num_heads=4, intermediate_dim=256)
@@ -99,8 +103,14 @@ class TransformerDecoderBlock(TransformerBlock):
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
         training=None,
+        return_attention_scores=False,
     ):
         has_cache = self_attention_cache is not None
+        if return_attention_scores and (has_cache or cross_attention_cache is not None):
+            raise ValueError(
+                "return_attention_scores works without caches only. Received: "
+                "return_attention_scores=True with a cache."
+            )
         if has_cache and self_attention_cache_update_index is None:
             raise ValueError(
                 "self_attention_cache needs self_attention_cache_update_index. "
@@ -126,14 +136,16 @@ class TransformerDecoderBlock(TransformerBlock):
                 cache=self_attention_cache,
                 cache_update_index=self_attention_cache_update_index,
                 training=training,
+                return_attention_scores=return_attention_scores,
             ),
             self.self_attention_norm,
             self.self_attention_dropout,
             training,
         )
 
+        cross_scores = None
         if self.cross_attention is not None:
-            x, cross_attention_cache = self._cross_attend(
+            x, cross_attention_cache, cross_scores = self._cross_attend(
                 x,
                 encoder_sequence,
                 query_mask,
@@ -142,6 +154,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 cross_attention_cache,
                 has_cache,
                 training,
+                return_attention_scores,
             )
         elif encoder_sequence is not None or cross_attention_cache is not None:
             raise ValueError(
@@ -151,6 +164,8 @@ class TransformerDecoderBlock(TransformerBlock):
             )
 
         x = self._feed_forward(x, training)
+        if return_attention_scores:
+            return x, {"self_attention": caches[0], "cross_attention": cross_scores}
         if not has_cache:
             return x
         if self.cross_attention is None:
@@ -167,6 +182,7 @@ class TransformerDecoderBlock(TransformerBlock):
         cross_attention_cache,
         has_cache,
         training,
+        return_attention_scores=False,
     ):
         if encoder_sequence is None and cross_attention_cache is None:
             raise ValueError(
@@ -183,7 +199,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 )
         value = encoder_sequence if cross_attention_cache is None else None
         # With a cache, attention also returns that (unchanged) cache.
-        x, *_ = self._residual(
+        x, *extras = self._residual(
             x,
             lambda h: self.cross_attention(
                 h,
@@ -193,12 +209,14 @@ class TransformerDecoderBlock(TransformerBlock):
                 attention_mask=encoder_attention_mask,
                 cache=cross_attention_cache if has_cache else None,
                 training=training,
+                return_attention_scores=return_attention_scores,
             ),
             self.cross_attention_norm,
             self.cross_attention_dropout,
             training,
         )
-        return x, cross_attention_cache
+        scores = extras[0] if return_attention_scores else None
+        return x, cross_attention_cache, scores
 
     def compute_mask(self, decoder_sequence, mask=None):
         return mask

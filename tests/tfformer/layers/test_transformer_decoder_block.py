@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from keras import ops
 
 from tests import numpy_reference as ref
 from tests.testing import ffn_weights, norm_weights, reference_attention, run_layer_test
@@ -144,3 +145,36 @@ def test_bad_arguments():
         seq2seq(x)
     with pytest.raises(ValueError, match="decoder_padding_mask must cover"):
         seq2seq(x, _normal(1, 2, 8), decoder_padding_mask=np.ones((1, 2), bool))
+
+
+def test_return_attention_scores_gives_the_weights_without_changing_outputs():
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16, dropout=0.0)
+    rng = np.random.default_rng(0)
+    decoder = rng.normal(size=(2, 4, 8)).astype("float32")
+    encoder = rng.normal(size=(2, 5, 8)).astype("float32")
+    encoder_mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    plain = block(decoder, encoder, encoder_padding_mask=encoder_mask)
+    out, scores = block(
+        decoder,
+        encoder,
+        encoder_padding_mask=encoder_mask,
+        return_attention_scores=True,
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(out), ops.convert_to_numpy(plain), atol=1e-6
+    )
+    self_scores = ops.convert_to_numpy(scores["self_attention"])
+    cross = ops.convert_to_numpy(scores["cross_attention"])
+    assert self_scores.shape == (2, 2, 4, 4) and cross.shape == (2, 2, 4, 5)
+    np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
+    # Causal: no weight on later target positions; none on padded sources.
+    assert np.all(np.triu(self_scores[0, 0], k=1) == 0)
+    assert np.all(cross[1, :, :, 3:] == 0)
+    with pytest.raises(ValueError, match="without caches only"):
+        block(
+            decoder[:, :1],
+            encoder,
+            self_attention_cache=block.init_cache(2, 4),
+            self_attention_cache_update_index=0,
+            return_attention_scores=True,
+        )

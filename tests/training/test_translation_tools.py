@@ -1,0 +1,153 @@
+"""Translator, tfformer-evaluate, tfformer-translate and attention maps on a
+tiny trained run."""
+
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+from training import evaluate as evaluate_cli
+from training import translate as translate_cli
+from training.attention_maps import cross_attention_weights
+from training.config import load_config
+from training.evaluate import score_translations
+from training.evaluation import exact_match
+from training.trainer import train
+from training.translator import Translator, load_run
+
+from .tiny import TINY_NUMBER_WORDS
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_run")
+    config = load_config(
+        overrides=[
+            *TINY_NUMBER_WORDS,
+            "data.train_size=600",
+            "data.validation_size=16",
+            "data.test_size=16",
+            "data.vocabulary_sample_size=300",
+            "train.steps_per_epoch=6",
+            "train.epochs=1",
+            "train.verbose=0",
+            "train.evaluate_exact_match=false",
+            f"train.output_dir={out}",
+        ]
+    )
+    train(config, progress=lambda *_: None)
+    return str(out)
+
+
+def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
+    translator = Translator(run_dir, strategy="greedy", batch_size=8)
+    _, model, source, target = load_run(run_dir)
+    pairs = [
+        ("twenty-one", "einundzwanzig"),
+        ("five hundred", "fünfhundert"),
+        ("nine", "neun"),
+    ]
+    translations = translator.translate([s for s, _ in pairs])
+    assert len(translations) == 3 and all(isinstance(t, str) for t in translations)
+    _, shown = exact_match(
+        model, pairs, source, target, max_length=32, batch_size=8
+    )
+    assert [p for _, _, p in shown] == translations
+    assert translator.translate([]) == []
+    with pytest.raises(TypeError, match="list of strings"):
+        translator.translate("one string")
+
+
+def test_beam_translator_returns_one_translation_per_sentence(run_dir):
+    translator = Translator(run_dir, strategy="beam", beam_width=3, batch_size=4)
+    out = translator.translate(["one", "two hundred", "three thousand", "four", "five"])
+    assert len(out) == 5
+    assert translator.stats["sentences"] == 5
+
+
+def test_bad_run_directories_are_named(tmp_path, run_dir):
+    with pytest.raises(ValueError, match="Run directory not found"):
+        load_run(str(tmp_path / "nope"))
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"model\.keras is missing"):
+        load_run(str(tmp_path / "half"))
+    with pytest.raises(ValueError, match="checkpoint must be one of"):
+        load_run(run_dir, "latest.h5")
+
+
+def test_scores_are_sacrebleu_cased_and_lowercased():
+    references = ["A man rides a horse.", "Two dogs play in the snow."]
+    assert score_translations(references, references)["bleu_cased"] == 100.0
+    lowered = [r.lower() for r in references]
+    scores = score_translations(lowered, references)
+    assert scores["bleu_cased"] < 100.0
+    assert scores["bleu_lowercased"] == 100.0
+    assert scores["chrf_lowercased"] == 100.0
+    assert "case:lc" in scores["bleu_lowercased_signature"]
+    assert "tok:13a" in scores["bleu_cased_signature"]
+    with pytest.raises(ValueError, match="1 hypotheses for 2 references"):
+        score_translations(["x"], references)
+
+
+def test_evaluate_command_writes_results_and_an_attention_plot(
+    run_dir, tmp_path, capsys
+):
+    output = tmp_path / "eval.json"
+    plot = tmp_path / "attention.png"
+    code = evaluate_cli.main(
+        [
+            "--checkpoint",
+            run_dir,
+            "--strategy",
+            "greedy",
+            "--limit",
+            "8",
+            "--output",
+            str(output),
+            "--attention-plot",
+            str(plot),
+        ]
+    )
+    assert code == 0
+    results = json.loads(output.read_text())
+    for key in (
+        "bleu_cased",
+        "bleu_lowercased",
+        "chrf_cased",
+        "chrf_lowercased",
+        "bleu_cased_signature",
+        "sentences_per_second",
+        "tokens_per_second",
+    ):
+        assert key in results
+    assert results["sentences"] == 8
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert evaluate_cli.main(["--checkpoint", str(tmp_path / "missing")]) == 2
+    assert "Run directory not found" in capsys.readouterr().err
+
+
+def test_translate_command_reads_arguments_or_stdin(run_dir, capsys, monkeypatch):
+    assert (
+        translate_cli.main(
+            ["--checkpoint", run_dir, "--strategy", "greedy", "one", "two"]
+        )
+        == 0
+    )
+    from_args = capsys.readouterr().out.splitlines()
+    assert len(from_args) == 2
+    monkeypatch.setattr("sys.stdin", io.StringIO("one\ntwo\n"))
+    assert translate_cli.main(["--checkpoint", run_dir, "--strategy", "greedy"]) == 0
+    assert capsys.readouterr().out.splitlines() == from_args
+
+
+def test_cross_attention_weights_are_distributions_over_the_source(run_dir):
+    _, model, source, target = load_run(run_dir)
+    source_ids = source.tokenize(["twenty-one thousand"])[0].numpy()
+    maps = cross_attention_weights(model, source_ids, [target.start_id, 5, 6])
+    assert len(maps) == 1  # one decoder layer
+    assert maps[0].shape == (2, 3, len(source_ids))
+    np.testing.assert_allclose(maps[0].sum(-1), 1.0, rtol=1e-5)
+    assert os.path.isdir(run_dir)
