@@ -51,9 +51,7 @@ def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
     ]
     translations = translator.translate([s for s, _ in pairs])
     assert len(translations) == 3 and all(isinstance(t, str) for t in translations)
-    _, shown = exact_match(
-        model, pairs, source, target, max_length=32, batch_size=8
-    )
+    _, shown = exact_match(model, pairs, source, target, max_length=32, batch_size=8)
     assert [p for _, _, p in shown] == translations
     assert translator.translate([]) == []
     with pytest.raises(TypeError, match="list of strings"):
