@@ -6,6 +6,7 @@ import os
 import sys
 
 from training.atomic import atomic_write_text
+from training.translate import add_translator_arguments, translator_from_args
 
 
 def score_translations(hypotheses, references):
@@ -68,17 +69,11 @@ def parse_args(argv=None):
         prog="tfformer-evaluate",
         description="Translate a test set with a trained run; report BLEU and chrF.",
     )
-    parser.add_argument("--checkpoint", required=True, help="a tfformer-train run dir")
-    parser.add_argument(
-        "--model", default="model.keras", choices=["model.keras", "best.keras"]
-    )
+    add_translator_arguments(parser)
     parser.add_argument(
         "--source", help="test source file (default: the run's test split)"
     )
     parser.add_argument("--target", help="test reference file")
-    parser.add_argument("--strategy", default="beam", choices=["greedy", "beam"])
-    parser.add_argument("--beam-width", type=int, default=4)
-    parser.add_argument("--length-penalty", type=float, default=0.6)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only")
     parser.add_argument("--output", help="JSON file for the results")
@@ -94,19 +89,11 @@ def main(argv=None):
     args = parse_args(argv)
     from training.data import raw_splits
     from training.text_files import read_parallel_text
-    from training.translator import Translator
 
     try:
         if bool(args.source) != bool(args.target):
             raise ValueError("--source and --target go together.")
-        translator = Translator(
-            args.checkpoint,
-            checkpoint=args.model,
-            strategy=args.strategy,
-            beam_width=args.beam_width,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-        )
+        translator = translator_from_args(args, batch_size=args.batch_size)
         if args.source:
             pairs = read_parallel_text(args.source, args.target)
         else:

@@ -1,7 +1,36 @@
-"""`tfformer-translate`: translate sentences given as arguments or on stdin."""
+"""`tfformer-translate`: translate sentences given as arguments or on stdin.
+
+Also holds the command-line options that choose a run and a decoding
+strategy, shared with `tfformer-evaluate`.
+"""
 
 import argparse
 import sys
+
+
+def add_translator_arguments(parser):
+    """--checkpoint, --model, --strategy, --beam-width, --length-penalty."""
+    parser.add_argument("--checkpoint", required=True, help="a tfformer-train run dir")
+    parser.add_argument(
+        "--model", default="model.keras", choices=["model.keras", "best.keras"]
+    )
+    parser.add_argument("--strategy", default="beam", choices=["greedy", "beam"])
+    parser.add_argument("--beam-width", type=int, default=4)
+    parser.add_argument("--length-penalty", type=float, default=0.6)
+
+
+def translator_from_args(args, **kwargs):
+    """A `Translator` for the options added by `add_translator_arguments`."""
+    from training.translator import Translator
+
+    return Translator(
+        args.checkpoint,
+        checkpoint=args.model,
+        strategy=args.strategy,
+        beam_width=args.beam_width,
+        length_penalty=args.length_penalty,
+        **kwargs,
+    )
 
 
 def main(argv=None):
@@ -10,25 +39,11 @@ def main(argv=None):
         description="Translate sentences with a trained run (one per line on stdin "
         "when none are given).",
     )
-    parser.add_argument("--checkpoint", required=True, help="a tfformer-train run dir")
-    parser.add_argument(
-        "--model", default="model.keras", choices=["model.keras", "best.keras"]
-    )
-    parser.add_argument("--strategy", default="beam", choices=["greedy", "beam"])
-    parser.add_argument("--beam-width", type=int, default=4)
-    parser.add_argument("--length-penalty", type=float, default=0.6)
+    add_translator_arguments(parser)
     parser.add_argument("sentences", nargs="*")
     args = parser.parse_args(argv)
-    from training.translator import Translator
-
     try:
-        translator = Translator(
-            args.checkpoint,
-            checkpoint=args.model,
-            strategy=args.strategy,
-            beam_width=args.beam_width,
-            length_penalty=args.length_penalty,
-        )
+        translator = translator_from_args(args)
     except (ValueError, TypeError) as e:
         print(f"tfformer-translate: error: {e}", file=sys.stderr)
         return 2
