@@ -191,10 +191,15 @@ class MultiHeadAttention(keras.layers.Layer):
     # ------------------------------------------------------------------ cache
 
     def init_cache(self, batch_size, max_length):
-        """A zero key/value cache `(batch, 2, max_length, kv_heads, key_dim)`."""
+        """A zero key/value cache `(batch, 2, kv_heads, max_length, key_dim)`.
+
+        Head-major, so the attention matmuls read it in place: a
+        `(batch, max_length, heads, ...)` cache would be transposed (copied
+        whole) at every decoding step.
+        """
         self._check_cacheable()
         return ops.zeros(
-            (batch_size, 2, max_length, self._kv_heads, self.key_dim),
+            (batch_size, 2, self._kv_heads, max_length, self.key_dim),
             dtype=self.compute_dtype,
         )
 
@@ -213,7 +218,8 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         k = self._split_heads(self.key_dense(key), self._kv_heads, self.key_dim)
         v = self._split_heads(self.value_dense(value), self._kv_heads, self._value_dim)
-        return ops.stack([k, v], axis=1)  # (B, 2, S, kv_heads, d)
+        k, v = self._heads_first(k), self._heads_first(v)
+        return ops.stack([k, v], axis=1)  # (B, 2, kv_heads, S, d)
 
     def _check_cacheable(self):
         if self._value_dim != self.key_dim:
@@ -228,6 +234,12 @@ class MultiHeadAttention(keras.layers.Layer):
     def _split_heads(x, heads, dim):
         # (B, L, heads * dim) -> (B, L, heads, dim)
         return ops.reshape(x, (-1, ops.shape(x)[1], heads, dim))
+
+    @staticmethod
+    def _heads_first(x):
+        # (B, L, heads, dim) -> (B, heads, L, dim): the layout of the
+        # attention matmuls and of the caches.
+        return ops.transpose(x, (0, 2, 1, 3))
 
     def _project(self, query, value, key):
         if self.fused_qkv:
@@ -245,17 +257,20 @@ class MultiHeadAttention(keras.layers.Layer):
         return q, k, v
 
     def _attend(self, q, k, v, mask, training):
-        """softmax(q k^T / sqrt(d), masked) v over grouped heads."""
+        """softmax(q k^T / sqrt(d), masked) v over grouped heads.
+
+        `q` is `(B, H, T, d)`, `k` and `v` are `(B, KV, S, d)`.
+        """
         batch_size = ops.shape(q)[0]
-        q_len, k_len = ops.shape(q)[1], ops.shape(k)[1]
+        q_len, k_len = ops.shape(q)[2], ops.shape(k)[2]
         groups = self.num_heads // self._kv_heads
         q = q * ops.cast(self._inverse_sqrt_key_dim, q.dtype)
         if groups == 1:
-            scores = ops.einsum("bthd,bshd->bhts", q, k)  # (B, H, T, S)
+            scores = ops.einsum("bhtd,bhsd->bhts", q, k)  # (B, H, T, S)
         else:
             # Query heads h = g_kv * groups + g share key/value head g_kv.
-            q = ops.reshape(q, (-1, q_len, self._kv_heads, groups, self.key_dim))
-            scores = ops.einsum("btkgd,bskd->bkgts", q, k)  # (B, KV, G, T, S)
+            q = ops.reshape(q, (-1, self._kv_heads, groups, q_len, self.key_dim))
+            scores = ops.einsum("bkgtd,bksd->bkgts", q, k)  # (B, KV, G, T, S)
             scores = ops.reshape(scores, (-1, self.num_heads, q_len, k_len))
         scores = ops.cast(scores, "float32")
         if mask is not None:
@@ -268,10 +283,10 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = ops.cast(weights, self.compute_dtype)
         dropped = self.dropout_layer(weights, training=training)
         if groups == 1:
-            context = ops.einsum("bhts,bshd->bthd", dropped, v)  # (B, T, H, dv)
+            context = ops.einsum("bhts,bhsd->bthd", dropped, v)  # (B, T, H, dv)
         else:
             dropped = ops.reshape(dropped, (-1, self._kv_heads, groups, q_len, k_len))
-            context = ops.einsum("bkgts,bskd->btkgd", dropped, v)  # (B,T,KV,G,dv)
+            context = ops.einsum("bkgts,bksd->btkgd", dropped, v)  # (B,T,KV,G,dv)
         context = ops.reshape(
             context, (batch_size, q_len, self.num_heads * self._value_dim)
         )
@@ -323,8 +338,8 @@ class MultiHeadAttention(keras.layers.Layer):
             self._check_cacheable()
             if len(cache.shape) != 5 or cache.shape[1] != 2:
                 raise ValueError(
-                    "cache must have shape (batch, 2, max_length, "
-                    f"num_key_value_heads, key_dim). Received: cache with shape "
+                    "cache must have shape (batch, 2, num_key_value_heads, "
+                    f"max_length, key_dim). Received: cache with shape "
                     f"{cache.shape}"
                 )
 
@@ -340,22 +355,25 @@ class MultiHeadAttention(keras.layers.Layer):
             q = self.rotary(q, start_index=start_index)
             if not cached_cross:
                 k = self.rotary(k, start_index=start_index)
+        q = self._heads_first(q)
+        if not cached_cross:
+            k, v = self._heads_first(k), self._heads_first(v)
         written_mask = None
         if cache is not None and not cached_cross:
             new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
             zero = ops.zeros((), "int32")
             index = ops.cast(cache_update_index, "int32")
-            cache = ops.slice_update(cache, [zero, zero, index, zero, zero], new_kv)
-            k, v = ops.unstack(cache, 2, axis=1)  # (B, max_length, kv, d) each
+            cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
+            k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
             # Slots after the last written one hold zeros, never keys: hide
             # them even without `use_causal_mask`.
             written_mask = ops.less(
-                ops.arange(ops.shape(k)[1], dtype="int32"),
-                index + ops.shape(q)[1],
+                ops.arange(ops.shape(k)[2], dtype="int32"),
+                index + ops.shape(q)[2],
             )
             written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
 
-        key_length = static_dim(k.shape[1])
+        key_length = static_dim(k.shape[2])
         mask = merge_attention_masks(
             key_length=key_length,
             query_mask=query_mask,
@@ -366,7 +384,7 @@ class MultiHeadAttention(keras.layers.Layer):
             ],
             attention_mask=attention_mask,
             causal=(
-                causal_mask(ops.shape(q)[1], ops.shape(k)[1], start_index)
+                causal_mask(ops.shape(q)[2], ops.shape(k)[2], start_index)
                 if use_causal_mask
                 else None
             ),

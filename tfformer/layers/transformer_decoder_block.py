@@ -19,7 +19,7 @@ class TransformerDecoderBlock(TransformerBlock):
     decoder-only models (GPT). `normalize_first=True` gives the pre-norm form.
 
     Incremental decoding keeps every shape static: pass a self-attention cache
-    of shape `(batch, 2, max_length, kv_heads, key_dim)` (see `init_cache`)
+    of shape `(batch, 2, kv_heads, max_length, key_dim)` (see `init_cache`)
     and the index where the new tokens go; the block writes their keys/values
     there and returns the updated cache. The cross-attention keys/values of the
     encoder output are computed on the first cached call (or taken from
@@ -41,7 +41,7 @@ class TransformerDecoderBlock(TransformerBlock):
         use_causal_mask: mask future positions in self-attention (default).
         self_attention_cache: the cache described above, or None.
         self_attention_cache_update_index: int or scalar tensor.
-        cross_attention_cache: `(batch, 2, S, kv_heads, key_dim)` from a
+        cross_attention_cache: `(batch, 2, kv_heads, S, key_dim)` from a
             previous cached call, or None.
         training: whether dropout is active.
         return_attention_scores: also return the attention weights (without

@@ -14,7 +14,7 @@ class CachedDecoder:
     a time, reusing cached keys and values instead of re-running the prefix.
 
     Shapes are static: the self-attention cache is a tuple with one
-    `(batch, 2, max_length, kv_heads, key_dim)` tensor per layer, updated at
+    `(batch, 2, kv_heads, max_length, key_dim)` tensor per layer, updated at
     `index` with `slice_update`, so a decoding loop around `step` compiles with
     XLA. (One tuple entry per layer rather than a stacked 6-D tensor: TFLite
     kernels such as STRIDED_SLICE stop at 5 dimensions.)

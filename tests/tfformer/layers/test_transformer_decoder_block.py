@@ -98,7 +98,7 @@ def test_cached_steps_equal_full_pass(with_encoder):
         )
         if with_encoder:
             out, cache, cross = outputs
-            assert cross.shape == (2, 2, 5, 2, 4)  # computed once, then reused
+            assert cross.shape == (2, 2, 2, 5, 4)  # computed once, then reused
         else:
             out, cache = outputs
         steps.append(np.asarray(out))

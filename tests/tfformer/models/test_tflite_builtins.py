@@ -83,7 +83,7 @@ def test_cached_decoding_step_converts_and_matches_the_full_pass(tmp_path):
         )
         return {"logits": logits, "cache_0": cache_0, "cache_1": cache_1}
 
-    cache_spec = tf.TensorSpec((1, 2, 8, 2, 4), tf.float32)  # (B, k/v, len, kv, d)
+    cache_spec = tf.TensorSpec((1, 2, 2, 8, 4), tf.float32)  # (B, k/v, kv, len, d)
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.add_endpoint(
