@@ -9,6 +9,7 @@ TensorFlow backend `Generator.compiled()` wraps it in a
 
 import keras
 from keras import ops
+from keras.tree import map_structure as tree_map
 
 from tfformer.decoding.sampling import NEG_INF, check_sampling_arguments, filter_logits
 from tfformer.models.cached_decoder import CachedDecoder
@@ -49,6 +50,9 @@ class Generator:
             log P / ((5 + length) / 6) ** alpha; 0 ranks by log P.
         temperature, top_k, top_p: sampling filters ("sample").
         seed: int seed; the same seed gives the same samples.
+        carry_constants: make the greedy/sampling loop rebuild its loop
+            invariants each step (a no-op in value) so TFLite's full-int8
+            calibrator can run it; see `_refresh`. Export sets it.
 
     Call arguments:
         inputs: seq2seq: `(batch, S)` source ids (0 = padding). GPT: `(batch,
@@ -81,6 +85,7 @@ class Generator:
         top_k=None,
         top_p=None,
         seed=None,
+        carry_constants=False,
     ):
         if strategy not in STRATEGIES:
             raise ValueError(
@@ -122,6 +127,7 @@ class Generator:
         self.length_penalty = float(length_penalty)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.seed = seed
+        self.carry_constants = bool(carry_constants)
         # Created once (tf.function allows variables only on the first trace)
         # and rewound at every call, so a seed always gives the same samples.
         self._seeds = keras.random.SeedGenerator(seed) if strategy == "sample" else None
@@ -189,11 +195,36 @@ class Generator:
             self.__call__, jit_compile=jit_compile, reduce_retracing=True
         )
 
+    def _refresh(self, constants, i):
+        """`constants` (encoder output, cross-attention caches), returned by
+        the loop body as new tensors rather than as its inputs.
+
+        With `carry_constants`, x * (i >= 0) (and mask & (i >= 0)): equal
+        values that no converter can fold away. TFLite's calibrator crashes on
+        a WHILE whose body passes an input straight through
+        (tensorflow/tensorflow#75140), which blocks full-int8 export.
+        """
+        if not self.carry_constants:
+            return constants
+        keep = i >= 0
+
+        def touch(x):
+            if x is None:
+                return None
+            if "bool" in str(x.dtype):
+                return ops.logical_and(x, keep)
+            return x * ops.cast(keep, x.dtype)
+
+        return tree_map(touch, constants)
+
     # -- greedy and sampling -------------------------------------------------
 
     def _choose(self, log_probs, step_seed):
         if self.strategy == "greedy":
-            return ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+            # top_k rather than argmax: Keras's TF argmax adds a bitwise op
+            # (for -0.0) that TFLite has no builtin for. Ties go to the
+            # lowest id either way.
+            return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
         logits = filter_logits(
             log_probs, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p
         )
@@ -210,12 +241,13 @@ class Generator:
             seeds.state.assign(self._first_seed)
         positions = ops.arange(self.max_length, dtype="int32")
 
-        def cond(i, tokens, cache, log_probs, finished, scores):
+        def cond(i, tokens, cache, log_probs, finished, scores, constants):
             return ops.logical_and(
                 i < self.max_length, ops.logical_not(ops.all(finished))
             )
 
-        def body(i, tokens, cache, log_probs, finished, scores):
+        def body(i, tokens, cache, log_probs, finished, scores, constants):
+            encoded, cross = constants if constants else (None, None)
             chosen = self._choose(log_probs, seeds)
             # Prompt tokens are copied, not chosen; ended rows get padding.
             forced = i < lengths
@@ -233,7 +265,15 @@ class Generator:
                 finished, ops.logical_and(generated, token == self.end_id)
             )
             log_probs, cache, _ = self._step(token[:, None], cache, i, encoded, cross)
-            return i + 1, tokens, cache, log_probs, finished, scores
+            return (
+                i + 1,
+                tokens,
+                cache,
+                log_probs,
+                finished,
+                scores,
+                self._refresh(constants, i),
+            )
 
         state = (
             ops.convert_to_tensor(1, "int32"),
@@ -242,8 +282,9 @@ class Generator:
             log_probs,
             ops.zeros((batch,), "bool"),
             ops.zeros((batch,), "float32"),
+            (encoded, cross) if encoded is not None else (),
         )
-        _, tokens, _, _, _, scores = ops.while_loop(cond, body, state)
+        _, tokens, _, _, _, scores, _ = ops.while_loop(cond, body, state)
         return {"token_ids": tokens, "scores": scores}
 
     # -- beam search -----------------------------------------------------------
