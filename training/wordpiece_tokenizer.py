@@ -43,7 +43,8 @@ class WordPieceTokenizer:
 
     Args:
         vocabulary: list of tokens; must start with the reserved tokens.
-        lower_case: case-fold text before tokenizing.
+        lower_case: lower-case text before tokenizing (`tf.strings.lower`
+            on UTF-8, a core op, so exported models can do the same).
 
     Example:
     >>> tokenizer = WordPieceTokenizer.learn(["a dog runs", "two dogs"], 100)
@@ -97,11 +98,16 @@ class WordPieceTokenizer:
         sentences = list(sentences)
         if not sentences:
             raise ValueError("sentences is empty: nothing to learn a vocabulary from.")
+        dataset = tf.data.Dataset.from_tensor_slices(sentences).batch(1024)
+        if lower_case:
+            # Lower-cased here, the way `tokenize` does it (the learner's own
+            # lower_case would also strip accents).
+            dataset = dataset.map(lambda s: tf.strings.lower(s, encoding="utf-8"))
         vocabulary = learner.bert_vocab_from_dataset(
-            tf.data.Dataset.from_tensor_slices(sentences).batch(1024),
+            dataset,
             vocab_size=vocabulary_size,
             reserved_tokens=list(RESERVED_TOKENS),
-            bert_tokenizer_params={"lower_case": lower_case},
+            bert_tokenizer_params={"lower_case": False},
             learn_params={},
         )
         return cls(vocabulary[:vocabulary_size], lower_case=lower_case)
@@ -128,7 +134,7 @@ class WordPieceTokenizer:
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor (no start/end)."""
         strings = tf.convert_to_tensor(strings, tf.string)
         if self.lower_case:
-            strings = tf_text.case_fold_utf8(strings)
+            strings = tf.strings.lower(strings, encoding="utf-8")
         return self._tokenizer.tokenize(strings)
 
     def detokenize(self, ids):
