@@ -339,6 +339,9 @@ def train(config, *, progress=print):
         "strategy": type(strategy).__name__,
         "precision": t.precision,
     }
+    # Saved before the exact-match pass, so nothing trained is lost if it fails.
+    with save_target(os.path.join(out, "model.keras"), chief) as tmp:
+        model.save(tmp)
     if config.model.family == "seq2seq" and t.evaluate_exact_match and chief:
         pairs = data.raw["test"][: t.exact_match_examples]
         progress(f"Greedy-translating {len(pairs)} test sentences for exact match")
@@ -352,8 +355,6 @@ def train(config, *, progress=print):
         results["test_exact_match"] = score
         results["test_examples"] = [list(x) for x in shown]
     results["wall_seconds"] = time.perf_counter() - started
-    with save_target(os.path.join(out, "model.keras"), chief) as tmp:
-        model.save(tmp)
     if chief:
         report.flush({"results": results})
         plot_training_curves(report.report, os.path.join(out, "training_curves.png"))

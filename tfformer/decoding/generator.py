@@ -192,7 +192,11 @@ class Generator:
         import tensorflow as tf
 
         return tf.function(
-            self.__call__, jit_compile=jit_compile, reduce_retracing=True
+            self.__call__,
+            jit_compile=jit_compile,
+            reduce_retracing=True,
+            # ops.while_loop already; autograph would only re-read the source.
+            autograph=False,
         )
 
     def _refresh(self, constants, i):

@@ -1,0 +1,138 @@
+r"""On-device tokenize / detokenize for a tfformer TFLite translator, in plain
+Python (standard library only): the reference to port to Kotlin, Swift or C++.
+
+A TFLite export directory holds `text.json`, `source_vocab.txt` and
+`target_vocab.txt` next to the model. The steps:
+
+tokenize(sentence) -> source ids
+  1. Decode UTF-8 (invalid bytes become U+FFFD); lower-case if
+     `lower_case` is set.
+  2. Class every code point with `character_classes` (ranges: `starts[i]`
+     up to the next start have class `class[i]`): 0 word, 1 space,
+     2 punctuation, 3 dropped. Drop class 3; spaces end a word; each
+     punctuation character is a word of its own.
+  3. Split each word greedily into the longest vocabulary pieces, left to
+     right; pieces after the first are looked up with the "##" prefix. A word
+     with no such split, or longer than `max_bytes_per_word` UTF-8 bytes, is
+     one [UNK] (id 1).
+  4. Cut to `source_length` ids and pad with 0 (the model's input shape).
+
+detokenize(generated ids) -> text
+  1. Drop ids 0-3 ([PAD], [UNK], [START], [END]) and ids outside the
+     vocabulary; stop at the first [END].
+  2. Glue "##" pieces to the piece before them (the first piece keeps its
+     "##"); join words with spaces.
+  3. Apply `join_rules` (RE2 regular expressions, ASCII \w) to attach
+     punctuation.
+
+Example:
+>>> tokenizer = DeviceTokenizer("export_dir")
+>>> ids = tokenizer.tokenize("Ein Hund rennt.")   # list of source_length ints
+>>> tokenizer.detokenize(model_output_ids)        # "A dog runs."
+"""
+
+import bisect
+import json
+import os
+import re
+
+PAD, UNK, START, END = 0, 1, 2, 3
+WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
+
+
+class DeviceTokenizer:
+    """The tokenizer of one TFLite export directory."""
+
+    def __init__(self, directory):
+        with open(os.path.join(directory, "text.json"), encoding="utf-8") as f:
+            self.settings = json.load(f)
+        self.source_length = self.settings["source_length"]
+        self.byte_level = self.settings["tokenizer"] == "byte"
+        if self.byte_level:
+            return
+        self.source = _read_vocabulary(os.path.join(directory, "source_vocab.txt"))
+        self.target = _read_vocabulary(os.path.join(directory, "target_vocab.txt"))
+        self.source_ids = {token: i for i, token in enumerate(self.source)}
+        classes = self.settings["character_classes"]
+        self.starts, self.classes = classes["starts"], classes["class"]
+        self.suffix = self.settings["suffix"]
+        self.max_bytes = self.settings["max_bytes_per_word"]
+        self.max_piece = max(len(t.removeprefix(self.suffix)) for t in self.source)
+
+    def _class(self, char):
+        return self.classes[bisect.bisect_right(self.starts, ord(char)) - 1]
+
+    def words(self, sentence):
+        """The words and punctuation marks of a sentence (steps 1-2)."""
+        if isinstance(sentence, bytes):
+            sentence = sentence.decode("utf-8", "replace")
+        if self.settings["lower_case"]:
+            sentence = sentence.lower()
+        words, current = [], []
+        for char in sentence:
+            kind = self._class(char)
+            if kind == DROPPED:
+                continue
+            if kind != WORD and current:
+                words.append("".join(current))
+                current = []
+            if kind == PUNCT:
+                words.append(char)
+            elif kind == WORD:
+                current.append(char)
+        if current:
+            words.append("".join(current))
+        return words
+
+    def word_pieces(self, word):
+        """Greedy longest-match-first ids of one word (step 3)."""
+        if len(word.encode("utf-8")) > self.max_bytes:
+            return [UNK]
+        ids, start = [], 0
+        while start < len(word):
+            for end in range(min(len(word), start + self.max_piece), start, -1):
+                piece = word[start:end] if start == 0 else self.suffix + word[start:end]
+                if piece in self.source_ids:
+                    ids.append(self.source_ids[piece])
+                    start = end
+                    break
+            else:
+                return [UNK]
+        return ids
+
+    def tokenize(self, sentence):
+        """Source ids for the model: exactly `source_length` ints (step 4)."""
+        if self.byte_level:
+            data = sentence.encode("utf-8") if isinstance(sentence, str) else sentence
+            ids = [b + 4 for b in data]
+        else:
+            ids = [i for word in self.words(sentence) for i in self.word_pieces(word)]
+        ids = ids[: self.source_length]
+        return ids + [PAD] * (self.source_length - len(ids))
+
+    def detokenize(self, ids):
+        """Text of the model's output ids."""
+        ids = list(ids)
+        if END in ids[1:]:
+            ids = ids[: ids.index(END, 1)]
+        if self.byte_level:
+            data = bytes(i - 4 for i in ids if 4 <= i < 260)
+            return data.decode("utf-8", "replace")
+        tokens = [self.target[i] for i in ids if 4 <= i < len(self.target)]
+        text = tokens[0] if tokens else ""
+        for token in tokens[1:]:
+            if token.startswith(self.suffix):
+                text += token[len(self.suffix) :]
+            else:
+                text += " " + token
+        for pattern, rewrite in self.settings["join_rules"]:
+            # RE2 (which training and the SavedModel use) has ASCII \w and
+            # \b; re.ASCII makes Python's re agree.
+            text = re.sub(pattern, rewrite, text, flags=re.ASCII)
+        return text
+
+
+def _read_vocabulary(path):
+    with open(path, encoding="utf-8") as f:
+        tokens = f.read().split("\n")
+    return tokens[:-1] if tokens and tokens[-1] == "" else tokens

@@ -1,0 +1,328 @@
+"""WordPiece tokenize and detokenize with core TensorFlow ops only.
+
+Training tokenizes with tensorflow-text's `FastWordpieceTokenizer`. Its ops
+are custom ops: a SavedModel that contains them loads only where
+tensorflow-text is imported, which stock TF Serving, `saved_model_cli` and
+most serving stacks do not do. `CoreWordPiece` gives the same ids with ops
+every TensorFlow binary has (string ops, a hash table, a while loop):
+
+1. Invalid UTF-8 becomes U+FFFD; optional lower-casing (`tf.strings.lower`,
+   as training does).
+2. Every code point gets a class: part of a word, whitespace (splits
+   words), punctuation (a word of its own; CJK ideographs too) or dropped
+   (control characters).
+   The class table is not written by hand: `probe_character_classes` asks
+   `FastWordpieceTokenizer` itself about every code point at export time,
+   so both sides split text the same way.
+3. Each word is cut greedily into the longest vocabulary pieces ("##" marks a
+   piece that continues a word); a word with no such cut, or longer than
+   `max_bytes_per_word`, is one `[UNK]`.
+
+Detokenize joins "##" pieces to their word, words with spaces, and then
+applies `JOIN_RULES`, the punctuation rewrites training's detokenizer uses
+(`training.wordpiece_tokenizer.JOIN_RULES`; export may not import training,
+and tests check that the two agree).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
+UNK_ID = 1
+SUFFIX = "##"
+
+WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
+
+JOIN_RULES = (
+    (r" ([.,!?;:%)\]}])", r"\1"),
+    (r"([(\[{]) ", r"\1"),
+    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
+    (r"(\w) - (\w)", r"\1-\2"),
+)
+
+MAX_CODE_POINT = 0x10FFFF
+
+
+def probe_character_classes(max_code_point=MAX_CODE_POINT):
+    """Code-point classes as ranges: `(starts, classes)`, int32 arrays.
+
+    Range i covers code points starts[i] .. starts[i+1]-1. Each code point c
+    is classed by how `FastWordpieceTokenizer` tokenizes "a" + c + "a" with the
+    vocabulary {a, ##a}: [a, ##a] means c was dropped, [a, a] whitespace,
+    three tokens punctuation, anything else a word character.
+    """
+    import tensorflow_text as tf_text
+
+    vocabulary = [*RESERVED_TOKENS, "a", "##a"]
+    tokenizer = tf_text.FastWordpieceTokenizer(
+        vocab=vocabulary, token_out_type=tf.int32, unknown_token="[UNK]"
+    )
+    points = np.arange(max_code_point + 1)
+    points = points[(points < 0xD800) | (points > 0xDFFF)]  # no surrogates
+    a = ord("a")
+    triples = np.stack([np.full_like(points, a), points, np.full_like(points, a)], 1)
+    strings = tf.strings.unicode_encode(tf.constant(triples, tf.int32), "UTF-8")
+    ids = tokenizer.tokenize(strings)
+    lengths = ids.row_lengths().numpy()
+    padded = ids.to_tensor(default_value=-1, shape=[None, 3]).numpy()
+    a_id, suffix_a_id = 4, 5
+    classes = np.full(len(points), WORD, np.int32)
+    two = lengths == 2
+    classes[two & (padded[:, 1] == suffix_a_id)] = DROPPED
+    classes[two & (padded[:, 1] == a_id)] = SPACE
+    classes[lengths == 3] = PUNCT
+    classes[points == a] = WORD
+    # Surrogates cannot occur in decoded text; class them as words.
+    full = np.full(max_code_point + 1, WORD, np.int32)
+    full[points] = classes
+    change = np.flatnonzero(np.diff(full)) + 1
+    starts = np.concatenate([[0], change]).astype(np.int32)
+    return starts, full[starts]
+
+
+class CoreWordPiece(tf.Module):
+    """Strings to WordPiece ids and back, with core TensorFlow ops only.
+
+    Args:
+        vocabulary_file: one token per line, the reserved tokens first (the
+            file training writes). It becomes a SavedModel asset.
+        lower_case: lower-case text first (as the training tokenizer did).
+        character_classes: `(starts, classes)` from
+            `probe_character_classes` (computed when omitted).
+        max_bytes_per_word: longer words become `[UNK]` (FastWordpiece's
+            default, 100).
+
+    Example:
+    >>> wordpiece = CoreWordPiece("run/target_vocab.txt")
+    >>> ids = wordpiece.tokenize(tf.constant(["a dog."]))   # RaggedTensor
+    >>> wordpiece.detokenize(ids.to_tensor())               # [b"a dog."]
+    """
+
+    def __init__(
+        self,
+        vocabulary_file,
+        *,
+        lower_case=False,
+        character_classes=None,
+        max_bytes_per_word=100,
+        name=None,
+    ):
+        super().__init__(name=name)
+        with open(vocabulary_file, encoding="utf-8") as f:
+            vocabulary = f.read().split("\n")
+        if vocabulary and vocabulary[-1] == "":
+            vocabulary.pop()
+        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+            raise ValueError(
+                f"{vocabulary_file}: the vocabulary must start with "
+                f"{list(RESERVED_TOKENS)}. Received: {vocabulary[:4]}"
+            )
+        self.vocabulary_size = len(vocabulary)
+        self.lower_case = bool(lower_case)
+        self.max_bytes_per_word = int(max_bytes_per_word)
+        # Longest piece in characters: candidates longer than it cannot match.
+        self.max_piece_chars = max(
+            len(t[len(SUFFIX) :] if t.startswith(SUFFIX) else t) for t in vocabulary
+        )
+        self.vocabulary_asset = tf.saved_model.Asset(vocabulary_file)
+        self.token_to_id = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                self.vocabulary_asset,
+                tf.string,
+                tf.lookup.TextFileIndex.WHOLE_LINE,
+                tf.int64,
+                tf.lookup.TextFileIndex.LINE_NUMBER,
+            ),
+            default_value=-1,
+        )
+        self.id_to_token = tf.lookup.StaticHashTable(
+            tf.lookup.TextFileInitializer(
+                self.vocabulary_asset,
+                tf.int64,
+                tf.lookup.TextFileIndex.LINE_NUMBER,
+                tf.string,
+                tf.lookup.TextFileIndex.WHOLE_LINE,
+            ),
+            default_value="",
+        )
+        starts, classes = (
+            character_classes
+            if character_classes is not None
+            else probe_character_classes()
+        )
+        self._class_starts = tf.constant(np.asarray(starts, np.int32))
+        self._classes = tf.constant(np.asarray(classes, np.int32))
+
+    # -- tokenize ----------------------------------------------------------
+
+    def _words(self, strings):
+        """(words `(N,)` strings, their lengths in characters, words per string)."""
+        strings = tf.strings.unicode_transcode(
+            strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
+        if self.lower_case:
+            strings = tf.strings.lower(strings, encoding="utf-8")
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace")
+        flat = chars.flat_values
+        index = tf.searchsorted(self._class_starts, flat, side="right") - 1
+        classes = chars.with_flat_values(tf.gather(self._classes, index))
+        keep = tf.not_equal(classes, DROPPED)
+        chars = tf.ragged.boolean_mask(chars, keep)
+        classes = tf.ragged.boolean_mask(classes, keep)
+        flat_classes = classes.flat_values
+        # The class before each character, SPACE at the start of a string.
+        first = tf.RaggedTensor.from_tensor(
+            tf.fill(tf.stack([classes.nrows(), 1]), SPACE)
+        )
+        previous = tf.concat([first, classes], axis=1)[:, :-1].flat_values
+        in_word = tf.not_equal(flat_classes, SPACE)
+        starts_word = tf.logical_and(
+            in_word,
+            tf.logical_or(tf.equal(flat_classes, PUNCT), tf.not_equal(previous, WORD)),
+        )
+        word_of_char = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
+        words = tf.RaggedTensor.from_value_rowids(
+            tf.boolean_mask(chars.flat_values, in_word),
+            tf.boolean_mask(word_of_char, in_word),
+            nrows=tf.reduce_sum(tf.cast(starts_word, tf.int64)),
+        )
+        words_per_string = tf.reduce_sum(
+            classes.with_flat_values(tf.cast(starts_word, tf.int64)), axis=1
+        )
+        return (
+            tf.strings.unicode_encode(words, "UTF-8"),
+            tf.cast(words.row_lengths(), tf.int32),
+            words_per_string,
+        )
+
+    def _word_pieces(self, words, lengths):
+        """Greedy longest-match-first pieces of each word: `(N, None)` ids."""
+        count = tf.shape(words)[0]
+        width = self.max_piece_chars
+        tries = tf.range(width, 0, -1)  # candidate lengths, longest first
+        too_long = tf.strings.length(words) > self.max_bytes_per_word
+
+        def cond(position, failed, pieces):
+            return tf.reduce_any(tf.logical_and(position < lengths, ~failed))
+
+        def body(position, failed, pieces):
+            active = tf.logical_and(position < lengths, ~failed)
+            starts = tf.broadcast_to(position[:, None], [count, width])
+            sizes = tf.broadcast_to(tries[None, :], [count, width])
+            candidates = tf.strings.substr(
+                tf.broadcast_to(words[:, None], [count, width]),
+                starts,
+                sizes,
+                unit="UTF8_CHAR",
+            )
+            candidates = tf.where(
+                starts > 0, tf.strings.join([SUFFIX, candidates]), candidates
+            )
+            ids = self.token_to_id.lookup(candidates)
+            fits = sizes <= (lengths - position)[:, None]
+            found = tf.logical_and(ids >= 0, fits)
+            best = tf.argmax(tf.cast(found, tf.int32), axis=1, output_type=tf.int32)
+            any_found = tf.reduce_any(found, axis=1)
+            chosen = tf.gather(ids, best, batch_dims=1)
+            step = tf.gather(tries, best)
+            failed = tf.logical_or(failed, tf.logical_and(active, ~any_found))
+            emit = tf.logical_and(active, any_found)
+            pieces = pieces.write(pieces.size(), tf.where(emit, chosen, -1))
+            position = tf.where(emit, position + step, position)
+            return position, failed, pieces
+
+        _, failed, pieces = tf.while_loop(
+            cond,
+            body,
+            (
+                tf.zeros([count], tf.int32),
+                too_long,
+                # One row of -1 first: stacking an empty list of unknown
+                # shape fails (no words at all).
+                tf.TensorArray(
+                    tf.int64, size=0, dynamic_size=True, element_shape=[None]
+                ).write(0, tf.fill([count], tf.constant(-1, tf.int64))),
+            ),
+        )
+        pieces = tf.transpose(tf.reshape(pieces.stack(), [-1, count]))  # (N, steps)
+        pieces = tf.ragged.boolean_mask(pieces, pieces >= 0)
+        return _replace_rows(pieces, failed, UNK_ID)
+
+    def tokenize(self, strings):
+        """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
+        strings = tf.convert_to_tensor(strings, tf.string)
+        words, lengths, per_string = self._words(strings)
+        pieces = self._word_pieces(words, lengths)
+        by_string = tf.RaggedTensor.from_row_lengths(pieces, per_string)
+        return tf.cast(by_string.merge_dims(1, 2), tf.int32)
+
+    # -- detokenize --------------------------------------------------------
+
+    def detokenize(self, ids):
+        """`(batch, length)` ids to `(batch,)` strings; reserved and
+        out-of-range ids are dropped."""
+        ids = tf.cast(ids, tf.int64)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        real = tf.logical_and(ids >= len(RESERVED_TOKENS), ids < self.vocabulary_size)
+        ids = tf.ragged.boolean_mask(ids, real)
+        tokens = ids.with_flat_values(self.id_to_token.lookup(ids.flat_values))
+        flat = tokens.flat_values
+        # A "##" piece glues to the piece before it; a row's first piece has
+        # none and keeps its "##" (as FastWordpiece's detokenizer does).
+        first = tf.ragged.range(tokens.row_lengths()).flat_values == 0
+        is_suffix = tf.logical_and(
+            tf.strings.substr(flat, 0, len(SUFFIX)) == SUFFIX, tf.logical_not(first)
+        )
+        flat = tf.where(
+            is_suffix,
+            tf.strings.regex_replace(flat, "^" + SUFFIX, ""),
+            tf.strings.join([" ", flat]),
+        )
+        text = tf.strings.reduce_join(tokens.with_flat_values(flat), axis=1)
+        text = tf.strings.regex_replace(text, "^ ", "")  # before the first word
+        for pattern, rewrite in JOIN_RULES:
+            text = tf.strings.regex_replace(text, pattern, rewrite)
+        return text
+
+
+def _replace_rows(ragged, rows, value):
+    """`ragged` with every row where `rows` is True replaced by `[value]`."""
+    keep = tf.repeat(tf.logical_not(rows), ragged.row_lengths())
+    row_ids = tf.concat(
+        [tf.boolean_mask(ragged.value_rowids(), keep), tf.where(rows)[:, 0]], 0
+    )
+    values = tf.concat(
+        [
+            tf.boolean_mask(ragged.flat_values, keep),
+            tf.fill(tf.shape(tf.where(rows))[:1], tf.cast(value, ragged.dtype)),
+        ],
+        0,
+    )
+    order = tf.argsort(row_ids, stable=True)
+    return tf.RaggedTensor.from_value_rowids(
+        tf.gather(values, order), tf.gather(row_ids, order), nrows=ragged.nrows()
+    )
+
+
+class CoreBytes(tf.Module):
+    """The byte tokenizer (byte b is id b + 4, 260 ids) in core ops."""
+
+    offset = len(RESERVED_TOKENS)
+    vocabulary_size = 256 + offset
+
+    def tokenize(self, strings):
+        strings = tf.convert_to_tensor(strings, tf.string)
+        pieces = tf.strings.bytes_split(strings)
+        values = tf.io.decode_raw(pieces.flat_values, tf.uint8)[:, 0]
+        return pieces.with_flat_values(tf.cast(values, tf.int32) + self.offset)
+
+    def detokenize(self, ids):
+        ids = tf.cast(ids, tf.int32)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(ids)
+        ids = tf.ragged.boolean_mask(
+            ids, tf.logical_and(ids >= self.offset, ids < self.vocabulary_size)
+        )
+        table = tf.constant([bytes([b]) for b in range(256)])
+        return tf.strings.reduce_join(tf.gather(table, ids - self.offset), axis=-1)

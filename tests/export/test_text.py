@@ -1,0 +1,218 @@
+"""Core-op WordPiece (export) against the training tokenizer
+(tensorflow-text's FastWordpiece), and the plain-Python device reference."""
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from export.device_tokenizer import DeviceTokenizer
+from export.text import (
+    DROPPED,
+    JOIN_RULES,
+    PUNCT,
+    SPACE,
+    WORD,
+    CoreBytes,
+    CoreWordPiece,
+    probe_character_classes,
+)
+from training.byte_tokenizer import ByteTokenizer
+from training.wordpiece_tokenizer import JOIN_RULES as TRAINING_JOIN_RULES
+from training.wordpiece_tokenizer import RESERVED_TOKENS, WordPieceTokenizer
+
+VOCABULARY = [
+    *RESERVED_TOKENS,
+    *"abcdefghijklmnopqrstuvwxyzäöüß",
+    *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyzäöüß"],
+    *".,!?'-()",
+    "the",
+    "dog",
+    "run",
+    "##ning",
+    "straße",
+    "ein",
+    "##und",
+    "zwanzig",
+    "hund",
+    "Hund",
+    "日",
+    "##本",
+]
+MULTI30K = os.path.join(os.path.dirname(__file__), "../../../shared/data/multi30k")
+
+# Any Unicode text: letters, marks, spaces, punctuation, controls, emoji.
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@pytest.fixture(scope="module")
+def classes():
+    return probe_character_classes()
+
+
+@pytest.fixture(scope="module")
+def vocabulary_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    WordPieceTokenizer(VOCABULARY).save(str(path))
+    return str(path)
+
+
+def class_of(classes, char):
+    starts, kinds = classes
+    return kinds[np.searchsorted(starts, ord(char), side="right") - 1]
+
+
+def test_probed_classes_match_bert_basic_tokenization(classes):
+    for char in "aZßé":
+        assert class_of(classes, char) == WORD, char
+    # CJK ideographs are words of their own, like punctuation (BERT).
+    assert class_of(classes, "日") == PUNCT
+    for char in " \t\n\u3000\u00a0":
+        assert class_of(classes, char) == SPACE, repr(char)
+    for char in ".,!?'-()¿«$":
+        assert class_of(classes, char) == PUNCT, char
+    # The probe found every class but "dropped": FastWordpiece keeps
+    # control characters inside words.
+    assert set(classes[1]) == {WORD, SPACE, PUNCT}
+    assert DROPPED not in classes[1]
+
+
+def test_join_rules_are_the_training_ones():
+    assert JOIN_RULES == TRAINING_JOIN_RULES
+
+
+@pytest.mark.parametrize("lower_case", [False, True])
+def test_core_wordpiece_equals_fast_wordpiece(vocabulary_file, classes, lower_case):
+    reference = WordPieceTokenizer(VOCABULARY, lower_case=lower_case)
+    core = CoreWordPiece(
+        vocabulary_file, lower_case=lower_case, character_classes=classes
+    )
+    sentences = [
+        "the dogs running.",
+        "Ein Hund, zwanzig!",
+        "straße STRASSE",
+        "unknown words become [UNK]",
+        "日本 text",
+        "a\x00b\x07c  \t(x)",
+        "x" * 150,  # longer than max_bytes_per_word
+        "",
+        "   ",
+    ]
+    expected = reference.tokenize(sentences).to_list()
+    assert core.tokenize(tf.constant(sentences)).to_list() == expected
+    # Hand-checked: "dogs" is dog ##s, "running" is run ##ning, and the
+    # 150-character word is one [UNK].
+    assert expected[0] == [
+        VOCABULARY.index(t) for t in ("the", "dog", "##s", "run", "##ning", ".")
+    ]
+    assert expected[6] == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(texts, min_size=1, max_size=8))
+def test_core_wordpiece_equals_fast_wordpiece_on_any_text(
+    vocabulary_file, classes, batch
+):
+    reference = WordPieceTokenizer(VOCABULARY)
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    assert (
+        core.tokenize(tf.constant(batch)).to_list()
+        == reference.tokenize(batch).to_list()
+    )
+
+
+def test_detokenize_equals_training(vocabulary_file, classes):
+    reference = WordPieceTokenizer(VOCABULARY)
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, len(VOCABULARY), (64, 12)).astype("int32")
+    np.testing.assert_array_equal(
+        core.detokenize(ids).numpy(), reference.detokenize(ids).numpy()
+    )
+    # Out-of-range ids are dropped, not an error.
+    out = core.detokenize(np.array([[4, 10**6, -7, 5]], "int32")).numpy()
+    assert out[0] == reference.detokenize(np.array([[4, 5]], "int32")).numpy()[0]
+
+
+def test_empty_batches(vocabulary_file, classes):
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    assert core.tokenize(tf.constant([], tf.string)).shape[0] == 0
+    assert core.detokenize(np.zeros((0, 4), "int32")).shape == (0,)
+
+
+def test_invalid_utf8_becomes_replacement_characters(vocabulary_file, classes):
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    ids = core.tokenize(tf.constant([b"dog \xff\xfe dog"])).to_list()
+    dog = VOCABULARY.index("dog")
+    assert ids == [[dog, 1, dog]]  # the bad bytes are one unknown word
+
+
+def device_directory(tmp_path, vocabulary_file, classes, lower_case=False):
+    starts, kinds = classes
+    settings_ = {
+        "tokenizer": "wordpiece",
+        "lower_case": lower_case,
+        "source_length": 16,
+        "max_length": 16,
+        "suffix": "##",
+        "max_bytes_per_word": 100,
+        "join_rules": [list(r) for r in JOIN_RULES],
+        "character_classes": {"starts": starts.tolist(), "class": kinds.tolist()},
+    }
+    (tmp_path / "text.json").write_text(json.dumps(settings_))
+    for name in ("source_vocab.txt", "target_vocab.txt"):
+        (tmp_path / name).write_text(open(vocabulary_file, encoding="utf-8").read())
+    return DeviceTokenizer(str(tmp_path))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.lists(texts, min_size=1, max_size=6))
+def test_device_reference_equals_core_ops(
+    tmp_path_factory, vocabulary_file, classes, batch
+):
+    device = device_directory(tmp_path_factory.mktemp("d"), vocabulary_file, classes)
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    expected = core.tokenize(tf.constant(batch))[:, :16].to_tensor(shape=[None, 16])
+    assert [device.tokenize(s) for s in batch] == expected.numpy().tolist()
+
+
+def test_device_reference_detokenize(tmp_path, vocabulary_file, classes):
+    device = device_directory(tmp_path, vocabulary_file, classes)
+    core = CoreWordPiece(vocabulary_file, character_classes=classes)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(4, len(VOCABULARY), (32, 10))
+    ids[:, 0] = 2  # start token
+    ids[5:, 7] = 3  # an end token, padding after it
+    ids[5:, 8:] = 0
+    expected = [t.decode() for t in core.detokenize(ids.astype("int32")).numpy()]
+    assert [device.detokenize(row) for row in ids] == expected
+
+
+def test_byte_tokenizer_matches_training():
+    data = [b"abc", "straße".encode(), b"\xff\x00", b""]
+    ids = ByteTokenizer().tokenize(data)
+    assert CoreBytes().tokenize(tf.constant(data)).to_list() == ids.to_list()
+    padded = ids.to_tensor()
+    np.testing.assert_array_equal(
+        CoreBytes().detokenize(padded).numpy(),
+        ByteTokenizer().detokenize(padded).numpy(),
+    )
+
+
+@pytest.mark.skipif(not os.path.isdir(MULTI30K), reason="../shared/data absent")
+def test_multi30k_sentences_tokenize_identically(tmp_path, classes):
+    with gzip.open(os.path.join(MULTI30K, "train.de.gz"), "rt", encoding="utf-8") as f:
+        lines = [next(f).rstrip("\n") for _ in range(1500)]
+    reference = WordPieceTokenizer.learn(lines[:600], 800)
+    path = str(tmp_path / "de.txt")
+    reference.save(path)
+    core = CoreWordPiece(path, character_classes=classes)
+    assert (
+        core.tokenize(tf.constant(lines)).to_list()
+        == reference.tokenize(lines).to_list()
+    )

@@ -1,0 +1,203 @@
+"""TFLite export: builtin ops only with the decoding WHILE loop inside, run
+with the ai_edge_litert Interpreter; parity with Keras and the SavedModel;
+clamping; the quantized variants and the command line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+
+from export import cli
+from export.device_tokenizer import DeviceTokenizer
+from export.run import read_run
+from export.saved_model import export_saved_model
+from export.tflite import LiteRTTranslator, convert, export_tflite
+from tfformer.decoding import Generator
+
+from .conftest import SENTENCES
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("device")
+    return export_tflite(run_dir, str(out), progress=lambda *_: None)
+
+
+def op_names(path):
+    interpreter = Interpreter(model_path=path)
+    return {op["op_name"] for op in interpreter._get_ops_details()}
+
+
+def test_builtin_ops_only_with_the_loop_inside(exported):
+    ops = op_names(exported)
+    assert "WHILE" in ops
+    assert not [op for op in ops if "Flex" in op or op.startswith("Custom")], ops
+    directory = os.path.dirname(exported)
+    assert sorted(os.listdir(directory)) == [
+        "model.tflite",
+        "source_vocab.txt",
+        "target_vocab.txt",
+        "text.json",
+        "tokenizer.py",
+    ]
+
+
+def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
+    tokenizer = DeviceTokenizer(os.path.dirname(exported))
+    litert = LiteRTTranslator(exported)
+    run = read_run(run_dir)
+    greedy = Generator(run.model, max_length=32, strategy="greedy")
+    serving = tf.saved_model.load(
+        export_saved_model(
+            run_dir, str(tmp_path), strategy="greedy", progress=lambda *_: None
+        )
+    )
+    sources = np.array([tokenizer.tokenize(s) for s in SENTENCES], "int32")
+    keras_ids = np.asarray(greedy(sources)["token_ids"])
+    served = serving.signatures["translate_ids"](source_ids=tf.constant(sources))
+    np.testing.assert_array_equal(served["token_ids"].numpy(), keras_ids)
+    for row, expected in zip(sources, keras_ids, strict=True):
+        np.testing.assert_array_equal(litert.translate_ids(row), expected)
+    # The device reference detokenizes as the SavedModel does.
+    texts = serving.signatures["detokenize"](token_ids=tf.constant(keras_ids))["text"]
+    assert [tokenizer.detokenize(r) for r in keras_ids] == [
+        t.decode() for t in texts.numpy()
+    ]
+
+
+def test_logits_equal_keras_and_saved_model(run_dir, tmp_path):
+    run = read_run(run_dir)
+    rng = np.random.default_rng(0)
+    source_vocabulary = run.model.get_layer("encoder_embedding").vocabulary_size
+    encoder = rng.integers(4, source_vocabulary, (1, 32)).astype("int32")
+    encoder[0, 12:] = 0
+    decoder = rng.integers(4, run.vocabulary_size, (1, 9)).astype("int32")
+    expected = np.asarray(
+        run.model({"encoder_token_ids": encoder, "decoder_token_ids": decoder})
+    )
+    archive = keras.export.ExportArchive()
+    archive.track(run.model)
+    archive.add_endpoint(
+        "serving_default",
+        lambda e, d: {
+            "logits": run.model({"encoder_token_ids": e, "decoder_token_ids": d})
+        },
+        [
+            tf.TensorSpec([1, 32], tf.int32, name="encoder_token_ids"),
+            tf.TensorSpec([1, 9], tf.int32, name="decoder_token_ids"),
+        ],
+    )
+    archive.write_out(str(tmp_path / "logits"), verbose=False)
+    path = tmp_path / "logits.tflite"
+    path.write_bytes(convert(str(tmp_path / "logits"), "none"))
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    got = runner(encoder_token_ids=encoder, decoder_token_ids=decoder)["logits"]
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+
+
+def test_out_of_range_ids_are_clamped_and_bad_shapes_refused(exported):
+    litert = LiteRTTranslator(exported)
+    source = np.zeros(32, "int32")
+    source[:3] = [10**6, -5, 1]
+    unk = np.zeros(32, "int32")
+    unk[:3] = 1
+    np.testing.assert_array_equal(
+        litert.translate_ids(source), litert.translate_ids(unk)
+    )
+    with pytest.raises(ValueError, match=r"source_ids must have 32 ids"):
+        litert.translate_ids(np.ones(40, "int32"))
+    # The raw interpreter refuses a wrong shape with an exception, and
+    # still works afterwards.
+    with pytest.raises((ValueError, RuntimeError)):
+        litert.runner(source_ids=np.ones((1, 40), "int32"))
+    fresh = LiteRTTranslator(exported)
+    np.testing.assert_array_equal(fresh.translate_ids(unk), litert.translate_ids(unk))
+    with pytest.raises(ValueError, match="not found"):
+        LiteRTTranslator("/nonexistent/model.tflite")
+
+
+def test_text_settings_describe_the_run(exported, run_dir):
+    with open(os.path.join(os.path.dirname(exported), "text.json")) as f:
+        settings = json.load(f)
+    assert settings["source_length"] == 32 and settings["max_length"] == 32
+    assert settings["reserved_tokens"] == ["[PAD]", "[UNK]", "[START]", "[END]"]
+    assert settings["character_classes"]["starts"][0] == 0
+
+
+QUANTIZE_SCRIPT = """
+import os, sys, json
+import numpy as np
+from export import cli
+from export.tflite import LiteRTTranslator
+from export.device_tokenizer import DeviceTokenizer
+run_dir, out, data = sys.argv[1:4]
+sizes = {}
+for q in ("none", "float16", "int8", "full_int8"):
+    args = ["--checkpoint", run_dir, "--format", "tflite", "--quantize", q]
+    args += ["--out", out]
+    if q == "full_int8":
+        args += ["--representative-data", data]
+    assert cli.main(args) == 0, q
+    path = os.path.join(out, "model.tflite" if q == "none" else f"model_{q}.tflite")
+    tokenizer = DeviceTokenizer(out)
+    ids = LiteRTTranslator(path).translate_ids(tokenizer.tokenize("twenty-one"))
+    assert ids.shape == (32,) and ids[0] == 2, ids
+    sizes[q] = os.path.getsize(path)
+print("SIZES", json.dumps(sizes))
+"""
+
+
+def test_quantized_variants_from_the_command_line(run_dir, tmp_path):
+    # A subprocess: TFLiteConverter.convert() leaks memory on TF 2.21
+    # (tensorflow/tensorflow#122598), and this converts four times.
+    data = tmp_path / "sources.txt"
+    data.write_text("\n".join(SENTENCES * 5) + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            QUANTIZE_SCRIPT,
+            run_dir,
+            str(tmp_path / "out"),
+            str(data),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    sizes = json.loads(done.stdout.split("SIZES", 1)[1])
+    assert sizes["float16"] < sizes["none"]
+    assert sizes["int8"] < sizes["float16"]
+    assert sizes["full_int8"] < sizes["none"]
+
+
+def test_command_line_errors_are_named(run_dir, tmp_path, capsys):
+    def fails(args, message):
+        assert cli.main(args) == 2
+        assert message in capsys.readouterr().err
+
+    base = ["--checkpoint", run_dir, "--out", str(tmp_path / "o")]
+    fails([*base, "--format", "onnx"], "--format must be one of")
+    fails(
+        [*base, "--format", "tflite", "--quantize", "int4"], "quantize must be one of"
+    )
+    fails(
+        [*base, "--format", "saved_model", "--quantize", "int8"],
+        "--quantize applies to --format tflite",
+    )
+    fails(
+        [*base, "--format", "tflite", "--quantize", "full_int8"],
+        "needs representative_sentences",
+    )
+    fails(
+        ["--checkpoint", str(tmp_path / "missing"), "--out", "x", "--format", "tflite"],
+        "not a directory",
+    )
+    assert not (tmp_path / "o").exists()
