@@ -19,6 +19,10 @@ def _check_rank3(name, tensor):
         )
 
 
+# How far below a row's lowest score masked scores are put (see `_attend`).
+MASK_MARGIN = 30.0
+
+
 @keras.saving.register_keras_serializable(package="tfformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention ("Attention Is All You Need", section 3.2).
@@ -275,7 +279,13 @@ class MultiHeadAttention(keras.layers.Layer):
         scores = ops.cast(scores, "float32")
         if mask is not None:
             mask = ops.expand_dims(mask, 1)  # (B|1, 1, T, S)
-            scores = ops.where(mask, scores, ops.cast(-1e9, "float32"))
+            # Masked scores go MASK_MARGIN below the row's lowest score, not
+            # to -1e9: their softmax weight is below e^-30 of the top one
+            # (and is zeroed just after), while the tensor keeps a
+            # data-sized range. Full-int8 TFLite calibrates that range; a
+            # -1e9 fill made every real score round to the same int8 value.
+            floor = ops.min(scores, axis=-1, keepdims=True) - MASK_MARGIN
+            scores = ops.where(mask, scores, floor)
         weights = ops.softmax(scores, axis=-1)
         if mask is not None:
             # A row with every key masked attends to nothing (Keras semantics).

@@ -148,6 +148,21 @@ def test_padding_invariance():
     np.testing.assert_allclose(long_causal[:, :5], short, atol=1e-5)
 
 
+def test_masked_keys_with_huge_scores_are_ignored():
+    """Masked scores are set 30 below the row minimum (not -1e9); a masked
+    key whose score dwarfs the real ones still gets exactly zero weight."""
+    layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    query = _normal(1, 3, 16)
+    value = _normal(1, 6, 16)
+    value[0, 4:] *= 1e3  # keys 4 and 5: enormous scores
+    mask = np.array([[True] * 4 + [False] * 2])
+    out, weights = layer(query, value, value_mask=mask, return_attention_scores=True)
+    short, short_weights = layer(query, value[:, :4], return_attention_scores=True)
+    assert np.all(np.asarray(weights)[..., 4:] == 0)
+    np.testing.assert_allclose(np.asarray(weights)[..., :4], short_weights, atol=1e-6)
+    np.testing.assert_allclose(out, short, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
