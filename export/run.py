@@ -13,6 +13,8 @@ import os
 
 import keras
 
+import tfformer.layers  # noqa: F401  (registers the layer classes load_model needs)
+
 CHECKPOINTS = ("model.keras", "best.keras")
 
 

@@ -1,0 +1,233 @@
+"""Exported models against the Keras model: size, latency per sentence, quality.
+
+For one training run it exports the SavedModel (greedy and beam) and the four
+TFLite variants (float32, float16, dynamic-range int8, full int8 calibrated
+on 200 training sources), then translates the run's test split one sentence at
+a time with each:
+
+- Keras: `training.translator.Translator` (greedy, graph mode, batch 1);
+- SavedModel: `serving_default` (strings in, strings out);
+- TFLite: the `ai_edge_litert` Interpreter with the plain-Python device
+  tokenizer (`export/device_tokenizer.py`), as an app would.
+
+It reports file sizes, the median per-sentence latency with its 10th-90th
+percentile spread, sacreBLEU / chrF (lowercased, with signatures), exact match,
+and how often each agrees with the Keras greedy output. TFLite conversions run
+in subprocesses (the converter leaks memory, tensorflow/tensorflow#122598).
+
+Usage: `python bench/export.py --checkpoint RUN_DIR [--limit 300]
+[--output bench/results/export.json]`.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# This file is bench/export.py: take its directory off the path, or
+# `import export` would import this script instead of the package.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from export.device_tokenizer import DeviceTokenizer  # noqa: E402
+from export.saved_model import export_saved_model  # noqa: E402
+from export.tflite import QUANTIZATIONS, LiteRTTranslator, tflite_file_name  # noqa: E402
+from training.data import raw_splits  # noqa: E402
+from training.evaluate import score_translations  # noqa: E402
+from training.translator import Translator  # noqa: E402
+
+
+def directory_size(path):
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+
+
+def timed(translate_one, sources):
+    """(outputs, per-sentence seconds) after one warm-up call."""
+    translate_one(sources[0])
+    outputs, seconds = [], []
+    for source in sources:
+        began = time.perf_counter()
+        outputs.append(translate_one(source))
+        seconds.append(time.perf_counter() - began)
+    return outputs, seconds
+
+
+def summary(name, outputs, seconds, pairs, keras_outputs, size):
+    references = [t for _, t in pairs]
+    scores = score_translations(outputs, references)
+    return {
+        "name": name,
+        "size_bytes": size,
+        "latency_ms_median": 1e3 * float(np.median(seconds)),
+        "latency_ms_p10": 1e3 * float(np.percentile(seconds, 10)),
+        "latency_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
+        "exact_match": float(
+            np.mean([o == r for o, r in zip(outputs, references, strict=True)])
+        ),
+        "agrees_with_keras": (
+            float(
+                np.mean([o == k for o, k in zip(outputs, keras_outputs, strict=True)])
+            )
+            if keras_outputs
+            else 1.0
+        ),
+        "bleu_lowercased": scores["bleu_lowercased"],
+        "chrf_lowercased": scores["chrf_lowercased"],
+        "bleu_signature": scores["bleu_lowercased_signature"],
+        "examples": [
+            [s, o] for (s, _), o in list(zip(pairs, outputs, strict=True))[:3]
+        ],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="a tfformer-train run")
+    parser.add_argument("--checkpoint-file", default="model.keras")
+    parser.add_argument("--limit", type=int, default=300)
+    parser.add_argument("--output", default="bench/results/export.json")
+    args = parser.parse_args()
+
+    keras_translator = Translator(
+        args.checkpoint,
+        checkpoint=args.checkpoint_file,
+        strategy="greedy",
+        batch_size=1,
+    )
+    config = keras_translator.config
+    splits = raw_splits(config.data)
+    pairs = splits["test"][: args.limit]
+    sources = [s for s, _ in pairs]
+    rows = []
+    keras_out, seconds = timed(lambda s: keras_translator.translate([s])[0], sources)
+    model_path = os.path.join(args.checkpoint, args.checkpoint_file)
+    rows.append(
+        summary(
+            "keras (greedy)",
+            keras_out,
+            seconds,
+            pairs,
+            None,
+            os.path.getsize(model_path),
+        )
+    )
+    print(f"keras: {rows[-1]['latency_ms_median']:.1f} ms/sentence", flush=True)
+
+    with tempfile.TemporaryDirectory() as work:
+        for strategy in ("greedy", "beam"):
+            path = export_saved_model(
+                args.checkpoint,
+                os.path.join(work, f"serving_{strategy}"),
+                checkpoint=args.checkpoint_file,
+                strategy=strategy,
+            )
+            served = tf.saved_model.load(path).signatures["serving_default"]
+
+            def one(source, served=served):
+                out = served(text=tf.constant([source]))["translation"]
+                return out.numpy()[0].decode("utf-8")
+
+            outputs, seconds = timed(one, sources)
+            rows.append(
+                summary(
+                    f"saved_model ({strategy})",
+                    outputs,
+                    seconds,
+                    pairs,
+                    keras_out,
+                    directory_size(path),
+                )
+            )
+            print(f"{rows[-1]['name']}: done", flush=True)
+
+        device = os.path.join(work, "device")
+        calibration = os.path.join(work, "calibration.txt")
+        with open(calibration, "w", encoding="utf-8") as f:
+            f.writelines(s + "\n" for s, _ in splits["train"][:200])
+        for quantize in QUANTIZATIONS:
+            command = [
+                sys.executable,
+                "-m",
+                "export",
+                "--checkpoint",
+                args.checkpoint,
+                "--checkpoint-file",
+                args.checkpoint_file,
+                "--format",
+                "tflite",
+                "--quantize",
+                quantize,
+                "--out",
+                device,
+            ]
+            if quantize == "full_int8":
+                command += ["--representative-data", calibration]
+            subprocess.run(command, check=True, capture_output=True)
+            path = os.path.join(device, tflite_file_name(quantize))
+            litert = LiteRTTranslator(path)
+            tokenizer = DeviceTokenizer(device)
+
+            def one(source, litert=litert, tokenizer=tokenizer):
+                ids = litert.translate_ids(tokenizer.tokenize(source))
+                return tokenizer.detokenize(ids)
+
+            outputs, seconds = timed(one, sources)
+            rows.append(
+                summary(
+                    f"tflite {quantize}",
+                    outputs,
+                    seconds,
+                    pairs,
+                    keras_out,
+                    os.path.getsize(path),
+                )
+            )
+            print(f"{rows[-1]['name']}: done", flush=True)
+
+    float32 = next(r for r in rows if r["name"] == "tflite none")["size_bytes"]
+    header = (
+        f"{'model':<22}{'size MB':>9}{'vs f32':>8}{'ms/sent':>9}{'p10-p90':>13}"
+        f"{'exact':>7}{'BLEU':>7}{'chrF':>7}{'=keras':>8}"
+    )
+    print(header)
+    for r in rows:
+        r["size_vs_tflite_float32"] = r["size_bytes"] / float32
+        print(
+            f"{r['name']:<22}{r['size_bytes'] / 1e6:>9.2f}"
+            f"{r['size_vs_tflite_float32']:>8.2f}{r['latency_ms_median']:>9.1f}"
+            f"{r['latency_ms_p10']:>6.1f}-{r['latency_ms_p90']:<6.1f}"
+            f"{r['exact_match']:>7.3f}{r['bleu_lowercased']:>7.1f}"
+            f"{r['chrf_lowercased']:>7.1f}{r['agrees_with_keras']:>8.3f}"
+        )
+    result = {
+        "run": os.path.abspath(args.checkpoint),
+        "checkpoint": args.checkpoint_file,
+        "task": config.data.task,
+        "test_sentences": len(pairs),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "tensorflow": tf.__version__,
+        },
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2, ensure_ascii=False)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
