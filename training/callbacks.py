@@ -212,3 +212,26 @@ class TrainingReport(keras.callbacks.Callback):
         if self.write and self.path:
             body = {**self.report, "summary": self.summary(), **(extra or {})}
             atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops `fit` after the batch during which `minutes` of wall time (since
+    this callback was made) ran out. Keras then validates the cut epoch and
+    runs the epoch-end callbacks, so it is saved like any other.
+
+    Args:
+        minutes: the budget; 0 or None means no limit.
+        clock: a function returning seconds (tests pass a fake one).
+    """
+
+    def __init__(self, minutes, clock=time.perf_counter):
+        super().__init__()
+        self.seconds = 60.0 * minutes if minutes else None
+        self.clock = clock
+        self.started = clock()
+        self.exhausted = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.seconds is not None and self.clock() - self.started >= self.seconds:
+            self.exhausted = True
+            self.model.stop_training = True

@@ -113,6 +113,9 @@ class TrainConfig:
     evaluate_exact_match: bool = True
     # Stop early when this many examples of the test split are translated.
     exact_match_examples: int = 1000
+    # Stop training after this many minutes of this invocation (0 = no
+    # limit); the cut epoch is validated and saved, and a re-run resumes.
+    time_budget_minutes: float = 0.0
 
 
 @dataclasses.dataclass
@@ -331,6 +334,16 @@ def validate(config):
     if d.task == "labelled_text" and len(d.class_paths) < 2:
         raise ValueError(
             f"data.class_paths needs a file per class (>= 2). Received: {d.class_paths}"
+        )
+    if t.time_budget_minutes < 0:
+        raise ValueError(
+            "train.time_budget_minutes must be >= 0 (0 = no limit). "
+            f"Received: train.time_budget_minutes={t.time_budget_minutes}"
+        )
+    if t.time_budget_minutes and t.strategy == "multi_worker":
+        raise ValueError(
+            "train.time_budget_minutes is not supported with "
+            "train.strategy='multi_worker': workers would stop at different steps."
         )
     if t.strategy == "tpu" and t.precision == "mixed_float16":
         raise ValueError("TPUs train in mixed_bfloat16, not mixed_float16.")

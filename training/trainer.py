@@ -14,6 +14,7 @@ from training.atomic import atomic_write_text
 from training.callbacks import (
     BestModel,
     ResumableBackup,
+    TimeBudget,
     TrainingReport,
     restore_backup,
     save_target,
@@ -281,7 +282,9 @@ def train(config, *, progress=print):
                 if k in ("epochs", "train_seconds", "tokens")
             }
     report = TrainingReport(report_path, write=chief, initial=previous_report)
+    budget = TimeBudget(t.time_budget_minutes)
     callbacks = [
+        budget,
         ResumableBackup(
             backup_dir,
             t.checkpoint_every_steps,
@@ -315,6 +318,8 @@ def train(config, *, progress=print):
         if first_epoch < t.epochs:
             segments.append((first_epoch, t.epochs, steps, 0))
         for begin, end, n, skip_steps in segments:
+            if budget.exhausted:
+                break
             model.fit(
                 train_data(begin, skip_steps),
                 initial_epoch=begin,
@@ -325,6 +330,11 @@ def train(config, *, progress=print):
                 callbacks=callbacks,
                 verbose=t.verbose,
                 shuffle=False,
+            )
+        if budget.exhausted:
+            progress(
+                f"Stopped at the time budget ({t.time_budget_minutes} minutes), "
+                f"step {int(model.optimizer.iterations.numpy())}."
             )
         test_logs = model.evaluate(
             eval_data("test"), steps=eval_steps("test"), verbose=0, return_dict=True

@@ -8,6 +8,7 @@ import pytest
 from training.callbacks import (
     BestModel,
     ResumableBackup,
+    TimeBudget,
     TrainingReport,
     restore_backup,
 )
@@ -105,3 +106,22 @@ def test_report_divides_real_tokens_by_training_time(tmp_path):
     epoch = written["epochs"][0]
     assert epoch["real_tokens_per_second"] == pytest.approx(1000.0 / epoch["seconds"])
     assert written["summary"]["loss"] == 1.5
+
+
+def test_time_budget_stops_after_the_batch_that_used_it_up():
+    now = [0.0]
+
+    def clock():
+        now[0] += 10.0  # every call: 10 seconds later
+        return now[0]
+
+    model = small_model()
+    budget = TimeBudget(minutes=0.5, clock=clock)  # 30 s: started at 10
+    history = fit(model, steps=10, callbacks=[budget], epochs=3)
+    # Batches end at 20, 30, 40 s: the third crosses 10 + 30.
+    assert budget.exhausted
+    assert int(model.optimizer.iterations.numpy()) == 3
+    assert len(history.history["loss"]) == 1  # the cut epoch still ends
+    unlimited = TimeBudget(minutes=0, clock=clock)
+    fit(small_model(), steps=4, callbacks=[unlimited])
+    assert not unlimited.exhausted

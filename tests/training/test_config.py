@@ -91,6 +91,16 @@ def test_overrides_are_typed():
             r"model\.family='gpt'",
         ),
         (
+            {"train": {"time_budget_minutes": -1}},
+            ValueError,
+            r"train\.time_budget_minutes must be >= 0",
+        ),
+        (
+            {"train": {"time_budget_minutes": 5, "strategy": "multi_worker"}},
+            ValueError,
+            r"time_budget_minutes is not supported",
+        ),
+        (
             {"data": {"lower_case": "maybe"}},
             TypeError,
             r"data\.lower_case must be true or false",
