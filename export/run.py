@@ -31,6 +31,7 @@ class Run:
     source_length: int  # sources are cut to this many tokens
     max_length: int  # the decoder's length: start token, output, end token
     vocabulary_size: int  # target vocabulary
+    source_vocabulary_size: int  # ids the encoder embedding accepts
 
     def files(self):
         """The vocabulary files to ship next to an exported model."""
@@ -99,8 +100,14 @@ def read_run(run_dir, checkpoint="model.keras"):
             vocabulary_size = sum(1 for _ in f)
     else:
         vocabulary_size = 260
+    names = {layer.name for layer in model.layers}
+    # Models that share one embedding have no separate encoder embedding.
+    source_embedding = model.get_layer(
+        "encoder_embedding" if "encoder_embedding" in names else "decoder_embedding"
+    )
     return Run(
         directory=run_dir,
+        source_vocabulary_size=int(source_embedding.vocabulary_size),
         model=model,
         tokenizer=tokenizer,
         source_vocabulary=vocabularies[0],

@@ -85,11 +85,7 @@ class TranslatorGraph(tf.Module):
         self.source, self.target = make_tokenizers(run, character_classes)
         self.source_length = run.source_length
         self.max_length = max_length or run.max_length
-        self.source_vocabulary_size = int(
-            run.model.get_layer("encoder_embedding").vocabulary_size
-            if "encoder_embedding" in {layer.name for layer in run.model.layers}
-            else run.model.get_layer("decoder_embedding").vocabulary_size
-        )
+        self.source_vocabulary_size = run.source_vocabulary_size
         self.generator = Generator(
             run.model,
             max_length=self.max_length,
@@ -273,6 +269,11 @@ def export_saved_model(
                 f,
                 indent=2,
             )
+        # mkdtemp makes the directory owner-only; TF Serving often runs as
+        # another user. Give it the mode a plain mkdir would have.
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(staging, 0o777 & ~mask)
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -52,7 +52,7 @@ def decoding_function(run, max_length=None):
     generator = Generator(
         run.model, max_length=max_length, strategy="greedy", carry_constants=True
     )
-    vocabulary = run.model.get_layer("encoder_embedding").vocabulary_size
+    vocabulary = run.source_vocabulary_size
 
     def decode(source_ids):
         ids = tf.cast(source_ids, tf.int32)
@@ -203,11 +203,20 @@ def _write_atomic(path, data):
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        # mkstemp makes the file owner-only; an app bundler or server runs
+        # as someone else. Use the usual umask-based mode instead.
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 class LiteRTTranslator:

@@ -38,6 +38,10 @@ def test_tf_serving_layout(exported, run_dir):
     assert path == os.path.join(out, "1")
     assert sorted(os.listdir(out)) == ["1"]  # no temporary directory left
     assert os.path.isfile(os.path.join(path, "saved_model.pb"))
+    # Readable by a server running as another user (umask permitting).
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o777 & ~umask
     assert os.path.isdir(os.path.join(path, "variables"))
     assets = sorted(os.listdir(os.path.join(path, "assets")))
     assert assets == ["source_vocab.txt", "target_vocab.txt"]

@@ -37,6 +37,9 @@ def op_names(path):
 def test_builtin_ops_only_with_the_loop_inside(exported):
     ops = op_names(exported)
     assert "WHILE" in ops
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(exported).st_mode & 0o777 == 0o666 & ~umask
     assert not [op for op in ops if "Flex" in op or op.startswith("Custom")], ops
     directory = os.path.dirname(exported)
     assert sorted(os.listdir(directory)) == [
