@@ -11,34 +11,16 @@ import pytest
 from training import evaluate as evaluate_cli
 from training import translate as translate_cli
 from training.attention_maps import cross_attention_weights
-from training.config import load_config
 from training.evaluate import score_translations
 from training.evaluation import exact_match
-from training.trainer import train
 from training.translator import Translator, load_run
 
-from .tiny import TINY_NUMBER_WORDS
+from .tiny import train_tiny_translator
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tiny_run")
-    config = load_config(
-        overrides=[
-            *TINY_NUMBER_WORDS,
-            "data.train_size=600",
-            "data.validation_size=16",
-            "data.test_size=16",
-            "data.vocabulary_sample_size=300",
-            "train.steps_per_epoch=6",
-            "train.epochs=1",
-            "train.verbose=0",
-            "train.evaluate_exact_match=false",
-            f"train.output_dir={out}",
-        ]
-    )
-    train(config, progress=lambda *_: None)
-    return str(out)
+    return train_tiny_translator(tmp_path_factory.mktemp("tiny_run"), steps=6)
 
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):

@@ -16,3 +16,27 @@ TINY_NUMBER_WORDS = [
     *TINY_MODEL,
     "train.batch_size=16",
 ]
+
+
+def train_tiny_translator(out, steps):
+    """Trains a tiny number-words translator into `out` for `steps` steps;
+    returns the run directory (for tests that need a finished run)."""
+    from training.config import load_config
+    from training.trainer import train
+
+    config = load_config(
+        overrides=[
+            *TINY_NUMBER_WORDS,
+            "data.train_size=600",
+            "data.validation_size=16",
+            "data.test_size=16",
+            "data.vocabulary_sample_size=300",
+            f"train.steps_per_epoch={steps}",
+            "train.epochs=1",
+            "train.verbose=0",
+            "train.evaluate_exact_match=false",
+            f"train.output_dir={out}",
+        ]
+    )
+    train(config, progress=lambda *_: None)
+    return str(out)
