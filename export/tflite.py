@@ -85,6 +85,11 @@ def convert(saved_model_dir, quantize, calibration=None):
         converter.target_spec.supported_types = [tf.float16]
     elif quantize == "int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        # Per-tensor weight scales. Per-channel ones give the output
+        # projection its own int8 copy of a tied embedding (the GATHER keeps
+        # per-tensor), 2.7 MB of 29 MB on Multi30k; per-tensor lets both use
+        # one buffer: 26% of float32 instead of 30%, with equal BLEU there.
+        converter._experimental_disable_per_channel = True
     elif quantize == "full_int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([x] for x in calibration)
