@@ -22,6 +22,7 @@ import time
 import keras
 import tensorflow as tf
 
+from export.files import current_umask
 from export.run import read_run
 from export.text import CoreBytes, CoreWordPiece, probe_character_classes
 from tfformer.decoding import Generator
@@ -169,7 +170,6 @@ def write_saved_model(graph, path):
     archive.track(graph.source)
     archive.track(graph.target)
     text = tf.TensorSpec([None], tf.string, name="text")
-    ids = tf.TensorSpec([None, None], tf.int32)
     archive.add_endpoint("serving_default", graph.translate, [text])
     archive.add_endpoint(
         "translate_ids",
@@ -188,7 +188,7 @@ def write_saved_model(graph, path):
     archive.add_endpoint(
         "detokenize",
         graph.detokenize,
-        [tf.TensorSpec(ids.shape, tf.int32, name="token_ids")],
+        [tf.TensorSpec([None, None], tf.int32, name="token_ids")],
     )
     archive.write_out(path, verbose=False)
 
@@ -271,9 +271,7 @@ def export_saved_model(
             )
         # mkdtemp makes the directory owner-only; TF Serving often runs as
         # another user. Give it the mode a plain mkdir would have.
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(staging, 0o777 & ~mask)
+        os.chmod(staging, 0o777 & ~current_umask())
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from export.files import write_atomic
 from export.run import read_run
 from export.text import (
     JOIN_RULES,
@@ -187,10 +188,10 @@ def export_tflite(
         flatbuffer = convert(saved, quantize, calibration)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, tflite_file_name(quantize))
-    _write_atomic(path, flatbuffer)
+    write_atomic(path, flatbuffer)
     for source in run.files():
         shutil.copyfile(source, os.path.join(out_dir, os.path.basename(source)))
-    _write_atomic(
+    write_atomic(
         os.path.join(out_dir, "text.json"),
         json.dumps(text_settings(run, max_length, classes), indent=1).encode(),
     )
@@ -200,28 +201,6 @@ def export_tflite(
         f"{time.perf_counter() - began:.1f} s."
     )
     return path
-
-
-def _write_atomic(path, data):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        # mkstemp makes the file owner-only; an app bundler or server runs
-        # as someone else. Use the usual umask-based mode instead.
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class LiteRTTranslator:
