@@ -10,15 +10,13 @@ from training.config import load_config
 DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "number_words.json")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="tfformer-train",
-        description="Train a tfformer model from a config file.",
-    )
+def add_config_arguments(parser, help_config=None):
+    """`--config FILE` and repeatable `--set SECTION.KEY=VALUE`."""
     parser.add_argument(
         "--config",
         default=DEFAULT_CONFIG,
-        help="training/configs/NAME.json or .yaml (default: number_words.json, "
+        help=help_config
+        or "training/configs/NAME.json or .yaml (default: number_words.json, "
         "the embedded task)",
     )
     parser.add_argument(
@@ -29,6 +27,14 @@ def parse_args(argv=None):
         metavar="SECTION.KEY=VALUE",
         help="override one config value, e.g. --set train.epochs=3 (repeatable)",
     )
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="tfformer-train",
+        description="Train a tfformer model from a config file.",
+    )
+    add_config_arguments(parser)
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
     )

@@ -1,0 +1,90 @@
+"""The main job (`tfformer`, README command 1), shortened: a few training
+steps of a tiny model, then evaluation, both exports and the side-by-side
+translations, through the same entry point."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from tests.training.tiny import TINY_NUMBER_WORDS
+from training.cli import __file__ as CLI_FILE
+from training.main_job import main
+
+
+@pytest.fixture(scope="module")
+def main_job_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("main_job")
+    argv = [
+        *(x for o in TINY_NUMBER_WORDS for x in ("--set", o)),
+        *("--set", "data.train_size=2000", "--set", "data.validation_size=16"),
+        *("--set", "data.test_size=24", "--set", "data.vocabulary_sample_size=300"),
+        *("--set", "train.steps_per_epoch=60", "--set", "train.epochs=1"),
+        *("--set", "train.verbose=0", "--set", f"train.output_dir={out}"),
+        *("--compare", "20", "--show", "3"),
+    ]
+    return out, argv
+
+
+def test_main_job_trains_evaluates_exports_and_compares(main_job_run, capsys):
+    out, argv = main_job_run
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    with open(os.path.join(out, "main_job.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+
+    # Everything it names exists.
+    for name, path in summary["paths"].items():
+        assert os.path.exists(path), name
+        assert path in printed
+    assert os.path.isfile(
+        os.path.join(summary["paths"]["saved_model"], "saved_model.pb")
+    )
+    assert summary["paths"]["tflite"].endswith(".tflite")
+    assert os.listdir(summary["paths"]["tensorboard_logs"])
+
+    # The side-by-side table: three models for each shown sentence.
+    starts = [line.strip().split(" ")[0] for line in printed.splitlines()]
+    for column in ("reference", "Keras", "SavedModel", "TFLite"):
+        assert starts.count(column) == 3, column
+
+    # The figures are the translations file's, recomputed here.
+    with open(summary["paths"]["translations"], encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert len(rows) == summary["comparison"]["sentences"] == 20
+    agree = sum(r["saved_model"] == r["keras"] for r in rows) / len(rows)
+    lite = sum(r["tflite"] == r["keras"] for r in rows) / len(rows)
+    assert summary["comparison"]["saved_model_equals_keras"] == pytest.approx(agree)
+    assert summary["comparison"]["tflite_equals_keras"] == pytest.approx(lite)
+    # The same greedy decoding in three runtimes: near-ties in a barely
+    # trained model may flip a token, nothing more.
+    assert agree >= 0.9 and lite >= 0.9
+
+    test = summary["test"]
+    assert test["sentences"] == 24
+    assert 0.0 <= test["exact_match"] <= 1.0
+    assert "tok:char" in test["bleu_char_signature"]
+    assert "nrefs:1" in test["bleu_cased_signature"]
+
+
+def test_main_job_refuses_a_non_translation_config(capsys):
+    gpt = os.path.join(os.path.dirname(CLI_FILE), "configs", "shakespeare_gpt.json")
+    assert main(["--config", gpt]) == 2
+    err = capsys.readouterr().err
+    assert "--config" in err and "'gpt'" in err
+
+
+def test_main_job_refuses_bad_counts(capsys):
+    assert main(["--compare", "0"]) == 2
+    assert "--compare must be at least 1. Received: 0" in capsys.readouterr().err
+
+
+def test_readme_command_one_runs_this_entry_point():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    first = readme.split("```bash\n")[1].split("\n```")[0]
+    assert first == "python3 -m pip install -e . && tfformer"
+    with open(os.path.join(root, "setup.cfg"), encoding="utf-8") as f:
+        assert "tfformer = training.main_job:main" in f.read()
