@@ -35,6 +35,7 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
+from keras_hub_seq2seq import KerasHubSeq2Seq
 
 from tfformer.decoding import Generator
 from tfformer.models import transformer_seq2seq
@@ -93,107 +94,6 @@ def prefix_recompute_decoder(model, sizes, jit_compile):
     return tf.function(decode, jit_compile=jit_compile, autograph=False)
 
 
-class KerasHubSeq2Seq:
-    """keras-hub's encoder-decoder layers at the same sizes, cached decoding."""
-
-    def __init__(self, sizes):
-        self.sizes = sizes
-        d, v = sizes["hidden_dim"], sizes["vocabulary"]
-        self.source_embedding = keras_hub.layers.TokenAndPositionEmbedding(
-            v, sizes["max_length"], d
-        )
-        self.target_embedding = keras_hub.layers.TokenAndPositionEmbedding(
-            v, sizes["max_length"], d
-        )
-        self.encoders = [
-            keras_hub.layers.TransformerEncoder(
-                sizes["intermediate_dim"], sizes["heads"], dropout=0.0
-            )
-            for _ in range(sizes["layers"])
-        ]
-        self.decoders = [
-            keras_hub.layers.TransformerDecoder(
-                sizes["intermediate_dim"], sizes["heads"], dropout=0.0
-            )
-            for _ in range(sizes["layers"])
-        ]
-        self.output_dense = keras.layers.Dense(v)
-        source = np.ones((1, 4), "int32")
-        x = self.encode(source)
-        y = self.target_embedding(source)
-        for block in self.decoders:
-            y = block(y, x)
-        self.output_dense(y)
-
-    def encode(self, source):
-        x = self.source_embedding(source)
-        mask = source != 0
-        for block in self.encoders:
-            x = block(x, padding_mask=mask)
-        return x
-
-    def decoder(self, jit_compile):
-        sizes = self.sizes
-        length = sizes["new_tokens"] + 1
-        heads = sizes["heads"]
-        head_dim = sizes["hidden_dim"] // heads
-
-        def decode(source):
-            batch = tf.shape(source)[0]
-            encoded = self.encode(source)
-            source_length = tf.shape(source)[1]
-            caches = [
-                tf.zeros([batch, 2, length, heads, head_dim]) for _ in self.decoders
-            ]
-            cross = [
-                tf.zeros([batch, 2, source_length, heads, head_dim])
-                for _ in self.decoders
-            ]
-            tokens = tf.concat(
-                [tf.fill([batch, 1], START), tf.zeros([batch, length - 1], tf.int32)], 1
-            )
-
-            def step(i, token, caches, cross, cross_index):
-                x = self.target_embedding(token, start_index=i)
-                new_caches, new_cross = [], []
-                for block, cache, cross_cache in zip(
-                    self.decoders, caches, cross, strict=True
-                ):
-                    x, cache, cross_cache = block(
-                        x,
-                        encoded,
-                        self_attention_cache=cache,
-                        self_attention_cache_update_index=i,
-                        cross_attention_cache=cross_cache,
-                        cross_attention_cache_update_index=cross_index,
-                    )
-                    new_caches.append(cache)
-                    new_cross.append(cross_cache)
-                logits = self.output_dense(x)[:, -1]
-                return (
-                    tf.argmax(logits, -1, output_type=tf.int32),
-                    new_caches,
-                    new_cross,
-                )
-
-            # Step 0 computes the cross-attention caches; later steps reuse them.
-            next_ids, caches, cross = step(0, tokens[:, :1], caches, cross, 0)
-            hot = tf.cast(tf.range(length)[None, :] == 1, tf.int32)
-            tokens = tokens + hot * next_ids[:, None]
-
-            def body(i, tokens, caches):
-                next_ids, caches, _ = step(i, tokens[:, i : i + 1], caches, cross, None)
-                hot = tf.cast(tf.range(length)[None, :] == i + 1, tf.int32)
-                return i + 1, tokens + hot * next_ids[:, None], caches
-
-            _, tokens, _ = tf.while_loop(
-                lambda i, t, c: i < length - 1, body, (tf.constant(1), tokens, caches)
-            )
-            return tokens
-
-        return tf.function(decode, jit_compile=jit_compile, autograph=False)
-
-
 def measure(contenders, source, repeats):
     """Seconds per decode for each contender, alternating within each repeat."""
     for decode in contenders.values():
@@ -225,7 +125,15 @@ def main():
     )
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
-    hub = KerasHubSeq2Seq(sizes)
+    hub = KerasHubSeq2Seq(
+        sizes["vocabulary"],
+        sizes["vocabulary"],
+        layers=sizes["layers"],
+        hidden_dim=sizes["hidden_dim"],
+        heads=sizes["heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+        max_length=sizes["max_length"],
+    )
     # Each contender as an XLA-compiled and as a plain graph tf.function; the
     # ratios compare the faster mode of each (keras-hub's cache is ~10x slower
     # under XLA at batch 32, so its best path is the graph one).
@@ -235,7 +143,9 @@ def main():
         contenders[("prefix_recompute", mode)] = prefix_recompute_decoder(
             model, sizes, jit
         )
-        contenders[("keras_hub_cached", mode)] = hub.decoder(jit)
+        contenders[("keras_hub_cached", mode)] = hub.decoder(
+            sizes["new_tokens"] + 1, jit, mask_source=False
+        )
     rng = np.random.default_rng(0)
     rows = []
     for batch in [int(b) for b in args.batches.split(",")]:

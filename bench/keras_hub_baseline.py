@@ -1,0 +1,170 @@
+"""The keras-hub baseline of the real-data quality run: keras-hub's
+encoder-decoder trained under the same wall-clock budget, on the same data,
+with the same tokenizer, then scored on the same test set.
+
+It reads a finished `tfformer-train` run directory for the config and the
+vocabulary files, so both models see identical token ids. The keras-hub side
+is built as the keras.io keras-hub translation example builds it:
+`TokenAndPositionEmbedding` + `TransformerEncoder`/`TransformerDecoder` +
+`Dense`, every sequence padded to the fixed `data.max_length`, shuffled and
+batched. To compare models and not optimisers, it trains with tfformer's
+optimizer, schedule, label-smoothed loss and batch size (from the run's
+config), and XLA (`jit_compile=True`). It decodes greedily with keras-hub's
+self- and cross-attention caches (`bench/keras_hub_seq2seq.py`); keras-hub
+has no encoder-decoder beam search with a length penalty.
+
+Usage:
+  python bench/keras_hub_baseline.py --run runs/translate_de_en \
+      --minutes 60 --out runs/keras_hub_de_en
+
+Writes `<out>/metrics.json` (epochs, real tokens/s), `training_curves.png`,
+`model.weights.h5` and `test_greedy.json` (sacreBLEU and chrF, cased and
+lowercased, with signatures).
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+from keras_hub_seq2seq import KerasHubSeq2Seq, padded_dataset
+
+from training.atomic import atomic_write_text
+from training.callbacks import TimeBudget, TrainingReport
+from training.config import load_config
+from training.data import build_dataset
+from training.evaluate import score_translations
+from training.plots import plot_training_curves
+from training.trainer import compile_model, model_sizes
+
+END = 3
+
+
+def build_keras_hub(config, data, dropout=None):
+    sizes = model_sizes(config.model)
+    return KerasHubSeq2Seq(
+        data.tokenizers["source"].vocabulary_size,
+        data.tokenizers["target"].vocabulary_size,
+        layers=sizes["num_encoder_layers"],
+        hidden_dim=sizes["hidden_dim"],
+        heads=sizes["num_heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+        max_length=config.data.max_length,
+        dropout=sizes.get("dropout", 0.1) if dropout is None else dropout,
+    )
+
+
+def cut_after_end(ids):
+    """Zeroes every token after the first end token (kept)."""
+    ended = np.cumsum(ids == END, axis=1) - (ids == END)
+    return np.where(ended > 0, 0, ids)
+
+
+def translate(hub, data, sentences, length, batch_size=32):
+    decode = hub.decoder(length, jit_compile=False)
+    source_tokenizer = data.tokenizers["source"]
+    target_tokenizer = data.tokenizers["target"]
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        chunk = sentences[start : start + batch_size]
+        ids = source_tokenizer.tokenize(chunk)[:, :length].to_tensor(
+            shape=[len(chunk), length]
+        )
+        tokens = cut_after_end(decode(ids).numpy())
+        out += [t.decode("utf-8") for t in target_tokenizer.detokenize(tokens).numpy()]
+    return out
+
+
+def plot_comparison(reports, path):
+    """Validation loss and accuracy against training minutes, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, report in reports.items():
+        minutes = np.cumsum([e["seconds"] for e in report["epochs"]]) / 60
+        for axis, metric in zip(axes, ("val_loss", "val_accuracy"), strict=True):
+            values = [e[metric] for e in report["epochs"]]
+            axis.plot(minutes, values, "-o", label=name)
+            axis.set_xlabel("training minutes (validation excluded)")
+            axis.set_title(f"Multi30k {metric} (masked, label-smoothed loss)")
+            axis.grid(alpha=0.3)
+            axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="a finished tfformer-train run")
+    p.add_argument("--minutes", type=float, default=60.0)
+    p.add_argument("--out", required=True)
+    p.add_argument("--limit", type=int, help="test sentences (default: all)")
+    args = p.parse_args()
+    if args.minutes <= 0:
+        p.error(f"--minutes must be positive. Received: {args.minutes}")
+    config = load_config(os.path.join(args.run, "config.json"))
+    os.makedirs(args.out, exist_ok=True)
+    data = build_dataset(config.data, args.run)
+    length, t = config.data.max_length, config.train
+    keras.utils.set_random_seed(t.seed)
+    hub = build_keras_hub(config, data)
+    model = compile_model(hub.training_model(), config)
+    print(f"keras-hub model: {model.count_params():,} parameters")
+    train = padded_dataset(data.examples["train"], length, t.batch_size, shuffle=True)
+    val = padded_dataset(
+        data.examples["validation"], length, t.batch_size, shuffle=False
+    )
+    report = TrainingReport(os.path.join(args.out, "metrics.json"))
+    budget = TimeBudget(args.minutes)
+    began = time.perf_counter()
+    model.fit(
+        train,
+        validation_data=val,
+        epochs=t.epochs,
+        callbacks=[budget, report],
+        verbose=2,
+    )
+    train_wall = time.perf_counter() - began
+    model.save_weights(os.path.join(args.out, "model.weights.h5"))
+    plot_training_curves(report.report, os.path.join(args.out, "training_curves.png"))
+
+    pairs = data.raw["test"][: args.limit]
+    print(f"Greedy-translating {len(pairs)} test sentences")
+    began = time.perf_counter()
+    hypotheses = translate(hub, data, [s for s, _ in pairs], length)
+    seconds = time.perf_counter() - began
+    scores = score_translations(hypotheses, [r for _, r in pairs])
+    scores.update(
+        sentences=len(pairs),
+        decode_seconds=round(seconds, 1),
+        global_step=int(model.optimizer.iterations.numpy()),
+        train_wall_seconds=round(train_wall, 1),
+        real_tokens_per_second=report.summary()["real_tokens_per_second"],
+        parameters=model.count_params(),
+        examples=[
+            {"source": s, "reference": r, "translation": h}
+            for (s, r), h in list(zip(pairs, hypotheses, strict=True))[:5]
+        ],
+    )
+    atomic_write_text(
+        os.path.join(args.out, "test_greedy.json"), json.dumps(scores, indent=2)
+    )
+    print(json.dumps({k: v for k, v in scores.items() if k != "examples"}, indent=2))
+    with open(os.path.join(args.run, "metrics.json"), encoding="utf-8") as f:
+        ours = json.load(f)
+    plot_comparison(
+        {"tfformer": ours, "keras-hub": report.report},
+        os.path.join(args.out, "compare_curves.png"),
+    )
+
+
+if __name__ == "__main__":
+    main()

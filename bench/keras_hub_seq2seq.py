@@ -1,0 +1,173 @@
+"""keras-hub's encoder-decoder, built the way the keras.io keras-hub
+translation example builds it, for the benchmarks and the baseline run.
+
+`keras_hub.layers.TokenAndPositionEmbedding` + `TransformerEncoder` /
+`TransformerDecoder` blocks + a `Dense` output layer. `training_model()` is
+the functional model `model.fit` trains (same input names as tfformer's
+`transformer_seq2seq`: `encoder_token_ids`, `decoder_token_ids`; id 0 is
+padding); `decoder()` is keras-hub's best cached greedy loop: the
+self-attention and cross-attention caches of `TransformerDecoder`, the cross
+cache computed at step 0 and reused, all in one `tf.while_loop`.
+"""
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+
+START = 2
+
+
+def fixed_length(examples, length):
+    """keras.io style: every sequence padded (and cut) to `length`."""
+    features = {
+        name: ids[:, :length].to_tensor(shape=[None, length])
+        for name, ids in examples.features.items()
+    }
+    labels = examples.labels[:, :length].to_tensor(shape=[None, length])
+    return features, labels
+
+
+def padded_dataset(examples, length, batch_size, *, shuffle, seed=0):
+    features, labels = fixed_length(examples, length)
+    ds = tf.data.Dataset.from_tensor_slices((features, labels))
+    if shuffle:
+        ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size, drop_remainder=shuffle).prefetch(tf.data.AUTOTUNE)
+
+
+class KerasHubSeq2Seq:
+    """keras-hub encoder-decoder layers at given sizes."""
+
+    def __init__(
+        self,
+        source_vocabulary,
+        target_vocabulary,
+        *,
+        layers,
+        hidden_dim,
+        heads,
+        intermediate_dim,
+        max_length,
+        dropout=0.0,
+    ):
+        self.heads, self.hidden_dim = heads, hidden_dim
+        self.source_embedding = keras_hub.layers.TokenAndPositionEmbedding(
+            source_vocabulary, max_length, hidden_dim
+        )
+        self.target_embedding = keras_hub.layers.TokenAndPositionEmbedding(
+            target_vocabulary, max_length, hidden_dim
+        )
+        self.encoders = [
+            keras_hub.layers.TransformerEncoder(
+                intermediate_dim, heads, dropout=dropout
+            )
+            for _ in range(layers)
+        ]
+        self.decoders = [
+            keras_hub.layers.TransformerDecoder(
+                intermediate_dim, heads, dropout=dropout
+            )
+            for _ in range(layers)
+        ]
+        self.output_dense = keras.layers.Dense(target_vocabulary)
+        source = np.ones((1, 4), "int32")
+        self.decode_full(source, source)  # builds every layer
+
+    def encode(self, source, training=None):
+        x = self.source_embedding(source)
+        for block in self.encoders:
+            x = block(x, padding_mask=source != 0, training=training)
+        return x
+
+    def decode_full(self, source, target, training=None):
+        """Teacher-forced logits `(batch, target_length, vocabulary)`."""
+        encoded = self.encode(source, training)
+        y = self.target_embedding(target)
+        for block in self.decoders:
+            y = block(
+                y,
+                encoded,
+                decoder_padding_mask=target != 0,
+                encoder_padding_mask=source != 0,
+                training=training,
+            )
+        return self.output_dense(y)
+
+    def training_model(self):
+        source = keras.Input((None,), dtype="int32", name="encoder_token_ids")
+        target = keras.Input((None,), dtype="int32", name="decoder_token_ids")
+        logits = self.decode_full(source, target)
+        return keras.Model(
+            {"encoder_token_ids": source, "decoder_token_ids": target}, logits
+        )
+
+    def decoder(self, length, jit_compile, start_id=START, mask_source=True):
+        """A `tf.function`: source ids `(batch, S)` -> greedy ids `(batch, length)`
+        (start token first). It always runs `length - 1` steps; greedy tokens
+        before an end token do not depend on what follows it. `mask_source`
+        keeps cross-attention off source padding (bench/decode.py's sources
+        have none and leave it out)."""
+        heads = self.heads
+        head_dim = self.hidden_dim // heads
+
+        def decode(source):
+            batch = tf.shape(source)[0]
+            encoded = self.encode(source)
+            source_mask = source != 0 if mask_source else None
+            source_length = tf.shape(source)[1]
+            caches = [
+                tf.zeros([batch, 2, length, heads, head_dim]) for _ in self.decoders
+            ]
+            cross = [
+                tf.zeros([batch, 2, source_length, heads, head_dim])
+                for _ in self.decoders
+            ]
+            tokens = tf.concat(
+                [
+                    tf.fill([batch, 1], start_id),
+                    tf.zeros([batch, length - 1], tf.int32),
+                ],
+                1,
+            )
+
+            def step(i, token, caches, cross, cross_index):
+                x = self.target_embedding(token, start_index=i)
+                new_caches, new_cross = [], []
+                for block, cache, cross_cache in zip(
+                    self.decoders, caches, cross, strict=True
+                ):
+                    x, cache, cross_cache = block(
+                        x,
+                        encoded,
+                        encoder_padding_mask=source_mask,
+                        self_attention_cache=cache,
+                        self_attention_cache_update_index=i,
+                        cross_attention_cache=cross_cache,
+                        cross_attention_cache_update_index=cross_index,
+                    )
+                    new_caches.append(cache)
+                    new_cross.append(cross_cache)
+                logits = self.output_dense(x)[:, -1]
+                return (
+                    tf.argmax(logits, -1, output_type=tf.int32),
+                    new_caches,
+                    new_cross,
+                )
+
+            # Step 0 computes the cross-attention caches; later steps reuse them.
+            next_ids, caches, cross = step(0, tokens[:, :1], caches, cross, 0)
+            hot = tf.cast(tf.range(length)[None, :] == 1, tf.int32)
+            tokens = tokens + hot * next_ids[:, None]
+
+            def body(i, tokens, caches):
+                next_ids, caches, _ = step(i, tokens[:, i : i + 1], caches, cross, None)
+                hot = tf.cast(tf.range(length)[None, :] == i + 1, tf.int32)
+                return i + 1, tokens + hot * next_ids[:, None], caches
+
+            _, tokens, _ = tf.while_loop(
+                lambda i, t, c: i < length - 1, body, (tf.constant(1), tokens, caches)
+            )
+            return tokens
+
+        return tf.function(decode, jit_compile=jit_compile, autograph=False)

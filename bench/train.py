@@ -1,0 +1,295 @@
+"""Training speed: real (non-padding) target tokens per second of `model.fit`,
+tfformer against keras-hub at the same sizes, data and batch size.
+
+The data is a fixed pool of Multi30k De->En training pairs (the
+`translate_de_en` config, its vocabulary read from `--run` or learned), and
+the model is that config's `transformer_small` (3+3 layers, d_model 256,
+8 heads, FFN 1024). Every contender trains with the same optimizer, schedule,
+label-smoothed masked loss and batch size, under XLA (`jit_compile=True`):
+
+- tfformer / bucketed: tfformer's model and pipeline (`training_stream`:
+  batches of similar lengths, padded to the smallest of the config's buckets).
+- keras-hub / fixed: `keras_hub.layers` TransformerEncoder/Decoder, every
+  sequence padded to the fixed `max_length`, as in the keras.io keras-hub
+  translation example.
+- keras-hub / bucketed and tfformer / fixed: each model on the other's
+  pipeline, to tell the model's share of the speed-up from the pipeline's.
+
+Each contender first compiles by training one pass over the pool; then the
+contenders alternate, each timing one pass (`model.fit`, the batches cached
+in memory) per repeat. Reported: medians and (min-max) of real target tokens
+per second, and model FLOPs utilisation (MFU): the useful training FLOPs of
+the real tokens (3x the forward matmul FLOPs of the unpadded sequences) per
+second, divided by the float32 (or bfloat16) matmul peak measured in the same
+run. `--precision mixed_bfloat16` repeats it under Keras's mixed_bfloat16
+policy.
+
+Usage: `python bench/train.py [--run DIR] [--sentences 640] [--repeats 3]
+[--precision float32,mixed_bfloat16] [--output bench/results/train.json]`
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import keras_hub
+import numpy as np
+import tensorflow as tf
+from keras_hub_baseline import build_keras_hub
+from keras_hub_seq2seq import padded_dataset
+
+from training import pipeline
+from training.config import load_config
+from training.data import build_dataset
+from training.pipeline import Examples
+from training.trainer import build_model, compile_model, dtype_policy, model_sizes
+
+CONFIG = os.path.join("training", "configs", "translate_de_en.json")
+
+
+def matmul_peak(dtype, n=1024, repeats=20):
+    """Median FLOP/s of an XLA-compiled n x n x n matmul in `dtype`."""
+    a = tf.random.normal([n, n], dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
+    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
+    matmul(a, b).numpy()
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        matmul(a, b).numpy()
+        times.append(time.perf_counter() - began)
+    return 2 * n**3 / statistics.median(times)
+
+
+def training_flops(source_lengths, target_lengths, sizes, target_vocabulary):
+    """Useful training FLOPs of the unpadded examples: 3x forward, forward =
+    2x the multiply-adds of every matmul (attention scores and values
+    included, full rather than causal, as PaLM's MFU counts them)."""
+    s = np.asarray(source_lengths, np.float64)
+    t = np.asarray(target_lengths, np.float64)
+    d, ff = sizes["hidden_dim"], sizes["intermediate_dim"]
+    encoder = sizes["num_encoder_layers"] * (
+        s * (4 * d * d + 2 * d * ff) + 2 * s * s * d
+    )
+    decoder = sizes["num_decoder_layers"] * (
+        t * (4 * d * d + 2 * t * d)  # self-attention
+        + t * 2 * d * d
+        + s * 2 * d * d
+        + 2 * t * s * d  # cross-attention
+        + t * 2 * d * ff
+    )
+    logits = t * d * target_vocabulary
+    return float(np.sum(3 * 2 * (encoder + decoder + logits)))
+
+
+def subset(examples, count):
+    return Examples(
+        {k: v[:count] for k, v in examples.features.items()},
+        examples.labels[:count],
+        examples.lengths[:count],
+    )
+
+
+def cached(dataset, steps):
+    """The first `steps` batches, held in memory, repeated; and the real
+    (non-padding) source and target lengths of their rows."""
+    batches = dataset.take(steps).cache()
+    source, target = [], []
+    for batch in batches:
+        source.append(np.sum(batch[0]["encoder_token_ids"].numpy() != 0, axis=1))
+        target.append(np.sum(batch[1].numpy() != 0, axis=1))
+    return batches.repeat(), np.concatenate(source), np.concatenate(target)
+
+
+def bucketed(pool, data, batch_size):
+    steps = pipeline.batches_per_epoch(pool.lengths, data.bucket_lengths, batch_size)
+    stream = pipeline.training_stream(
+        pool,
+        batch_size=batch_size,
+        bucket_lengths=data.bucket_lengths,
+        steps_per_epoch=steps,
+        seed=0,
+    )
+    return (stream, steps)
+
+
+def fixed(pool, length, batch_size):
+    steps = len(pool) // batch_size
+    return (padded_dataset(pool, length, batch_size, shuffle=False), steps)
+
+
+# All four in float32; the two that matter under mixed_bfloat16 (this CPU has
+# no native bfloat16, so that run only shows what the policy costs here).
+CONTENDERS = {
+    "float32": (
+        ("tfformer", "bucketed"),
+        ("keras_hub", "fixed"),
+        ("keras_hub", "bucketed"),
+        ("tfformer", "fixed"),
+    ),
+    "mixed_bfloat16": (("tfformer", "bucketed"), ("keras_hub", "fixed")),
+}
+
+
+def contenders(config, data, pool, precision):
+    t = config.train
+    sizes = model_sizes(config.model)
+    vocabulary = data.tokenizers["target"].vocabulary_size
+    pipelines = {
+        "bucketed": bucketed(pool, data, t.batch_size),
+        "fixed": fixed(pool, config.data.max_length, t.batch_size),
+    }
+    out = {}
+    for library, pipe in CONTENDERS[precision]:
+        keras.utils.set_random_seed(0)
+        with dtype_policy(precision):
+            if library == "tfformer":
+                model = build_model(config, data)
+            else:
+                model = build_keras_hub(config, data).training_model()
+            model = compile_model(model, config)
+        dataset, steps = pipelines[pipe]
+        dataset, source, target = cached(dataset, steps)
+        out[(library, pipe)] = dict(
+            model=model,
+            dataset=dataset,
+            steps=steps,
+            tokens=int(target.sum()),
+            flops=training_flops(source, target, sizes, vocabulary),
+        )
+    return out
+
+
+def fit_seconds(entry):
+    began = time.perf_counter()
+    entry["model"].fit(
+        entry["dataset"], steps_per_epoch=entry["steps"], epochs=1, verbose=0
+    )
+    return time.perf_counter() - began
+
+
+def measure(entries, repeats, progress=print):
+    """Compiles each contender (one pass), then times `repeats` passes of
+    each, alternating."""
+    for (library, pipe), e in entries.items():
+        progress(f"  compiled {library}/{pipe} in {fit_seconds(e):.0f} s")
+        e["seconds"] = []
+    for r in range(repeats):
+        for (library, pipe), e in entries.items():
+            e["seconds"].append(fit_seconds(e))
+            progress(
+                f"  repeat {r + 1}/{repeats} {library}/{pipe}: "
+                f"{e['tokens'] / e['seconds'][-1]:.0f} real tokens/s"
+            )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--run", help="a translate_de_en run directory (its vocabulary)")
+    p.add_argument("--sentences", type=int, default=960)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--bf16-repeats", type=int, default=2)
+    p.add_argument("--precision", default="float32,mixed_bfloat16")
+    p.add_argument("--output", default="bench/results/train.json")
+    args = p.parse_args()
+    if args.sentences < 64 or min(args.repeats, args.bf16_repeats) < 1:
+        p.error("--sentences must be at least 64 and the repeats at least 1.")
+    unknown = set(args.precision.split(",")) - set(CONTENDERS)
+    if unknown:
+        p.error(f"--precision takes {sorted(CONTENDERS)}. Received: {sorted(unknown)}")
+    config = load_config(CONFIG)
+    if not os.path.exists(config.data.source_path.format(split="train")):
+        print(f"Multi30k not found ({config.data.source_path}); nothing to measure.")
+        return 0
+    directory = args.run or tempfile.mkdtemp(prefix="bench-train-")
+    data = build_dataset(config.data, directory)
+    pool = subset(data.examples["train"], args.sentences)
+    peaks = {
+        "float32": matmul_peak(tf.float32),
+        "mixed_bfloat16": matmul_peak(tf.bfloat16),
+    }
+    print(
+        "matmul peak (1024^3, XLA): "
+        + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items())
+    )
+    rows = []
+    for precision in args.precision.split(","):
+        print(f"{precision}:")
+        entries = contenders(config, data, pool, precision)
+        repeats = args.repeats if precision == "float32" else args.bf16_repeats
+        measure(entries, repeats)
+        for (library, pipe), e in entries.items():
+            seconds = e["seconds"]
+            median = statistics.median(seconds)
+            rows.append(
+                dict(
+                    library=library,
+                    pipeline=pipe,
+                    precision=precision,
+                    steps=e["steps"],
+                    real_tokens=e["tokens"],
+                    seconds_median=median,
+                    seconds=seconds,
+                    tokens_per_second=e["tokens"] / median,
+                    tokens_per_second_min=e["tokens"] / max(seconds),
+                    tokens_per_second_max=e["tokens"] / min(seconds),
+                    useful_flops=e["flops"],
+                    mfu=e["flops"] / median / peaks[precision],
+                )
+            )
+    base = {
+        r["precision"]: r
+        for r in rows
+        if r["library"] == "keras_hub" and r["pipeline"] == "fixed"
+    }
+    print(
+        f"\n{'library':<10} {'pipeline':<9} {'precision':<15} "
+        f"{'real tok/s (min-max)':<24} {'MFU':>6} {'vs keras-hub':>12}"
+    )
+    for r in rows:
+        r["vs_keras_hub_fixed"] = (
+            r["tokens_per_second"] / base[r["precision"]]["tokens_per_second"]
+        )
+        spread = f"{r['tokens_per_second']:.0f} ({r['tokens_per_second_min']:.0f}-"
+        spread += f"{r['tokens_per_second_max']:.0f})"
+        print(
+            f"{r['library']:<10} {r['pipeline']:<9} {r['precision']:<15} "
+            f"{spread:<24} {r['mfu']:>6.1%} {r['vs_keras_hub_fixed']:>11.2f}x"
+        )
+    result = dict(
+        machine=dict(
+            platform=platform.platform(),
+            processor=platform.processor(),
+            cpus=os.cpu_count(),
+            python=sys.version.split()[0],
+            tensorflow=tf.__version__,
+            keras=keras.__version__,
+            keras_hub=keras_hub.__version__,
+        ),
+        command=" ".join(sys.argv),
+        sentences=args.sentences,
+        repeats=args.repeats,
+        batch_size=config.train.batch_size,
+        bucket_lengths=list(data.bucket_lengths),
+        max_length=config.data.max_length,
+        sizes=model_sizes(config.model),
+        matmul_peak_flops=peaks,
+        rows=rows,
+    )
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    print(f"Wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
