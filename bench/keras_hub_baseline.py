@@ -93,7 +93,7 @@ def plot_comparison(reports, path):
             values = [e[metric] for e in report["epochs"]]
             axis.plot(minutes, values, "-o", label=name)
             axis.set_xlabel("training minutes (validation excluded)")
-            axis.set_title(f"Multi30k {metric} (masked, label-smoothed loss)")
+            axis.set_title(f"Multi30k {metric}")
             axis.grid(alpha=0.3)
             axis.legend()
     figure.tight_layout()

@@ -167,14 +167,13 @@ def test_scores(translator, pairs, progress=print):
 
 
 def side_by_side(rows, show):
-    width = max(12, *(len(r[0]) for r in rows[:show]))
     lines = []
     for source, reference, keras_, saved, lite in rows[:show]:
         lines.append(f"  {source}")
-        lines.append(f"  {'':{width}}  reference   {reference}")
+        lines.append(f"      {'reference':<11} {reference}")
         for name, text in (("Keras", keras_), ("SavedModel", saved), ("TFLite", lite)):
             mark = "" if text == keras_ else "   (differs from Keras)"
-            lines.append(f"  {'':{width}}  {name:<11} {text}{mark}")
+            lines.append(f"      {name:<11} {text}{mark}")
     return "\n".join(lines)
 
 
