@@ -235,3 +235,23 @@ class TimeBudget(keras.callbacks.Callback):
         if self.seconds is not None and self.clock() - self.started >= self.seconds:
             self.exhausted = True
             self.model.stop_training = True
+
+
+class AveragedWeights(keras.callbacks.SwapEMAWeights):
+    """Puts the optimizer's moving average of the weights in the model for
+    validation and for the epoch-end callbacks after this one (the best model,
+    the report), and leaves it there when training ends.
+
+    Keras's `SwapEMAWeights(swap_on_epoch=True)` leaves the average in place
+    only when the last scheduled epoch ends. A run cut short (the time budget,
+    early stopping) ended with the raw weights instead, because `fit`'s final
+    `finalize_variable_values` then copies the swapped-out raw weights back.
+    """
+
+    def __init__(self):
+        super().__init__(swap_on_epoch=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch, logs)
+        if self.model.stop_training and epoch != self.params["epochs"] - 1:
+            self._finalize_ema_values()

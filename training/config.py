@@ -73,6 +73,10 @@ class ModelConfig:
     dropout: float = -1.0
     # seq2seq: none, decoder (tie decoder input and output), all (one vocabulary).
     tie_embeddings: Literal["none", "decoder", "all"] = "decoder"
+    # seq2seq: sinusoidal (the paper) or learned position vectors, and whether
+    # token embeddings are multiplied by sqrt(hidden_dim) (the paper).
+    position: Literal["sinusoidal", "learned"] = "sinusoidal"
+    scale_embeddings: bool = True
 
 
 @dataclasses.dataclass
@@ -93,6 +97,11 @@ class TrainConfig:
     epsilon: float = 1e-9
     clipnorm: float = 0.0
     label_smoothing: float = 0.1
+    # Polyak averaging: > 0 keeps an exponential moving average of the weights
+    # with this momentum (0.998 averages over about the last 500 steps).
+    # Validation, best.keras and model.keras then use the average; the backup
+    # keeps the raw weights (and the average, in the optimizer state).
+    ema_momentum: float = 0.0
     # auto | one_device | mirrored | multi_worker | tpu.
     strategy: Literal["auto", "one_device", "mirrored", "multi_worker", "tpu"] = "auto"
     # mirrored: devices to replicate on; empty means every visible GPU.
@@ -289,6 +298,11 @@ def validate(config):
     if t.steps_per_epoch < 0:
         raise ValueError(
             f"train.steps_per_epoch must be >= 0. Received: {t.steps_per_epoch}"
+        )
+    if not 0.0 <= t.ema_momentum < 1.0:
+        raise ValueError(
+            "train.ema_momentum must be in [0, 1) (0 = no averaging). "
+            f"Received: train.ema_momentum={t.ema_momentum}"
         )
     if not 0.0 <= t.label_smoothing < 1.0:
         raise ValueError(

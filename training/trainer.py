@@ -12,6 +12,7 @@ from tfformer.models import PRESETS, bert_classifier, from_preset
 from training import pipeline
 from training.atomic import atomic_write_text
 from training.callbacks import (
+    AveragedWeights,
     BestModel,
     ResumableBackup,
     TimeBudget,
@@ -75,6 +76,8 @@ def build_model(config, data):
             data.tokenizers["source"].vocabulary_size,
             data.tokenizers["target"].vocabulary_size,
             tie_embeddings=m.tie_embeddings,
+            position=m.position,
+            scale_embeddings=m.scale_embeddings,
             **{k: v for k, v in kwargs.items() if k != "tie_embeddings"},
         )
     vocabulary_size = data.tokenizers["text"].vocabulary_size
@@ -96,6 +99,8 @@ def compile_model(model, config):
         beta_2=t.beta_2,
         epsilon=t.epsilon,
         clipnorm=t.clipnorm or None,
+        use_ema=t.ema_momentum > 0,
+        ema_momentum=t.ema_momentum or 0.99,
     )
     if config.model.family == "bert_classifier":
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -291,6 +296,9 @@ def train(config, *, progress=print):
             write=chief,
             extra_state=lambda: {"best_val_loss": best.best},
         ),
+        # After the backup (raw weights), before everything that validates or
+        # saves the model (averaged weights).
+        *([AveragedWeights()] if t.ema_momentum else []),
         best,
         report,
     ]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from training.callbacks import (
+    AveragedWeights,
     BestModel,
     ResumableBackup,
     TimeBudget,
@@ -125,3 +126,71 @@ def test_time_budget_stops_after_the_batch_that_used_it_up():
     unlimited = TimeBudget(minutes=0, clock=clock)
     fit(small_model(), steps=4, callbacks=[unlimited])
     assert not unlimited.exhausted
+
+
+class RawWeights(keras.callbacks.Callback):
+    """Records the (raw) kernel after every optimizer step."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.kernels.append(np.array(self.model.layers[0].kernel.numpy()))
+
+
+class StopAt(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            self.model.stop_training = True
+
+
+def ema(kernels, momentum):
+    # Keras: the first step copies the weights, then avg = m avg + (1 - m) w.
+    average = kernels[0]
+    for kernel in kernels[1:]:
+        average = momentum * average + (1 - momentum) * kernel
+    return average
+
+
+@pytest.mark.parametrize("stop_at", [None, 6])
+def test_averaged_weights_stay_in_the_model_after_training(stop_at):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1, use_ema=True, ema_momentum=0.5), "mse")
+    raw = RawWeights()
+    validated = []
+    check = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: validated.append(
+            (logs["val_loss"], model.layers[0].kernel.numpy().copy())
+        )
+    )
+    extra = [StopAt(stop_at)] if stop_at else []
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    y = np.ones((16, 2), "float32")
+    model.fit(
+        x,
+        y,
+        batch_size=4,
+        epochs=3,
+        validation_data=(x, y),
+        callbacks=[raw, *extra, AveragedWeights(), check],
+        verbose=0,
+    )
+    steps = stop_at or 12
+    assert len(raw.kernels) == steps
+    expected = ema(raw.kernels, 0.5)
+    assert not np.allclose(expected, raw.kernels[-1], atol=1e-3)
+    # Cut short (stop_at=6, in the second epoch) too: the average, not the
+    # raw weights, is what training leaves behind.
+    np.testing.assert_allclose(model.layers[0].kernel.numpy(), expected, rtol=1e-5)
+    # Callbacks after AveragedWeights and validation see the average.
+    val_loss, kernel = validated[-1]
+    np.testing.assert_allclose(kernel, expected, rtol=1e-5)
+    bias = model.layers[0].bias.numpy()
+    np.testing.assert_allclose(
+        val_loss, np.mean((x @ expected + bias - y) ** 2), rtol=1e-4
+    )

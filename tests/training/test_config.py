@@ -83,6 +83,9 @@ def test_overrides_are_typed():
         ),
         ({"train": {"precision": "float64"}}, ValueError, r"train\.precision"),
         ({"train": {"label_smoothing": 1.5}}, ValueError, r"train\.label_smoothing"),
+        ({"train": {"ema_momentum": 1.0}}, ValueError, r"train\.ema_momentum.*1\.0"),
+        ({"model": {"position": "rotary"}}, ValueError, r"model\.position.*rotary"),
+        ({"model": {"scale_embeddings": 1}}, TypeError, r"model\.scale_embeddings"),
         ({"data": {"bucket_lengths": [32, 16]}}, ValueError, r"data\.bucket_lengths"),
         ({"data": {"task": "parallel_text"}}, ValueError, r"needs data\.source_path"),
         (

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from training import pipeline
+from training.callbacks import restore_backup
 from training.config import load_config
 from training.data import build_dataset
 from training.trainer import build_model, compile_model, train
@@ -222,3 +223,35 @@ def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
             "train.devices=/cpu:0,/cpu:1",
         )
     assert not os.path.exists(tmp_path / "run" / "model.keras")
+
+
+def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
+    config = tiny_config(
+        tmp_path,
+        "train.ema_momentum=0.9",
+        "train.evaluate_exact_match=false",
+        "model.position=learned",
+        "model.scale_embeddings=false",
+        "model.tie_embeddings=none",
+    )
+    result = train(config, progress=lambda *_: None)
+    out = config.train.output_dir
+    saved = keras.saving.load_model(os.path.join(out, "model.keras"))
+    embedding = saved.get_layer("decoder_embedding")
+    assert embedding.position == "learned"
+    assert embedding.scale_embeddings is False
+    assert embedding.tie_weights is False
+    # The backup holds the raw weights and, in the optimizer, their average
+    # (taken before the average is swapped in at the end of the epoch).
+    data = build_dataset(config.data, out, progress=lambda *_: None)
+    backup = compile_model(build_model(config, data), config)
+    restore_backup(backup, os.path.join(out, "backup"))
+    averages = backup.optimizer._model_variables_moving_average
+    raw = [v.numpy() for v in backup.trainable_variables]
+    kept = [v.numpy() for v in saved.trainable_variables]
+    assert len(averages) == len(kept) == len(raw)
+    for average, value in zip(averages, kept, strict=True):
+        np.testing.assert_allclose(value, average.numpy(), atol=1e-6)
+    assert any(not np.allclose(r, k, atol=1e-4) for r, k in zip(raw, kept, strict=True))
+    for a, b in zip(result.model.trainable_variables, kept, strict=True):
+        np.testing.assert_allclose(a.numpy(), b, atol=1e-6)

@@ -26,6 +26,7 @@ def transformer_seq2seq(
     dropout=0.1,
     max_sequence_length=256,
     position="sinusoidal",
+    scale_embeddings=True,
     tie_embeddings="decoder",
     normalize_first=False,
     activation="relu",
@@ -53,6 +54,8 @@ def transformer_seq2seq(
         dropout: P_drop, on embeddings, sublayer outputs and attention.
         max_sequence_length: longest sequence (learned positions need it).
         position: "sinusoidal" or "learned".
+        scale_embeddings: multiply token embeddings by sqrt(d_model) (the
+            paper). keras-hub's TokenAndPositionEmbedding does not.
         tie_embeddings: "decoder" shares the decoder's embedding and output
             projection (the paper); "all" also shares it with the encoder
             (needs one joint vocabulary); "none" shares nothing.
@@ -94,6 +97,7 @@ def transformer_seq2seq(
             hidden_dim,
             sequence_length=max_sequence_length,
             position=position,
+            scale_embeddings=scale_embeddings,
             tie_weights=tie_weights,
             mask_zero=True,
             name=layer_name,
