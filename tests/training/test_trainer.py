@@ -225,6 +225,15 @@ def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
     assert not os.path.exists(tmp_path / "run" / "model.keras")
 
 
+def test_learning_a_vocabulary_reports_progress(tmp_path):
+    messages = []
+    data = build_dataset(tiny_config(tmp_path).data, None, progress=messages.append)
+    size = data.tokenizers["source"].vocabulary_size
+    assert messages[0].startswith("Tokenizer (source): learning 300 WordPiece tokens")
+    assert messages[1].startswith(f"Tokenizer (source): {size} tokens in ")
+    assert messages[2].startswith("Tokenizer (target): learning")
+
+
 def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     config = tiny_config(
         tmp_path,
@@ -243,7 +252,9 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     assert embedding.tie_weights is False
     # The backup holds the raw weights and, in the optimizer, their average
     # (taken before the average is swapped in at the end of the epoch).
-    data = build_dataset(config.data, out, progress=lambda *_: None)
+    messages = []
+    data = build_dataset(config.data, out, progress=messages.append)
+    assert f"Tokenizer (target): reusing {out}/target_vocab.txt" in messages
     backup = compile_model(build_model(config, data), config)
     restore_backup(backup, os.path.join(out, "backup"))
     averages = backup.optimizer._model_variables_moving_average
