@@ -299,6 +299,13 @@ def validate(config):
         raise ValueError(
             f"train.steps_per_epoch must be >= 0. Received: {t.steps_per_epoch}"
         )
+    if m.family != "seq2seq" and (m.position != "sinusoidal" or not m.scale_embeddings):
+        raise ValueError(
+            "model.position and model.scale_embeddings apply to the seq2seq "
+            f"family only (the {m.family} presets fix their own). Received: "
+            f"model.position={m.position!r}, "
+            f"model.scale_embeddings={m.scale_embeddings}"
+        )
     if not 0.0 <= t.ema_momentum < 1.0:
         raise ValueError(
             "train.ema_momentum must be in [0, 1) (0 = no averaging). "

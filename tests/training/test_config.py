@@ -86,6 +86,14 @@ def test_overrides_are_typed():
         ({"train": {"ema_momentum": 1.0}}, ValueError, r"train\.ema_momentum.*1\.0"),
         ({"model": {"position": "rotary"}}, ValueError, r"model\.position.*rotary"),
         ({"model": {"scale_embeddings": 1}}, TypeError, r"model\.scale_embeddings"),
+        (
+            {
+                "model": {"family": "gpt", "preset": "gpt_tiny", "position": "learned"},
+                "data": {"task": "text", "text_path": "x"},
+            },
+            ValueError,
+            r"seq2seq family only.*model\.position='learned'",
+        ),
         ({"data": {"bucket_lengths": [32, 16]}}, ValueError, r"data\.bucket_lengths"),
         ({"data": {"task": "parallel_text"}}, ValueError, r"needs data\.source_path"),
         (
