@@ -100,10 +100,9 @@ def subset(examples, count):
 
 
 def cached(dataset, steps):
-    """The first `steps` batches, held in memory as a fresh, finite dataset
-    for every `fit` (a `cache().repeat()` dataset shared by successive `fit`
-    calls stalled for exactly 10.24 s or 40.96 s per pass after the first);
-    and the real (non-padding) source and target lengths of their rows."""
+    """The first `steps` batches, held in memory, as a function that makes a
+    fresh finite dataset of them for each `fit`; and the real (non-padding)
+    source and target lengths of their rows, per batch."""
     batches = list(dataset.take(steps))
     if len(batches) < 2:
         raise ValueError(
@@ -195,9 +194,9 @@ class BatchClock(keras.callbacks.Callback):
 
 def fit_seconds(entry):
     """Seconds of batches 2..N of one pass, timed inside `fit`; and of the
-    whole `fit` call. Passes after the first used to take exactly 10.24 s or
-    40.96 s whatever the model, in `fit` but outside its batches, so the
-    figures come from the batches."""
+    whole `fit` call. Many `fit` calls spend about 10 s or 41 s outside their
+    batches, whatever the model (cause not found), so the figures come from
+    the batches."""
     clock = BatchClock()
     began = time.perf_counter()
     entry["model"].fit(entry["dataset"](), epochs=1, verbose=0, callbacks=[clock])
