@@ -10,16 +10,21 @@ is built as the keras.io keras-hub translation example builds it:
 batched. To compare models and not optimisers, it trains with tfformer's
 optimizer, schedule, label-smoothed loss and batch size (from the run's
 config), and XLA (`jit_compile=True`). It decodes greedily with keras-hub's
-self- and cross-attention caches (`bench/keras_hub_seq2seq.py`); keras-hub
-has no encoder-decoder beam search with a length penalty.
+self- and cross-attention caches (`bench/keras_hub_seq2seq.py`) and, with
+`--beam N`, also with `keras_hub.samplers.BeamSampler(num_beams=N)` over the
+same caches (keras-hub's generic beam search: no length penalty, ranked by
+summed log-probability).
 
 Usage:
   python bench/keras_hub_baseline.py --run runs/translate_de_en \
-      --minutes 60 --out runs/keras_hub_de_en
+      --minutes 60 --out runs/keras_hub_de_en [--beam 4]
+  # decode again with the saved weights, no training:
+  python bench/keras_hub_baseline.py --run runs/translate_de_en \
+      --out runs/keras_hub_de_en --decode-only --beam 4
 
 Writes `<out>/metrics.json` (epochs, real tokens/s), `training_curves.png`,
-`model.weights.h5` and `test_greedy.json` (sacreBLEU and chrF, cased and
-lowercased, with signatures).
+`model.weights.h5`, `test_greedy.json` and `test_beam<N>.json` (sacreBLEU
+and chrF, cased and lowercased, with signatures).
 """
 
 import argparse
@@ -64,8 +69,11 @@ def cut_after_end(ids):
     return np.where(ended > 0, 0, ids)
 
 
-def translate(hub, data, sentences, length, batch_size=32):
-    decode = hub.decoder(length, jit_compile=False)
+def translate(hub, data, sentences, length, batch_size=32, beam=None):
+    if beam is None:
+        decode = hub.decoder(length, jit_compile=False)
+    else:
+        decode = hub.beam_decoder(length, beam, END)
     source_tokenizer = data.tokenizers["source"]
     target_tokenizer = data.tokenizers["target"]
     out = []
@@ -76,6 +84,8 @@ def translate(hub, data, sentences, length, batch_size=32):
         )
         tokens = cut_after_end(decode(ids).numpy())
         out += [t.decode("utf-8") for t in target_tokenizer.detokenize(tokens).numpy()]
+        print(f"  {len(out)}/{len(sentences)} sentences", end="\r", flush=True)
+    print()
     return out
 
 
@@ -101,15 +111,48 @@ def plot_comparison(reports, path):
     plt.close(figure)
 
 
+def evaluate(hub, data, pairs, length, path, beam=None, extra=None):
+    """Translates `pairs`, scores them and writes the scores to `path`."""
+    name = "greedy" if beam is None else f"beam {beam} (keras_hub.samplers.BeamSampler)"
+    print(f"Translating {len(pairs)} test sentences, {name}", flush=True)
+    began = time.perf_counter()
+    hypotheses = translate(hub, data, [s for s, _ in pairs], length, beam=beam)
+    seconds = time.perf_counter() - began
+    scores = score_translations(hypotheses, [r for _, r in pairs])
+    scores.update(
+        decoding=name,
+        sentences=len(pairs),
+        decode_seconds=round(seconds, 1),
+        **(extra or {}),
+        examples=[
+            {"source": s, "reference": r, "translation": h}
+            for (s, r), h in list(zip(pairs, hypotheses, strict=True))[:5]
+        ],
+    )
+    atomic_write_text(path, json.dumps(scores, indent=2))
+    print(json.dumps({k: v for k, v in scores.items() if k != "examples"}, indent=2))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a finished tfformer-train run")
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--out", required=True)
     p.add_argument("--limit", type=int, help="test sentences (default: all)")
+    p.add_argument("--beam", type=int, help="also decode with BeamSampler(N)")
+    p.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="load <out>/model.weights.h5 instead of training",
+    )
     args = p.parse_args()
     if args.minutes <= 0:
         p.error(f"--minutes must be positive. Received: {args.minutes}")
+    if args.beam is not None and args.beam < 1:
+        p.error(f"--beam must be >= 1. Received: {args.beam}")
+    weights = os.path.join(args.out, "model.weights.h5")
+    if args.decode_only and not os.path.exists(weights):
+        p.error(f"--decode-only needs {weights}, which does not exist")
     config = load_config(os.path.join(args.run, "config.json"))
     os.makedirs(args.out, exist_ok=True)
     data = build_dataset(config.data, args.run)
@@ -118,6 +161,24 @@ def main():
     hub = build_keras_hub(config, data)
     model = compile_model(hub.training_model(), config)
     print(f"keras-hub model: {model.count_params():,} parameters")
+    pairs = data.raw["test"][: args.limit]
+    if args.decode_only:
+        model.load_weights(weights)
+    else:
+        train_and_evaluate(args, config, data, hub, model, pairs, weights)
+    if args.beam is not None:
+        evaluate(
+            hub,
+            data,
+            pairs,
+            length,
+            os.path.join(args.out, f"test_beam{args.beam}.json"),
+            beam=args.beam,
+        )
+
+
+def train_and_evaluate(args, config, data, hub, model, pairs, weights):
+    length, t = config.data.max_length, config.train
     train = padded_dataset(data.examples["train"], length, t.batch_size, shuffle=True)
     val = padded_dataset(
         data.examples["validation"], length, t.batch_size, shuffle=False
@@ -133,31 +194,21 @@ def main():
         verbose=2,
     )
     train_wall = time.perf_counter() - began
-    model.save_weights(os.path.join(args.out, "model.weights.h5"))
+    model.save_weights(weights)
     plot_training_curves(report.report, os.path.join(args.out, "training_curves.png"))
-
-    pairs = data.raw["test"][: args.limit]
-    print(f"Greedy-translating {len(pairs)} test sentences")
-    began = time.perf_counter()
-    hypotheses = translate(hub, data, [s for s, _ in pairs], length)
-    seconds = time.perf_counter() - began
-    scores = score_translations(hypotheses, [r for _, r in pairs])
-    scores.update(
-        sentences=len(pairs),
-        decode_seconds=round(seconds, 1),
-        global_step=int(model.optimizer.iterations.numpy()),
-        train_wall_seconds=round(train_wall, 1),
-        real_tokens_per_second=report.summary()["real_tokens_per_second"],
-        parameters=model.count_params(),
-        examples=[
-            {"source": s, "reference": r, "translation": h}
-            for (s, r), h in list(zip(pairs, hypotheses, strict=True))[:5]
-        ],
+    evaluate(
+        hub,
+        data,
+        pairs,
+        length,
+        os.path.join(args.out, "test_greedy.json"),
+        extra=dict(
+            global_step=int(model.optimizer.iterations.numpy()),
+            train_wall_seconds=round(train_wall, 1),
+            real_tokens_per_second=report.summary()["real_tokens_per_second"],
+            parameters=model.count_params(),
+        ),
     )
-    atomic_write_text(
-        os.path.join(args.out, "test_greedy.json"), json.dumps(scores, indent=2)
-    )
-    print(json.dumps({k: v for k, v in scores.items() if k != "examples"}, indent=2))
     with open(os.path.join(args.run, "metrics.json"), encoding="utf-8") as f:
         ours = json.load(f)
     plot_comparison(

@@ -7,7 +7,8 @@ the functional model `model.fit` trains (same input names as tfformer's
 `transformer_seq2seq`: `encoder_token_ids`, `decoder_token_ids`; id 0 is
 padding); `decoder()` is keras-hub's best cached greedy loop: the
 self-attention and cross-attention caches of `TransformerDecoder`, the cross
-cache computed at step 0 and reused, all in one `tf.while_loop`.
+cache computed at step 0 and reused, all in one `tf.while_loop`;
+`beam_decoder()` runs `keras_hub.samplers.BeamSampler` over the same caches.
 """
 
 import keras
@@ -171,3 +172,79 @@ class KerasHubSeq2Seq:
             return tokens
 
         return tf.function(decode, jit_compile=jit_compile, autograph=False)
+
+    def beam_decoder(self, length, num_beams, end_id, start_id=START):
+        """A `tf.function`: source ids `(batch, S)` -> ids `(batch, length)`
+        from `keras_hub.samplers.BeamSampler(num_beams)`, as keras-hub offers
+        it: beams ranked by their summed log-probability (no length
+        penalty), a beam that has ended keeps being extended (and scored)
+        until every beam of the batch has an end token. The encoder output,
+        its mask and the cross-attention caches ride in the sampler's cache
+        so that it tiles and reorders them with the beams."""
+        heads = self.heads
+        head_dim = self.hidden_dim // heads
+        sampler = keras_hub.samplers.BeamSampler(num_beams=num_beams)
+
+        def layer_step(position, token, cache, cross_index):
+            x = self.target_embedding(token, start_index=position)
+            new_self, new_cross = [], []
+            for block, self_cache, cross_cache in zip(
+                self.decoders, cache["self"], cache["cross"], strict=True
+            ):
+                x, self_cache, cross_cache = block(
+                    x,
+                    cache["encoded"],
+                    encoder_padding_mask=cache["source_mask"],
+                    self_attention_cache=self_cache,
+                    self_attention_cache_update_index=position,
+                    cross_attention_cache=cross_cache,
+                    cross_attention_cache_update_index=cross_index,
+                )
+                new_self.append(self_cache)
+                new_cross.append(cross_cache)
+            logits = self.output_dense(x)[:, -1]
+            return logits, dict(cache, self=new_self, cross=new_cross)
+
+        def decode(source):
+            batch = tf.shape(source)[0]
+            source_length = tf.shape(source)[1]
+            tokens = tf.concat(
+                [
+                    tf.fill([batch, 1], start_id),
+                    tf.zeros([batch, length - 1], tf.int32),
+                ],
+                1,
+            )
+            cache = dict(
+                encoded=self.encode(source),
+                source_mask=source != 0,
+                self=[
+                    tf.zeros([batch, 2, length, heads, head_dim])
+                    for _ in self.decoders
+                ],
+                cross=[
+                    tf.zeros([batch, 2, source_length, heads, head_dim])
+                    for _ in self.decoders
+                ],
+            )
+            # Fills the cross-attention caches (and position 0 of the self
+            # caches, which the sampler's first step rewrites unchanged).
+            _, cache = layer_step(0, tokens[:, :1], cache, 0)
+
+            def next_fn(prompt, cache, index):
+                token = prompt[:, index - 1 : index]
+                logits, cache = layer_step(index - 1, token, cache, None)
+                return logits, None, cache
+
+            mask = tf.range(length)[None, :] < 1
+            mask = tf.broadcast_to(mask, [batch, length])
+            return sampler(
+                next_fn,
+                tokens,
+                cache=cache,
+                index=1,
+                mask=mask,
+                stop_token_ids=[end_id],
+            )
+
+        return tf.function(decode, jit_compile=False, autograph=False)
