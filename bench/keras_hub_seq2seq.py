@@ -219,8 +219,7 @@ class KerasHubSeq2Seq:
                 encoded=self.encode(source),
                 source_mask=source != 0,
                 self=[
-                    tf.zeros([batch, 2, length, heads, head_dim])
-                    for _ in self.decoders
+                    tf.zeros([batch, 2, length, heads, head_dim]) for _ in self.decoders
                 ],
                 cross=[
                     tf.zeros([batch, 2, source_length, heads, head_dim])
