@@ -24,6 +24,66 @@ MASK_MARGIN = 30.0
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
+@keras.saving.register_keras_serializable(package="tfformer")
+class _PerHeadInitializer(keras.initializers.Initializer):
+    """Draws a 2-D projection kernel as head-split 3-D kernel(s), then
+    flattens and concatenates them along the last axis.
+
+    A fan-based initializer (Glorot, He, LeCun) then counts fans as Keras
+    does for any kernel of rank > 2 (`compute_fans`: the leading axes are a
+    receptive field): a `(features, heads, head_dim)` query/key/value kernel
+    has fan_in = features * heads and fan_out = features * head_dim, a
+    `(heads, head_dim, features)` output kernel fan_in = heads * head_dim
+    and fan_out = heads * features. That is the draw of tf.keras 2's
+    `MultiHeadAttention`, whose `EinsumDense` kernels had those shapes;
+    Keras 3.15's `EinsumDense` passes its input/output axes and draws the
+    larger 2-D one. At d_model 256 and 8 heads the Glorot limit is 0.024
+    (query/key/value) and 0.051 (output) instead of 0.108.
+
+    Measured, not assumed: the Multi30k `translate_de_en` model reaches a
+    validation loss of 3.86 after one epoch with this draw, 4.16 with the
+    2-D one (same seed; BENCHMARKS.md). Initializers without fans
+    (`RandomNormal`, `TruncatedNormal`, ...) draw the same distribution
+    either way.
+    """
+
+    def __init__(self, base, shapes, heads_first=False):
+        self.base = base
+        self.shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)
+        self.heads_first = heads_first
+
+    def __call__(self, shape, dtype=None):
+        parts = []
+        for part_shape in self.shapes:
+            kernel = self.base.clone()(part_shape, dtype=dtype)
+            if self.heads_first:
+                # (heads, head_dim, features) -> (heads * head_dim, features)
+                parts.append(ops.reshape(kernel, (-1, part_shape[-1])))
+            else:
+                # (features, heads, head_dim) -> (features, heads * head_dim)
+                parts.append(ops.reshape(kernel, (part_shape[0], -1)))
+        kernel = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+        if tuple(kernel.shape) != tuple(shape):
+            raise ValueError(
+                f"Internal: per-head kernel shapes {self.shapes} do not make "
+                f"a {tuple(shape)} kernel."
+            )
+        return kernel
+
+    def get_config(self):
+        return {
+            "base": keras.initializers.serialize(self.base),
+            "shapes": [list(s) for s in self.shapes],
+            "heads_first": self.heads_first,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["base"] = keras.initializers.deserialize(config["base"])
+        return cls(**config)
+
+
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention ("Attention Is All You Need", section 3.2).
 
@@ -57,6 +117,9 @@ class MultiHeadAttention(keras.layers.Layer):
         rotary_max_wavelength: if set, apply `RotaryEmbedding` with this base
             to queries and keys (positions offset by `cache_update_index`).
         kernel_initializer, bias_initializer: initializers of the projections.
+            Kernels are drawn per head, `(features, heads, head_dim)`, so a
+            fan-based initializer counts the fans of tf.keras 2's layer
+            (see `_PerHeadInitializer`).
         seed: seed of the attention dropout.
 
     Call arguments:
@@ -144,11 +207,13 @@ class MultiHeadAttention(keras.layers.Layer):
         self._kv_heads = num_key_value_heads or num_heads
         self._inverse_sqrt_key_dim = 1.0 / math.sqrt(key_dim)
 
-    def _dense(self, units, name):
+    def _dense(self, units, name, kernel_shapes, heads_first=False):
         return keras.layers.Dense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer.clone(),
+            kernel_initializer=_PerHeadInitializer(
+                self.kernel_initializer, kernel_shapes, heads_first
+            ),
             bias_initializer=self.bias_initializer.clone(),
             dtype=self.dtype_policy,
             name=name,
@@ -165,20 +230,32 @@ class MultiHeadAttention(keras.layers.Layer):
         q_units = self.num_heads * self.key_dim
         k_units = self._kv_heads * self.key_dim
         v_units = self._kv_heads * self._value_dim
+        # Kernels are drawn with the head-split shapes of Keras's
+        # MultiHeadAttention ((features, heads, head_dim) in, (heads,
+        # head_dim, features) out), so fan-based initializers see its fans.
+        q_shape = (query_shape[-1], self.num_heads, self.key_dim)
+        k_shape = (key_shape[-1], self._kv_heads, self.key_dim)
+        v_shape = (value_shape[-1], self._kv_heads, self._value_dim)
         if self.fused_qkv:
             self.query_key_value_dense = self._dense(
-                q_units + k_units + v_units, "query_key_value"
+                q_units + k_units + v_units,
+                "query_key_value",
+                (q_shape, k_shape, v_shape),
             )
             self.query_key_value_dense.build(query_shape)
         else:
-            self.query_dense = self._dense(q_units, "query")
+            self.query_dense = self._dense(q_units, "query", (q_shape,))
             self.query_dense.build(query_shape)
-            self.key_dense = self._dense(k_units, "key")
+            self.key_dense = self._dense(k_units, "key", (k_shape,))
             self.key_dense.build(key_shape)
-            self.value_dense = self._dense(v_units, "value")
+            self.value_dense = self._dense(v_units, "value", (v_shape,))
             self.value_dense.build(value_shape)
+        output_dim = self.output_dim or query_shape[-1]
         self.output_dense = self._dense(
-            self.output_dim or query_shape[-1], "attention_output"
+            output_dim,
+            "attention_output",
+            ((self.num_heads, self._value_dim, output_dim),),
+            heads_first=True,
         )
         self.output_dense.build((None, None, self.num_heads * self._value_dim))
         self.dropout_layer = keras.layers.Dropout(

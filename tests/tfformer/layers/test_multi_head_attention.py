@@ -333,3 +333,74 @@ def test_bad_call_arguments():
         MultiHeadAttention.from_keras(keras.layers.Dense(3))
     with pytest.raises(ValueError, match="needs a built layer"):
         MultiHeadAttention.from_keras(keras.layers.MultiHeadAttention(2, 4))
+
+
+def _glorot_limit(fan_in, fan_out):
+    return np.sqrt(6.0 / (fan_in + fan_out))
+
+
+def test_glorot_draws_use_the_head_split_fans():
+    # 64 features, 4 heads of 16. Query/key/value kernels are drawn as
+    # (64, 4, 16): fan_in 64 * 4, fan_out 64 * 16 -> limit sqrt(6 / 1280).
+    # The output kernel as (4, 16, 64): fan_in 16 * 4, fan_out 64 * 4 ->
+    # limit sqrt(6 / 320). A plain (64, 64) Dense would give sqrt(6 / 128).
+    keras.utils.set_random_seed(3)
+    layer = MultiHeadAttention(num_heads=4, key_dim=16)
+    layer(_normal(1, 2, 64))
+    expected = {
+        "query_dense": _glorot_limit(256, 1024),
+        "key_dense": _glorot_limit(256, 1024),
+        "value_dense": _glorot_limit(256, 1024),
+        "output_dense": _glorot_limit(64, 256),
+    }
+    for name, limit in expected.items():
+        kernel = keras.ops.convert_to_numpy(getattr(layer, name).kernel)
+        assert kernel.shape == (64, 64)
+        assert np.abs(kernel).max() <= limit
+        # 4,096 uniform draws: the largest is within 0.5% of the limit and
+        # the standard deviation within 3% of limit / sqrt(3).
+        assert np.abs(kernel).max() > 0.995 * limit, name
+        np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.03)
+        # Heads differ: the draw is not one head's block repeated.
+        assert not np.allclose(kernel[:, :16], kernel[:, 16:32])
+
+
+def test_fused_grouped_projection_draws_each_part_with_its_own_fans():
+    keras.utils.set_random_seed(4)
+    layer = MultiHeadAttention(
+        num_heads=4, key_dim=16, num_key_value_heads=1, fused_qkv=True
+    )
+    layer(_normal(1, 2, 64))
+    kernel = keras.ops.convert_to_numpy(layer.query_key_value_dense.kernel)
+    assert kernel.shape == (64, 64 + 16 + 16)
+    query, key_value = kernel[:, :64], kernel[:, 64:]
+    np.testing.assert_allclose(
+        query.std(), _glorot_limit(256, 1024) / np.sqrt(3), rtol=0.03
+    )
+    # One key/value head: (64, 1, 16) -> fan_in 64, fan_out 1024.
+    np.testing.assert_allclose(
+        key_value.std(), _glorot_limit(64, 1024) / np.sqrt(3), rtol=0.05
+    )
+
+
+def test_fan_free_initializers_are_drawn_unchanged():
+    keras.utils.set_random_seed(5)
+    layer = MultiHeadAttention(
+        num_heads=4,
+        key_dim=16,
+        kernel_initializer=keras.initializers.RandomNormal(stddev=0.5),
+    )
+    layer(_normal(1, 2, 64))
+    for name in ("query_dense", "output_dense"):
+        kernel = keras.ops.convert_to_numpy(getattr(layer, name).kernel)
+        np.testing.assert_allclose(kernel.std(), 0.5, rtol=0.04)
+        np.testing.assert_allclose(kernel.mean(), 0.0, atol=0.03)
+
+
+def test_projection_initializer_round_trips_through_its_config():
+    layer = MultiHeadAttention(num_heads=4, key_dim=16)
+    layer(_normal(1, 2, 64))
+    initializer = layer.output_dense.kernel_initializer
+    copy = keras.initializers.deserialize(keras.initializers.serialize(initializer))
+    assert copy.get_config() == initializer.get_config()
+    assert copy((64, 64)).shape == (64, 64)
