@@ -42,14 +42,19 @@ def main(argv=None):
     forward_s = time.perf_counter() - started
     logits = np.asarray(logits)
     print(f"forward pass: logits {logits.shape} in {forward_s * 1000:.0f} ms")
-    # An untrained model should be close to uniform guessing: ln(vocabulary).
+    # Untrained, the loss is above uniform guessing (ln(vocabulary)): the
+    # attention sublayers start small, so each post-norm decoder output is
+    # close to its own input embedding, and the tied output layer mostly
+    # predicts the input token again.
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     labels = np.roll(target, -1, axis=1)
     loss = -np.take_along_axis(log_probs, labels[..., None], -1).mean()
+    copies = (logits.argmax(-1) == target).mean()
     print(
         f"untrained cross-entropy: {loss:.2f} nats/token "
         f"(uniform guessing: ln({args.vocabulary_size}) = "
-        f"{np.log(args.vocabulary_size):.2f})"
+        f"{np.log(args.vocabulary_size):.2f}); predicts its input token "
+        f"{copies:.0%} of the time"
     )
 
     # The same logits, one token at a time through the key/value cache.

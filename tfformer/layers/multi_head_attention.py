@@ -24,7 +24,6 @@ MASK_MARGIN = 30.0
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
-@keras.saving.register_keras_serializable(package="tfformer")
 class _PerHeadInitializer(keras.initializers.Initializer):
     """Draws a 2-D projection kernel as head-split 3-D kernel(s), then
     flattens and concatenates them along the last axis.
@@ -84,6 +83,7 @@ class _PerHeadInitializer(keras.initializers.Initializer):
         return cls(**config)
 
 
+@keras.saving.register_keras_serializable(package="tfformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention ("Attention Is All You Need", section 3.2).
 
