@@ -103,6 +103,28 @@ class KerasHubSeq2Seq:
             {"encoder_token_ids": source, "decoder_token_ids": target}, logits
         )
 
+    def decoder_step(
+        self, position, token, encoded, source_mask, caches, cross, cross_index
+    ):
+        """One cached `TransformerDecoder` step: last-position logits and the
+        updated self- and cross-attention caches (`cross_index` 0 computes
+        the cross caches, None reuses them)."""
+        x = self.target_embedding(token, start_index=position)
+        new_caches, new_cross = [], []
+        for block, cache, cross_cache in zip(self.decoders, caches, cross, strict=True):
+            x, cache, cross_cache = block(
+                x,
+                encoded,
+                encoder_padding_mask=source_mask,
+                self_attention_cache=cache,
+                self_attention_cache_update_index=position,
+                cross_attention_cache=cross_cache,
+                cross_attention_cache_update_index=cross_index,
+            )
+            new_caches.append(cache)
+            new_cross.append(cross_cache)
+        return self.output_dense(x)[:, -1], new_caches, new_cross
+
     def decoder(self, length, jit_compile, start_id=START, mask_source=True):
         """A `tf.function`: source ids `(batch, S)` -> greedy ids `(batch, length)`
         (start token first). It always runs `length - 1` steps; greedy tokens
@@ -133,28 +155,10 @@ class KerasHubSeq2Seq:
             )
 
             def step(i, token, caches, cross, cross_index):
-                x = self.target_embedding(token, start_index=i)
-                new_caches, new_cross = [], []
-                for block, cache, cross_cache in zip(
-                    self.decoders, caches, cross, strict=True
-                ):
-                    x, cache, cross_cache = block(
-                        x,
-                        encoded,
-                        encoder_padding_mask=source_mask,
-                        self_attention_cache=cache,
-                        self_attention_cache_update_index=i,
-                        cross_attention_cache=cross_cache,
-                        cross_attention_cache_update_index=cross_index,
-                    )
-                    new_caches.append(cache)
-                    new_cross.append(cross_cache)
-                logits = self.output_dense(x)[:, -1]
-                return (
-                    tf.argmax(logits, -1, output_type=tf.int32),
-                    new_caches,
-                    new_cross,
+                logits, caches, cross = self.decoder_step(
+                    i, token, encoded, source_mask, caches, cross, cross_index
                 )
+                return tf.argmax(logits, -1, output_type=tf.int32), caches, cross
 
             # Step 0 computes the cross-attention caches; later steps reuse them.
             next_ids, caches, cross = step(0, tokens[:, :1], caches, cross, 0)
@@ -186,23 +190,15 @@ class KerasHubSeq2Seq:
         sampler = keras_hub.samplers.BeamSampler(num_beams=num_beams)
 
         def layer_step(position, token, cache, cross_index):
-            x = self.target_embedding(token, start_index=position)
-            new_self, new_cross = [], []
-            for block, self_cache, cross_cache in zip(
-                self.decoders, cache["self"], cache["cross"], strict=True
-            ):
-                x, self_cache, cross_cache = block(
-                    x,
-                    cache["encoded"],
-                    encoder_padding_mask=cache["source_mask"],
-                    self_attention_cache=self_cache,
-                    self_attention_cache_update_index=position,
-                    cross_attention_cache=cross_cache,
-                    cross_attention_cache_update_index=cross_index,
-                )
-                new_self.append(self_cache)
-                new_cross.append(cross_cache)
-            logits = self.output_dense(x)[:, -1]
+            logits, new_self, new_cross = self.decoder_step(
+                position,
+                token,
+                cache["encoded"],
+                cache["source_mask"],
+                cache["self"],
+                cache["cross"],
+                cross_index,
+            )
             return logits, dict(cache, self=new_self, cross=new_cross)
 
         def decode(source):
