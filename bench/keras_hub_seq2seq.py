@@ -125,34 +125,35 @@ class KerasHubSeq2Seq:
             new_cross.append(cross_cache)
         return self.output_dense(x)[:, -1], new_caches, new_cross
 
+    def _initial_state(self, source, length, start_id):
+        """The start tokens `(batch, length)` (start id, then zeros) and zero
+        self- and cross-attention caches, one per decoder layer."""
+        batch, source_length = tf.shape(source)[0], tf.shape(source)[1]
+        head_dim = self.hidden_dim // self.heads
+        tokens = tf.concat(
+            [tf.fill([batch, 1], start_id), tf.zeros([batch, length - 1], tf.int32)],
+            1,
+        )
+        caches = [
+            tf.zeros([batch, 2, length, self.heads, head_dim]) for _ in self.decoders
+        ]
+        cross = [
+            tf.zeros([batch, 2, source_length, self.heads, head_dim])
+            for _ in self.decoders
+        ]
+        return tokens, caches, cross
+
     def decoder(self, length, jit_compile, start_id=START, mask_source=True):
         """A `tf.function`: source ids `(batch, S)` -> greedy ids `(batch, length)`
         (start token first). It always runs `length - 1` steps; greedy tokens
         before an end token do not depend on what follows it. `mask_source`
         keeps cross-attention off source padding (bench/decode.py's sources
         have none and leave it out)."""
-        heads = self.heads
-        head_dim = self.hidden_dim // heads
 
         def decode(source):
-            batch = tf.shape(source)[0]
             encoded = self.encode(source)
             source_mask = source != 0 if mask_source else None
-            source_length = tf.shape(source)[1]
-            caches = [
-                tf.zeros([batch, 2, length, heads, head_dim]) for _ in self.decoders
-            ]
-            cross = [
-                tf.zeros([batch, 2, source_length, heads, head_dim])
-                for _ in self.decoders
-            ]
-            tokens = tf.concat(
-                [
-                    tf.fill([batch, 1], start_id),
-                    tf.zeros([batch, length - 1], tf.int32),
-                ],
-                1,
-            )
+            tokens, caches, cross = self._initial_state(source, length, start_id)
 
             def step(i, token, caches, cross, cross_index):
                 logits, caches, cross = self.decoder_step(
@@ -185,8 +186,6 @@ class KerasHubSeq2Seq:
         until every beam of the batch has an end token. The encoder output,
         its mask and the cross-attention caches ride in the sampler's cache
         so that it tiles and reorders them with the beams."""
-        heads = self.heads
-        head_dim = self.hidden_dim // heads
         sampler = keras_hub.samplers.BeamSampler(num_beams=num_beams)
 
         def layer_step(position, token, cache, cross_index):
@@ -203,24 +202,12 @@ class KerasHubSeq2Seq:
 
         def decode(source):
             batch = tf.shape(source)[0]
-            source_length = tf.shape(source)[1]
-            tokens = tf.concat(
-                [
-                    tf.fill([batch, 1], start_id),
-                    tf.zeros([batch, length - 1], tf.int32),
-                ],
-                1,
-            )
+            tokens, caches, cross = self._initial_state(source, length, start_id)
             cache = dict(
                 encoded=self.encode(source),
                 source_mask=source != 0,
-                self=[
-                    tf.zeros([batch, 2, length, heads, head_dim]) for _ in self.decoders
-                ],
-                cross=[
-                    tf.zeros([batch, 2, source_length, heads, head_dim])
-                    for _ in self.decoders
-                ],
+                self=caches,
+                cross=cross,
             )
             # Fills the cross-attention caches (and position 0 of the self
             # caches, which the sampler's first step rewrites unchanged).

@@ -230,9 +230,9 @@ class MultiHeadAttention(keras.layers.Layer):
         q_units = self.num_heads * self.key_dim
         k_units = self._kv_heads * self.key_dim
         v_units = self._kv_heads * self._value_dim
-        # Kernels are drawn with the head-split shapes of Keras's
-        # MultiHeadAttention ((features, heads, head_dim) in, (heads,
-        # head_dim, features) out), so fan-based initializers see its fans.
+        # Kernels are drawn with head-split shapes ((features, heads,
+        # head_dim) in, (heads, head_dim, features) out), so fan-based
+        # initializers see tf.keras 2's fans (see _PerHeadInitializer).
         q_shape = (query_shape[-1], self.num_heads, self.key_dim)
         k_shape = (key_shape[-1], self._kv_heads, self.key_dim)
         v_shape = (value_shape[-1], self._kv_heads, self._value_dim)
