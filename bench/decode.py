@@ -14,12 +14,21 @@ The end token is set outside the vocabulary, so every run generates exactly
 - keras-hub: `keras_hub.layers.TransformerEncoder` / `TransformerDecoder` with
   their self-attention and cross-attention caches (cross cache computed at
   step 0, reused after), the best cached path keras-hub offers.
+- weight-streaming floor (a reference, not a decoder): per token, only the
+  matrix-vector products over the float32 weights that a cached decoder step
+  must read (each decoder layer's self-attention Q/K/V/O, cross-attention
+  Q/O and feed-forward kernels, then the tied output projection and an
+  argmax), with no attention, normalization or softmax. At batch 1 that is
+  ~19 MB of weights per token, more than this machine's caches hold, so
+  no float32 cached decoder on the same machine can be much faster. Its
+  ratio to prefix recompute is the ceiling for the cached ratios.
 
 Each runs as an XLA-compiled and as a plain-graph `tf.function`; ratios use
 the faster mode of each. Contenders alternate within each repeat; the
 figures are medians with min and max.
 
-Usage: `python bench/decode.py [--repeats 5] [--output FILE]`.
+Usage: `python bench/decode.py [--repeats 5] [--batches 1,32] [--vocabulary 8000]
+[--output FILE]`.
 """
 
 import argparse
@@ -41,6 +50,20 @@ from tfformer.decoding import Generator
 from tfformer.models import transformer_seq2seq
 
 START = 2
+
+
+def default_sizes(vocabulary=8000):
+    """The benchmark model: translate_de_en.json's transformer_small."""
+    return dict(
+        layers=3,
+        hidden_dim=256,
+        heads=8,
+        intermediate_dim=1024,
+        vocabulary=vocabulary,
+        source_length=32,
+        new_tokens=64,
+        max_length=128,
+    )
 
 
 def build_tfformer(sizes):
@@ -94,12 +117,159 @@ def prefix_recompute_decoder(model, sizes, jit_compile):
     return tf.function(decode, jit_compile=jit_compile, autograph=False)
 
 
+STAGES = ("bias", "layer_norm", "self_attention", "cross_attention", "log_softmax")
+
+
+def weight_floor_decoder(model, sizes, jit_compile=True, stages=()):
+    """Reads every weight a cached step reads, once per token, and by default
+    nothing else: the weight-streaming floor.
+
+    `stages` (names from STAGES) add, one by one, the rest of a decoder
+    step's math, written by hand with the model's weights: the biases; the
+    LayerNorms; self-attention over a `(batch, 2, heads, max_length, d)` cache
+    written at each step and masked to the written slots; cross-attention
+    over a fixed cache (no mask); log-softmax and top-1 instead of argmax.
+    With all stages it is a minimal cached step: no position encoding, no
+    source padding mask, no score or end-of-sequence bookkeeping.
+
+    tanh stands in for the attention the floor leaves out, so XLA cannot
+    re-associate a chain of products into one loop-invariant matrix; the
+    next input is the embedding row of the chosen token, so steps depend on
+    each other as decoding steps do.
+    """
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        raise ValueError(f"stages must come from {STAGES}. Received: {unknown}")
+    names = (
+        "self_attention/query",
+        "self_attention/key",
+        "self_attention/value",
+        "self_attention/attention_output",
+        "cross_attention/query",
+        "cross_attention/attention_output",
+        "ffn/intermediate",
+        "ffn/output",
+        "self_attention_norm",
+        "cross_attention_norm",
+        "ffn_norm",
+    )
+    layers = []
+    for i in range(sizes["layers"]):
+        weights = {w.path: w for w in model.get_layer(f"decoder_block_{i}").weights}
+        layer = {}
+        for name in names:
+            prefix = f"decoder_block_{i}/{name}/"
+            if name.endswith("_norm"):
+                layer[name] = (weights[prefix + "gamma"], weights[prefix + "beta"])
+            else:
+                layer[name] = (weights[prefix + "kernel"], weights[prefix + "bias"])
+        layers.append(layer)
+    embedding = model.get_layer("decoder_embedding").token_embeddings
+    length = sizes["new_tokens"] + 1
+    heads = sizes["heads"]
+    head_dim = sizes["hidden_dim"] // heads
+
+    def dense(layer, name, x):
+        kernel, bias = layer[name]
+        y = tf.matmul(x, kernel)
+        return y + bias if "bias" in stages else y
+
+    def norm(layer, name, x):
+        if "layer_norm" not in stages:
+            return x
+        gamma, beta = layer[name]
+        mean = tf.reduce_mean(x, -1, keepdims=True)
+        variance = tf.reduce_mean(tf.square(x - mean), -1, keepdims=True)
+        return (x - mean) * tf.math.rsqrt(variance + 1e-6) * gamma + beta
+
+    def attend(q, cache, written):
+        # q (B, H*d) against a (B, 2, H, S, d) cache; one query position.
+        q = tf.reshape(q, (-1, heads, 1, head_dim)) * head_dim**-0.5
+        scores = tf.einsum("bhtd,bhsd->bhts", q, cache[:, 0])
+        if written is not None:
+            floor = tf.reduce_min(scores, -1, keepdims=True) - 30.0
+            scores = tf.where(written, scores, floor)
+        weights = tf.nn.softmax(scores, -1)
+        if written is not None:
+            weights = tf.where(written, weights, 0.0)
+        context = tf.einsum("bhts,bhsd->bthd", weights, cache[:, 1])
+        return tf.reshape(context, (-1, heads * head_dim))
+
+    def decode(source):
+        batch = tf.shape(source)[0]
+        cross = tf.random.stateless_normal(
+            (sizes["layers"], batch, 2, heads, sizes["source_length"], head_dim),
+            (1, 2),
+        )
+        caches = tuple(tf.zeros((batch, 2, heads, length, head_dim)) for _ in layers)
+
+        def body(i, tokens, out, caches):
+            x = tf.gather(embedding, tokens)
+            written = tf.range(length)[None, None, None, :] <= i
+            new_caches = []
+            for layer, cache, cross_cache in zip(
+                layers, caches, tf.unstack(cross), strict=True
+            ):
+                q = dense(layer, "self_attention/query", x)
+                k = dense(layer, "self_attention/key", x)
+                v = dense(layer, "self_attention/value", x)
+                if "self_attention" in stages:
+                    new = tf.reshape(tf.stack([k, v], 1), (-1, 2, heads, 1, head_dim))
+                    cache = keras.ops.slice_update(cache, [0, 0, 0, i, 0], new)
+                    h = attend(q, cache, written)
+                else:
+                    h = tf.tanh(q + k + v)
+                new_caches.append(cache)
+                x = norm(
+                    layer,
+                    "self_attention_norm",
+                    x + dense(layer, "self_attention/attention_output", h),
+                )
+                q = dense(layer, "cross_attention/query", x)
+                if "cross_attention" in stages:
+                    h = attend(q, cross_cache, None)
+                else:
+                    h = tf.tanh(q)
+                x = norm(
+                    layer,
+                    "cross_attention_norm",
+                    x + dense(layer, "cross_attention/attention_output", h),
+                )
+                h = tf.nn.relu(dense(layer, "ffn/intermediate", x))
+                x = norm(layer, "ffn_norm", x + dense(layer, "ffn/output", h))
+            logits = tf.matmul(x, embedding, transpose_b=True)
+            if "log_softmax" in stages:
+                top = tf.math.top_k(tf.nn.log_softmax(logits), 1)
+                tokens = top.indices[:, 0]
+            else:
+                tokens = tf.argmax(logits, -1, output_type=tf.int32)
+            hot = tf.cast(tf.range(length)[None, :] == i + 1, tf.int32)
+            return i + 1, tokens, out + hot * tokens[:, None], tuple(new_caches)
+
+        _, _, out, _ = tf.while_loop(
+            lambda i, t, o, c: i < length - 1,
+            body,
+            (
+                tf.constant(0),
+                tf.fill([batch], START),
+                tf.zeros([batch, length], tf.int32),
+                caches,
+            ),
+        )
+        return out
+
+    return tf.function(decode, jit_compile=jit_compile, autograph=False)
+
+
 def measure(contenders, source, repeats):
     """Seconds per decode for each contender, alternating within each repeat."""
-    for decode in contenders.values():
-        decode(source)  # compile
+    batch = source.shape[0]
+    for (name, mode), decode in contenders.items():
+        print(f"batch {batch}: compiling {name} ({mode})", flush=True)
+        decode(source)
     times = {key: [] for key in contenders}
-    for _ in range(repeats):
+    for repeat in range(repeats):
+        print(f"batch {batch}: repeat {repeat + 1}/{repeats}", flush=True)
         for name, decode in contenders.items():
             began = time.perf_counter()
             decode(source).numpy()
@@ -112,17 +282,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--output", default="bench/results/decode.json")
-    args = parser.parse_args()
-    sizes = dict(
-        layers=3,
-        hidden_dim=256,
-        heads=8,
-        intermediate_dim=1024,
-        vocabulary=8000,
-        source_length=32,
-        new_tokens=64,
-        max_length=128,
+    parser.add_argument(
+        "--vocabulary",
+        type=int,
+        default=8000,
+        help="vocabulary size (default 8000, as in translate_de_en.json); a "
+        "smaller one shows how the batch-1 ratio depends on the weights "
+        "fitting in the CPU caches",
     )
+    args = parser.parse_args()
+    sizes = default_sizes(args.vocabulary)
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
     hub = KerasHubSeq2Seq(
@@ -136,8 +305,9 @@ def main():
     )
     # Each contender as an XLA-compiled and as a plain graph tf.function; the
     # ratios compare the faster mode of each (keras-hub's cache is ~10x slower
-    # under XLA at batch 32, so its best path is the graph one).
-    contenders = {}
+    # under XLA at batch 32, so its best path is the graph one). The floor is
+    # a reference, XLA only.
+    contenders = {("weight_floor", "xla"): weight_floor_decoder(model, sizes, True)}
     for mode, jit in (("xla", True), ("graph", False)):
         contenders[("tfformer_cached", mode)] = tfformer_decoder(model, sizes, jit)
         contenders[("prefix_recompute", mode)] = prefix_recompute_decoder(
@@ -188,14 +358,19 @@ def main():
     ratios = {}
     for batch in sorted({r["batch"] for r in rows}):
         ours = best("tfformer_cached", batch)
+        floor = best("weight_floor", batch)
         ratios[f"batch_{batch}"] = {
             "vs_prefix_recompute": ours / best("prefix_recompute", batch),
             "vs_keras_hub_cached": ours / best("keras_hub_cached", batch),
+            "floor_vs_prefix_recompute": floor / best("prefix_recompute", batch),
+            "share_of_floor": ours / floor,
         }
         ratio = ratios[f"batch_{batch}"]
         print(
             f"batch {batch}: tfformer is {ratio['vs_prefix_recompute']:.1f}x prefix "
-            f"recompute, {ratio['vs_keras_hub_cached']:.2f}x keras-hub"
+            f"recompute, {ratio['vs_keras_hub_cached']:.2f}x keras-hub; the "
+            f"weight-streaming floor is {ratio['floor_vs_prefix_recompute']:.1f}x "
+            f"prefix recompute and tfformer runs at {ratio['share_of_floor']:.0%} of it"
         )
     result = dict(
         sizes=sizes,
