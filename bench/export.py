@@ -102,7 +102,7 @@ def main():
     keras_translator = Translator(
         args.checkpoint,
         checkpoint=args.checkpoint_file,
-        strategy="greedy",
+        search="greedy",
         batch_size=1,
     )
     config = keras_translator.config
@@ -125,12 +125,12 @@ def main():
     print(f"keras: {rows[-1]['latency_ms_median']:.1f} ms/sentence", flush=True)
 
     with tempfile.TemporaryDirectory() as work:
-        for strategy in ("greedy", "beam"):
+        for search in ("greedy", "beam"):
             path = export_saved_model(
                 args.checkpoint,
-                os.path.join(work, f"serving_{strategy}"),
+                os.path.join(work, f"serving_{search}"),
                 checkpoint=args.checkpoint_file,
-                strategy=strategy,
+                search=search,
             )
             served = tf.saved_model.load(path).signatures["serving_default"]
 
@@ -141,7 +141,7 @@ def main():
             outputs, seconds = timed(one, sources)
             rows.append(
                 summary(
-                    f"saved_model ({strategy})",
+                    f"saved_model ({search})",
                     outputs,
                     seconds,
                     pairs,

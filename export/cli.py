@@ -49,7 +49,7 @@ def parser():
         help="model.keras (final) or best.keras (lowest validation loss)",
     )
     p.add_argument("--version", type=int, help="saved_model: version number")
-    p.add_argument("--strategy", default="beam", help="saved_model: beam or greedy")
+    p.add_argument("--search", default="beam", help="saved_model: beam or greedy")
     p.add_argument("--beam-width", type=int, default=4)
     p.add_argument("--length-penalty", type=float, default=0.6)
     p.add_argument(
@@ -92,7 +92,7 @@ def export(args):
             args.out,
             version=args.version,
             checkpoint=args.checkpoint_file,
-            strategy=args.strategy,
+            search=args.search,
             beam_width=args.beam_width,
             length_penalty=args.length_penalty,
             max_length=args.max_length,

@@ -27,7 +27,7 @@ from export.run import read_run
 from export.text import CoreBytes, CoreWordPiece, probe_character_classes
 from tfformer.decoding import Generator
 
-STRATEGIES = ("greedy", "beam")
+SEARCHES = ("greedy", "beam")
 # Raw inputs are cut to this many bytes before tokenizing; the first
 # `source_length` tokens of any sentence come from far fewer.
 MAX_INPUT_BYTES = 16384
@@ -59,7 +59,7 @@ class TranslatorGraph(tf.Module):
 
     Args:
         run: an `export.run.Run`.
-        strategy, beam_width, length_penalty, max_length: decoding settings
+        search, beam_width, length_penalty, max_length: decoding settings
             (see `tfformer.decoding.Generator`); `max_length` defaults to
             the training `data.max_length`.
         jit_compile: compile the decoding loop with XLA (faster on CPU and
@@ -70,7 +70,7 @@ class TranslatorGraph(tf.Module):
         self,
         run,
         *,
-        strategy="beam",
+        search="beam",
         beam_width=4,
         length_penalty=0.6,
         max_length=None,
@@ -78,9 +78,9 @@ class TranslatorGraph(tf.Module):
         character_classes=None,
     ):
         super().__init__()
-        if strategy not in STRATEGIES:
+        if search not in SEARCHES:
             raise ValueError(
-                f"strategy must be one of {STRATEGIES}. Received: strategy={strategy!r}"
+                f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
         self.model = run.model
         self.source, self.target = make_tokenizers(run, character_classes)
@@ -90,7 +90,7 @@ class TranslatorGraph(tf.Module):
         self.generator = Generator(
             run.model,
             max_length=self.max_length,
-            strategy=strategy,
+            search=search,
             beam_width=beam_width,
             length_penalty=length_penalty,
         )
@@ -100,9 +100,9 @@ class TranslatorGraph(tf.Module):
             else self.generator.__call__
         )
         self.settings = {
-            "strategy": strategy,
-            "beam_width": beam_width if strategy == "beam" else None,
-            "length_penalty": length_penalty if strategy == "beam" else None,
+            "search": search,
+            "beam_width": beam_width if search == "beam" else None,
+            "length_penalty": length_penalty if search == "beam" else None,
             "max_length": self.max_length,
             "source_length": self.source_length,
             "max_input_bytes": MAX_INPUT_BYTES,
@@ -199,7 +199,7 @@ def export_saved_model(
     *,
     version=None,
     checkpoint="model.keras",
-    strategy="beam",
+    search="beam",
     beam_width=4,
     length_penalty=0.6,
     max_length=None,
@@ -214,19 +214,19 @@ def export_saved_model(
         version: an int; defaults to one more than the largest existing
             version. An existing version is never overwritten.
         checkpoint: "model.keras" or "best.keras".
-        strategy, beam_width, length_penalty, max_length, jit_compile: see
+        search, beam_width, length_penalty, max_length, jit_compile: see
             `TranslatorGraph`.
 
     Returns:
         The path of the new version directory.
 
     Raises:
-        ValueError: bad run directory, checkpoint, strategy or version, or the
+        ValueError: bad run directory, checkpoint, search or version, or the
             version exists already. Nothing is written in that case.
     """
-    if strategy not in STRATEGIES:
+    if search not in SEARCHES:
         raise ValueError(
-            f"strategy must be one of {STRATEGIES}. Received: strategy={strategy!r}"
+            f"search must be one of {SEARCHES}. Received: search={search!r}"
         )
     if version is not None:
         _check_version(version)
@@ -240,7 +240,7 @@ def export_saved_model(
         )
     graph = TranslatorGraph(
         run,
-        strategy=strategy,
+        search=search,
         beam_width=beam_width,
         length_penalty=length_penalty,
         max_length=max_length,

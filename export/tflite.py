@@ -51,7 +51,7 @@ def decoding_function(run, max_length=None):
     """`source_ids (1, S) int32 -> {"token_ids": (1, max_length) int32}`."""
     max_length = max_length or run.max_length
     generator = Generator(
-        run.model, max_length=max_length, strategy="greedy", carry_constants=True
+        run.model, max_length=max_length, search="greedy", carry_constants=True
     )
     vocabulary = run.source_vocabulary_size
 

@@ -75,7 +75,7 @@ def run_exports(run_dir, exports, progress=print):
         ]  # fmt: skip
         if fmt == "saved_model":
             # Greedy, as the Keras and TFLite columns are: the three should agree.
-            command += ["--strategy", "greedy"]
+            command += ["--search", "greedy"]
         progress(f"  $ python {' '.join(command[1:])}")
         # Files, not pipes: a full pipe would block one while we wait on the other.
         logs = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
@@ -189,7 +189,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
     pairs = result.data.raw["test"]
 
     progress(f"[2/4] Greedy-translating the {len(pairs)} held-out test sentences")
-    translator = Translator(out, strategy="greedy")
+    translator = Translator(out, search="greedy")
     scores, keras_out = test_scores(translator, pairs, progress)
     progress(
         f"  exact match {scores['exact_match']:.1%}, chrF {scores['chrf_cased']}, "

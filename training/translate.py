@@ -1,7 +1,7 @@
 """`tfformer-translate`: translate sentences given as arguments or on stdin.
 
 Also holds the command-line options that choose a run and a decoding
-strategy, shared with `tfformer-evaluate`.
+search, shared with `tfformer-evaluate`.
 """
 
 import argparse
@@ -9,12 +9,12 @@ import sys
 
 
 def add_translator_arguments(parser):
-    """--checkpoint, --model, --strategy, --beam-width, --length-penalty."""
+    """--checkpoint, --model, --search, --beam-width, --length-penalty."""
     parser.add_argument("--checkpoint", required=True, help="a tfformer-train run dir")
     parser.add_argument(
         "--model", default="model.keras", choices=["model.keras", "best.keras"]
     )
-    parser.add_argument("--strategy", default="beam", choices=["greedy", "beam"])
+    parser.add_argument("--search", default="beam", choices=["greedy", "beam"])
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.6)
 
@@ -26,7 +26,7 @@ def translator_from_args(args, **kwargs):
     return Translator(
         args.checkpoint,
         checkpoint=args.model,
-        strategy=args.strategy,
+        search=args.search,
         beam_width=args.beam_width,
         length_penalty=args.length_penalty,
         **kwargs,

@@ -62,7 +62,7 @@ class Translator:
     Args:
         run_dir: a `tfformer-train` output directory.
         checkpoint: "model.keras" (final) or "best.keras".
-        strategy: "greedy" or "beam".
+        search: "greedy" or "beam".
         beam_width, length_penalty: beam search settings.
         max_length: maximum target tokens (start and end included); defaults
             to the training `data.max_length`.
@@ -74,15 +74,15 @@ class Translator:
         run_dir,
         *,
         checkpoint="model.keras",
-        strategy="beam",
+        search="beam",
         beam_width=4,
         length_penalty=0.6,
         max_length=None,
         batch_size=32,
     ):
-        if strategy not in ("greedy", "beam"):
+        if search not in ("greedy", "beam"):
             raise ValueError(
-                f"strategy must be 'greedy' or 'beam'. Received: {strategy!r}"
+                f"search must be 'greedy' or 'beam'. Received: {search!r}"
             )
         config, model, source, target = load_run(run_dir, checkpoint)
         self.config, self.model = config, model
@@ -93,7 +93,7 @@ class Translator:
         self.generator = Generator(
             model,
             max_length=self.max_length,
-            strategy=strategy,
+            search=search,
             beam_width=beam_width,
             length_penalty=length_penalty,
             start_id=target.start_id,

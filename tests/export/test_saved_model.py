@@ -49,7 +49,7 @@ def test_tf_serving_layout(exported, run_dir):
         assert f.read() == open(os.path.join(run_dir, "target_vocab.txt")).read()
     with open(os.path.join(path, "assets.extra", "export.json")) as f:
         info = json.load(f)
-    assert info["strategy"] == "beam" and info["beam_width"] == 4
+    assert info["search"] == "beam" and info["beam_width"] == 4
     assert info["max_length"] == 32 and info["source_length"] == 32
 
 
@@ -69,7 +69,7 @@ def test_signatures(loaded):
 
 
 def test_translations_equal_tfformer_translate(run_dir, loaded):
-    translator = Translator(run_dir, strategy="beam", beam_width=4, batch_size=8)
+    translator = Translator(run_dir, search="beam", beam_width=4, batch_size=8)
     expected = translator.translate(SENTENCES)
     out = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     assert [t.decode() for t in out["translation"].numpy()] == expected
@@ -91,7 +91,7 @@ def test_logits_and_ids_equal_keras(run_dir, loaded):
         encoder_token_ids=tf.constant(encoder), decoder_token_ids=tf.constant(decoder)
     )["logits"]
     np.testing.assert_allclose(got.numpy(), np.asarray(expected), atol=1e-5)
-    beam = Generator(model, max_length=32, strategy="beam", beam_width=4)
+    beam = Generator(model, max_length=32, search="beam", beam_width=4)
     ids = loaded.signatures["translate_ids"](source_ids=tf.constant(encoder))
     np.testing.assert_array_equal(ids["token_ids"].numpy(), beam(encoder)["token_ids"])
     # Sources of any length are cut or padded to 32; ids outside the
@@ -191,7 +191,7 @@ def test_a_failed_export_leaves_no_version(run_dir, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"strategy": "sample"}, "strategy must be one of"),
+        ({"search": "sample"}, "search must be one of"),
         ({"version": 0}, "version must be a positive int"),
         ({"version": "2"}, "version must be a positive int"),
         ({"checkpoint": "last.keras"}, "checkpoint file must be one of"),

@@ -55,10 +55,10 @@ def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
     tokenizer = DeviceTokenizer(os.path.dirname(exported))
     litert = LiteRTTranslator(exported)
     run = read_run(run_dir)
-    greedy = Generator(run.model, max_length=32, strategy="greedy")
+    greedy = Generator(run.model, max_length=32, search="greedy")
     serving = tf.saved_model.load(
         export_saved_model(
-            run_dir, str(tmp_path), strategy="greedy", progress=lambda *_: None
+            run_dir, str(tmp_path), search="greedy", progress=lambda *_: None
         )
     )
     sources = np.array([tokenizer.tokenize(s) for s in SENTENCES], "int32")

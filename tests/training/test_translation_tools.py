@@ -24,7 +24,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
-    translator = Translator(run_dir, strategy="greedy", batch_size=8)
+    translator = Translator(run_dir, search="greedy", batch_size=8)
     _, model, source, target = load_run(run_dir)
     pairs = [
         ("twenty-one", "einundzwanzig"),
@@ -41,7 +41,7 @@ def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
 
 
 def test_beam_translator_returns_one_translation_per_sentence(run_dir):
-    translator = Translator(run_dir, strategy="beam", beam_width=3, batch_size=4)
+    translator = Translator(run_dir, search="beam", beam_width=3, batch_size=4)
     out = translator.translate(["one", "two hundred", "three thousand", "four", "five"])
     assert len(out) == 5
     assert translator.stats["sentences"] == 5
@@ -81,7 +81,7 @@ def test_evaluate_command_writes_results_and_an_attention_plot(
         [
             "--checkpoint",
             run_dir,
-            "--strategy",
+            "--search",
             "greedy",
             "--limit",
             "8",
@@ -112,14 +112,14 @@ def test_evaluate_command_writes_results_and_an_attention_plot(
 def test_translate_command_reads_arguments_or_stdin(run_dir, capsys, monkeypatch):
     assert (
         translate_cli.main(
-            ["--checkpoint", run_dir, "--strategy", "greedy", "one", "two"]
+            ["--checkpoint", run_dir, "--search", "greedy", "one", "two"]
         )
         == 0
     )
     from_args = capsys.readouterr().out.splitlines()
     assert len(from_args) == 2
     monkeypatch.setattr("sys.stdin", io.StringIO("one\ntwo\n"))
-    assert translate_cli.main(["--checkpoint", run_dir, "--strategy", "greedy"]) == 0
+    assert translate_cli.main(["--checkpoint", run_dir, "--search", "greedy"]) == 0
     assert capsys.readouterr().out.splitlines() == from_args
 
 

@@ -14,7 +14,7 @@ from keras.tree import map_structure as tree_map
 from tfformer.decoding.sampling import NEG_INF, check_sampling_arguments, filter_logits
 from tfformer.models.cached_decoder import CachedDecoder
 
-STRATEGIES = ("greedy", "beam", "sample")
+SEARCHES = ("greedy", "beam", "sample")
 
 
 def _check_int(name, value, minimum):
@@ -39,7 +39,7 @@ class Generator:
         model: a model from `transformer_seq2seq` or `gpt_decoder`.
         max_length: total length of the output, start token or prompt
             included; the caches have this size.
-        strategy: "greedy", "beam" or "sample".
+        search: "greedy", "beam" or "sample".
         start_id: first decoder token of a seq2seq model (ignored for GPT,
             whose prompt comes first).
         end_id: the token that ends a sequence.
@@ -66,7 +66,7 @@ class Generator:
         (for "beam": the length-normalized score that ranked it).
 
     Example:
-    >>> generator = Generator(model, max_length=32, strategy="beam", beam_width=4)
+    >>> generator = Generator(model, max_length=32, search="beam", beam_width=4)
     >>> out = generator.compiled()(source_ids)   # one XLA-compiled graph
     """
 
@@ -75,7 +75,7 @@ class Generator:
         model,
         *,
         max_length,
-        strategy="greedy",
+        search="greedy",
         start_id=2,
         end_id=3,
         pad_id=0,
@@ -87,9 +87,9 @@ class Generator:
         seed=None,
         carry_constants=False,
     ):
-        if strategy not in STRATEGIES:
+        if search not in SEARCHES:
             raise ValueError(
-                f"strategy must be one of {STRATEGIES}. Received: strategy={strategy!r}"
+                f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
         _check_int("max_length", max_length, 2)
         _check_int("beam_width", beam_width, 1)
@@ -121,7 +121,7 @@ class Generator:
             )
         self.model = model
         self.max_length = max_length
-        self.strategy = strategy
+        self.search = search
         self.start_id, self.end_id, self.pad_id = start_id, end_id, pad_id
         self.beam_width = beam_width
         self.length_penalty = float(length_penalty)
@@ -130,7 +130,7 @@ class Generator:
         self.carry_constants = bool(carry_constants)
         # Created once (tf.function allows variables only on the first trace)
         # and rewound at every call, so a seed always gives the same samples.
-        self._seeds = keras.random.SeedGenerator(seed) if strategy == "sample" else None
+        self._seeds = keras.random.SeedGenerator(seed) if search == "sample" else None
         self._first_seed = (
             ops.convert_to_numpy(self._seeds.state.value) if self._seeds else None
         )
@@ -178,7 +178,7 @@ class Generator:
         )
 
     def __call__(self, inputs):
-        if self.strategy == "beam":
+        if self.search == "beam":
             return self._beam_search(inputs)
         return self._greedy_or_sample(inputs)
 
@@ -224,7 +224,7 @@ class Generator:
     # -- greedy and sampling -------------------------------------------------
 
     def _choose(self, log_probs, step_seed):
-        if self.strategy == "greedy":
+        if self.search == "greedy":
             # top_k rather than argmax: Keras's TF argmax adds a bitwise op
             # (for -0.0) that TFLite has no builtin for. Ties go to the
             # lowest id either way.

@@ -138,7 +138,7 @@ def test_beam_width_one_equals_greedy(build):
     )
     greedy = Generator(model, max_length=10)(inputs)
     beam = Generator(
-        model, max_length=10, strategy="beam", beam_width=1, length_penalty=0.0
+        model, max_length=10, search="beam", beam_width=1, length_penalty=0.0
     )(inputs)
     np.testing.assert_array_equal(
         ops.convert_to_numpy(beam["token_ids"]),
@@ -157,7 +157,7 @@ def test_beam_search_beats_myopic_greedy():
     greedy = Generator(chain, max_length=8)(prompt)
     assert ops.convert_to_numpy(greedy["token_ids"]).tolist() == [[START] + [A] * 7]
     beam = Generator(
-        chain, max_length=8, strategy="beam", beam_width=2, length_penalty=0.0
+        chain, max_length=8, search="beam", beam_width=2, length_penalty=0.0
     )(prompt)
     assert ops.convert_to_numpy(beam["token_ids"]).tolist() == [
         [START, B, END, 0, 0, 0, 0, 0]
@@ -177,7 +177,7 @@ def test_length_penalty_moves_the_choice_toward_longer_outputs():
 
     def best(alpha):
         out = Generator(
-            chain, max_length=6, strategy="beam", beam_width=2, length_penalty=alpha
+            chain, max_length=6, search="beam", beam_width=2, length_penalty=alpha
         )(prompt)
         return ops.convert_to_numpy(out["token_ids"])[0].tolist()
 
@@ -190,7 +190,7 @@ def test_length_penalty_moves_the_choice_toward_longer_outputs():
 
 def test_beam_search_stops_early_once_no_beam_can_improve():
     chain = MarkovDecoder(table({START: {END: 0.9, A: 0.1}, A: {END: 1.0}}))
-    Generator(chain, max_length=64, strategy="beam", beam_width=2)(np.array([[START]]))
+    Generator(chain, max_length=64, search="beam", beam_width=2)(np.array([[START]]))
     # 1 step before the loop + 2 steps until both finished slots are filled.
     assert chain.calls <= 4
 
@@ -205,20 +205,20 @@ def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
     model = seq2seq()
     source = sources()
     greedy = ops.convert_to_numpy(Generator(model, max_length=10)(source)["token_ids"])
-    top1 = Generator(model, max_length=10, strategy="sample", top_k=1, seed=3)(source)
+    top1 = Generator(model, max_length=10, search="sample", top_k=1, seed=3)(source)
     np.testing.assert_array_equal(ops.convert_to_numpy(top1["token_ids"]), greedy)
     sampler = Generator(
-        model, max_length=10, strategy="sample", temperature=2.0, seed=7
+        model, max_length=10, search="sample", temperature=2.0, seed=7
     )
     first = ops.convert_to_numpy(sampler(source)["token_ids"])
     np.testing.assert_array_equal(
         ops.convert_to_numpy(sampler(source)["token_ids"]), first
     )
-    again = Generator(model, max_length=10, strategy="sample", temperature=2.0, seed=7)
+    again = Generator(model, max_length=10, search="sample", temperature=2.0, seed=7)
     np.testing.assert_array_equal(
         ops.convert_to_numpy(again(source)["token_ids"]), first
     )
-    other = Generator(model, max_length=10, strategy="sample", temperature=2.0, seed=8)
+    other = Generator(model, max_length=10, search="sample", temperature=2.0, seed=8)
     assert not np.array_equal(ops.convert_to_numpy(other(source)["token_ids"]), first)
 
 
@@ -240,12 +240,12 @@ def test_filter_logits_top_k_and_top_p():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(strategy="beam", beam_width=0), "beam_width must be an int >= 1"),
-        (dict(strategy="sample", top_p=0.0), r"top_p must be in \(0, 1\]"),
-        (dict(strategy="sample", top_p=1.5), r"top_p must be in \(0, 1\]"),
-        (dict(strategy="sample", top_k=0), "top_k must be a positive int"),
-        (dict(strategy="sample", temperature=0.0), "temperature must be positive"),
-        (dict(strategy="nucleus"), "strategy must be one of"),
+        (dict(search="beam", beam_width=0), "beam_width must be an int >= 1"),
+        (dict(search="sample", top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(search="sample", top_p=1.5), r"top_p must be in \(0, 1\]"),
+        (dict(search="sample", top_k=0), "top_k must be a positive int"),
+        (dict(search="sample", temperature=0.0), "temperature must be positive"),
+        (dict(search="nucleus"), "search must be one of"),
         (dict(max_length=1), "max_length must be an int >= 2"),
         (dict(max_length=40), "at most the model's max_sequence_length"),
         (dict(length_penalty=-1.0), "length_penalty must be >= 0"),
@@ -264,14 +264,14 @@ def test_max_length_below_the_prompt_is_refused():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function")
-@pytest.mark.parametrize("strategy", ["greedy", "beam", "sample"])
-def test_the_whole_search_compiles_with_xla(strategy):
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_the_whole_search_compiles_with_xla(search):
     model = seq2seq()
     source = sources()
-    generator = Generator(model, max_length=10, strategy=strategy, beam_width=3, seed=1)
+    generator = Generator(model, max_length=10, search=search, beam_width=3, seed=1)
     eager = generator(source)
     compiled = generator.compiled(jit_compile=True)(source)
-    if strategy != "sample":  # XLA and eager draw different random streams
+    if search != "sample":  # XLA and eager draw different random streams
         np.testing.assert_array_equal(
             ops.convert_to_numpy(compiled["token_ids"]),
             ops.convert_to_numpy(eager["token_ids"]),
