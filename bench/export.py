@@ -5,7 +5,7 @@ TFLite variants (float32, float16, dynamic-range int8, full int8 calibrated
 on 200 training sources), then translates the run's test split one sentence at
 a time with each:
 
-- Keras: `training.translator.Translator` (greedy, graph mode, batch 1);
+- Keras: `tfformer.training.tasks.translation.Translator` (greedy, graph mode, batch 1);
 - SavedModel: `serving_default` (strings in, strings out);
 - TFLite: the `ai_edge_litert` Interpreter with the plain-Python device
   tokenizer (`export/device_tokenizer.py`), as an app would.
@@ -37,12 +37,12 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from export.device_tokenizer import DeviceTokenizer  # noqa: E402
-from export.saved_model import export_saved_model  # noqa: E402
-from export.tflite import QUANTIZATIONS, LiteRTTranslator, tflite_file_name  # noqa: E402
-from training.data import raw_splits  # noqa: E402
-from training.evaluate import score_translations  # noqa: E402
-from training.translator import Translator  # noqa: E402
+from tfformer.export.device_tokenizer import DeviceTokenizer  # noqa: E402
+from tfformer.export.saved_model import export_saved_model  # noqa: E402
+from tfformer.export.tflite import QUANTIZATIONS, LiteRTTranslator, tflite_file_name  # noqa: E402
+from tfformer.training.commands.evaluate import score_translations  # noqa: E402
+from tfformer.training.data import raw_splits  # noqa: E402
+from tfformer.training.tasks.translation import Translator  # noqa: E402
 
 
 def directory_size(path):

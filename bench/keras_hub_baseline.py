@@ -38,13 +38,13 @@ import keras
 import numpy as np
 from keras_hub_seq2seq import KerasHubSeq2Seq, padded_dataset
 
-from training.atomic import atomic_write_text
-from training.callbacks import TimeBudget, TrainingReport
-from training.config import load_config
-from training.data import build_dataset
-from training.evaluate import score_translations
-from training.plots import plot_training_curves
-from training.trainer import compile_model, model_sizes
+from tfformer.rundir.files import atomic_write_text
+from tfformer.training.commands.evaluate import score_translations
+from tfformer.training.config import load_config
+from tfformer.training.data import build_dataset
+from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
+from tfformer.training.fit.plots import plot_training_curves
+from tfformer.training.fit.trainer import compile_model, model_sizes
 
 END = 3
 

@@ -47,11 +47,16 @@ import tensorflow as tf
 from keras_hub_baseline import build_keras_hub
 from keras_hub_seq2seq import padded_dataset
 
-from training import pipeline
-from training.config import load_config
-from training.data import build_dataset
-from training.pipeline import Examples
-from training.trainer import build_model, compile_model, dtype_policy, model_sizes
+from tfformer.training import pipeline
+from tfformer.training.config import load_config
+from tfformer.training.data import build_dataset
+from tfformer.training.fit.trainer import (
+    build_model,
+    compile_model,
+    dtype_policy,
+    model_sizes,
+)
+from tfformer.training.pipeline import Examples
 
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 

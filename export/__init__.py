@@ -1,26 +1,22 @@
-"""tfformer export: a trained translator as a TF Serving SavedModel (strings in,
-translations out, core TensorFlow ops only) or a LiteRT model (ids in, ids
-out, the greedy decoding loop inside, builtin ops only).
+"""tfformer.export: a training run as a TF Serving SavedModel (raw inputs in,
+predictions out, core TensorFlow ops only) or a LiteRT model (builtin ops
+only), for every task with an exporter in `tasks/`.
 
-This package imports `tfformer`, never `training`: it reads the run
-directory `tfformer-train` writes (see `export.run`).
+This package imports `tfformer` (the model library and `tfformer.rundir`,
+the run directory format), never `tfformer.training`.
 """
 
-__all__ = ["export_saved_model", "export_tflite", "read_run"]
+__all__ = ["export_saved_model", "export_tflite"]
 
 
 def __getattr__(name):
-    # Lazy, so `import export` stays cheap.
+    # Lazy, so `import tfformer.export` stays cheap.
     if name == "export_saved_model":
-        from export.saved_model import export_saved_model
+        from tfformer.export.saved_model import export_saved_model
 
         return export_saved_model
     if name == "export_tflite":
-        from export.tflite import export_tflite
+        from tfformer.export.tflite import export_tflite
 
         return export_tflite
-    if name == "read_run":
-        from export.run import read_run
-
-        return read_run
     raise AttributeError(name)

@@ -1,7 +1,7 @@
-"""`python -m export` is `tfformer-export`."""
+"""`python -m tfformer.export` is `tfformer-export`."""
 
 import sys
 
-from export.cli import main
+from tfformer.export.cli import main
 
 sys.exit(main())

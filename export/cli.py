@@ -5,12 +5,19 @@ Examples:
         --out serving/translator
     tfformer-export --checkpoint runs/number_words --format tflite \\
         --quantize int8 --out device/
+
+The run's task adds its own options (`--help` with `--checkpoint` lists
+them). `--result-json FILE` writes `{"path": ...}` of the export, for
+programs that run this command (the main job does).
 """
 
 import argparse
 import gzip
+import json
 import os
 import sys
+
+from tfformer.rundir.files import atomic_write_text
 
 FORMATS = ("saved_model", "tflite")
 
@@ -41,7 +48,7 @@ def parser():
     )
     p.add_argument(
         "--representative-data",
-        help="full_int8: source sentences, one per line (plain or .gz)",
+        help="full_int8: raw inputs, one per line (plain or .gz)",
     )
     p.add_argument(
         "--checkpoint-file",
@@ -49,32 +56,44 @@ def parser():
         help="model.keras (final) or best.keras (lowest validation loss)",
     )
     p.add_argument("--version", type=int, help="saved_model: version number")
-    p.add_argument("--search", default="beam", help="saved_model: beam or greedy")
-    p.add_argument("--beam-width", type=int, default=4)
-    p.add_argument("--length-penalty", type=float, default=0.6)
-    p.add_argument(
-        "--max-length", type=int, help="decoder length (default: training max_length)"
-    )
-    p.add_argument(
-        "--jit-compile",
-        action="store_true",
-        help="saved_model: XLA-compile the decoding loop (the server needs XLA)",
-    )
+    p.add_argument("--result-json", help='write {"path": ...} of the export here')
     return p
 
 
+def parse_args(argv=None):
+    """Parses `--checkpoint` first, then everything with the run's task's
+    options. Returns (args, exporter); exits 2 on a bad run directory."""
+    from tfformer.export.tasks import get_exporter
+    from tfformer.rundir.run import RunDirectory
+
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--checkpoint")
+    known, _ = first.parse_known_args(argv)
+    p = parser()
+    exporter = None
+    if known.checkpoint:
+        try:
+            exporter = get_exporter(RunDirectory(known.checkpoint).task)
+        except ValueError as e:
+            p.error(str(e))
+        exporter.add_arguments(p)
+    return p.parse_args(argv), exporter
+
+
 def main(argv=None):
-    args = parser().parse_args(argv)
+    args, exporter = parse_args(argv)
     try:
-        path = export(args)
+        path = export(args, exporter)
     except ValueError as e:
         print(f"tfformer-export: error: {e}", file=sys.stderr)
         return 2
+    if args.result_json:
+        atomic_write_text(args.result_json, json.dumps({"path": path}) + "\n")
     print(f"Exported to {path}")
     return 0
 
 
-def export(args):
+def export(args, exporter):
     if args.format not in FORMATS:
         raise ValueError(
             f"--format must be one of {FORMATS}. Received: {args.format!r}"
@@ -85,20 +104,16 @@ def export(args):
                 "--quantize applies to --format tflite. Received: "
                 f"--quantize {args.quantize!r} with --format saved_model"
             )
-        from export.saved_model import export_saved_model
+        from tfformer.export.saved_model import export_saved_model
 
         return export_saved_model(
             args.checkpoint,
             args.out,
             version=args.version,
             checkpoint=args.checkpoint_file,
-            search=args.search,
-            beam_width=args.beam_width,
-            length_penalty=args.length_penalty,
-            max_length=args.max_length,
-            jit_compile=args.jit_compile,
+            **exporter.saved_model_options(args),
         )
-    from export.tflite import export_tflite
+    from tfformer.export.tflite import export_tflite
 
     sentences = (
         read_sentences(args.representative_data) if args.representative_data else None
@@ -108,8 +123,8 @@ def export(args):
         args.out,
         quantize=args.quantize,
         checkpoint=args.checkpoint_file,
-        max_length=args.max_length,
         representative_sentences=sentences,
+        **exporter.tflite_options(args),
     )
 
 

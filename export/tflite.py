@@ -1,80 +1,27 @@
-"""TFLite / LiteRT export: source ids in, generated ids out, the greedy
-KV-cached decoding loop inside the model (one WHILE op), builtin ops only.
+"""TFLite / LiteRT export for any task with an exporter: builtin ops only,
+float32 or quantized.
 
-The output directory is what an app ships:
-- `model.tflite` (or `model_<quantize>.tflite`): input `source_ids` int32
-  `(1, source_length)`, output `token_ids` int32 `(1, max_length)` (start
-  token, the translation, end token, then 0s);
-- `source_vocab.txt`, `target_vocab.txt` (WordPiece runs);
-- `text.json`: what on-device tokenization needs (lower-casing, the code-point
-  class ranges, lengths, reserved ids);
-- `tokenizer.py`: a dependency-free Python reference of the on-device
-  tokenize / detokenize steps (`export/device_tokenizer.py`), to port.
-
-Inputs are clamped in the graph: ids outside the source vocabulary become
-[UNK] (1). The input shape is fixed; the reference tokenizer cuts sources to
-`source_length` tokens and pads with 0. Any other shape is refused by the
-interpreter with a ValueError, never a crash.
+The task's exporter (`tfformer.export.tasks`) writes the SavedModel the
+converter reads and the files an app ships beside the model; this module
+converts, quantizes and writes the `.tflite` atomically (a failed conversion
+leaves no partial model).
 """
 
-import json
 import os
-import shutil
 import tempfile
 import time
 
-import keras
-import numpy as np
 import tensorflow as tf
 
-from export.files import write_atomic
-from export.run import read_run
-from export.text import (
-    JOIN_RULES,
-    RESERVED_TOKENS,
-    SUFFIX,
-    CoreBytes,
-    CoreWordPiece,
-    probe_character_classes,
-)
-from tfformer.decoding import Generator
+from tfformer.export.tasks import get_exporter
+from tfformer.rundir.files import atomic_write_bytes
+from tfformer.rundir.run import RunDirectory
 
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
-REFERENCE = os.path.join(os.path.dirname(__file__), "device_tokenizer.py")
 
 
 def tflite_file_name(quantize):
     return "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
-
-
-def decoding_function(run, max_length=None):
-    """`source_ids (1, S) int32 -> {"token_ids": (1, max_length) int32}`."""
-    max_length = max_length or run.max_length
-    generator = Generator(
-        run.model, max_length=max_length, search="greedy", carry_constants=True
-    )
-    vocabulary = run.source_vocabulary_size
-
-    def decode(source_ids):
-        ids = tf.cast(source_ids, tf.int32)
-        inside = tf.logical_and(ids >= 0, ids < vocabulary)
-        ids = tf.where(inside, ids, tf.ones_like(ids))
-        return {"token_ids": generator(ids)["token_ids"]}
-
-    return decode
-
-
-def representative_ids(sentences, tokenizer, source_length, limit=200):
-    """Calibration inputs for full-int8 quantization: `(1, S)` int32 arrays."""
-    sentences = [s for s in sentences if s.strip()][:limit]
-    if not sentences:
-        raise ValueError(
-            "representative_sentences is empty; full_int8 calibrates on real "
-            "source sentences (for example the training sources)."
-        )
-    ids = tokenizer.tokenize(tf.constant(sentences))[:, :source_length]
-    ids = ids.to_tensor(shape=[None, source_length]).numpy().astype(np.int32)
-    return [row[None, :] for row in ids]
 
 
 def convert(saved_model_dir, quantize, calibration=None):
@@ -101,47 +48,27 @@ def convert(saved_model_dir, quantize, calibration=None):
     return converter.convert()
 
 
-def text_settings(run, max_length, character_classes):
-    settings = {
-        "tokenizer": run.tokenizer,
-        "lower_case": run.lower_case,
-        "source_length": run.source_length,
-        "max_length": max_length,
-        "reserved_tokens": list(RESERVED_TOKENS),
-        "suffix": SUFFIX,
-        "max_bytes_per_word": 100,
-        "join_rules": [list(rule) for rule in JOIN_RULES],
-    }
-    if run.tokenizer == "wordpiece":
-        starts, classes = character_classes
-        settings["character_classes"] = {
-            "classes": ["word", "space", "punctuation", "dropped"],
-            "starts": [int(s) for s in starts],
-            "class": [int(c) for c in classes],
-        }
-    return settings
-
-
 def export_tflite(
     run_dir,
     out_dir,
     *,
     quantize="none",
     checkpoint="model.keras",
-    max_length=None,
     representative_sentences=None,
     progress=print,
+    **options,
 ):
-    """Converts a training run to `<out_dir>/model*.tflite` plus its text files.
+    """Converts a training run to `<out_dir>/model*.tflite` plus its files.
 
     Args:
-        run_dir: a `tfformer-train` output directory of a translator.
+        run_dir: a `tfformer-train` run directory of an exportable task.
         out_dir: where the model and its files go (created if needed).
         quantize: "none" (float32), "float16", "int8" (dynamic range) or
             "full_int8" (weights and activations, calibrated on
             `representative_sentences`).
-        max_length: decoder length; defaults to the training max_length.
-        representative_sentences: source sentences, needed by "full_int8".
+        representative_sentences: raw inputs, needed by "full_int8".
+        **options: the task exporter's settings (translation: `max_length`,
+            the decoder length; defaults to the training max_length).
 
     Returns:
         The path of the `.tflite` file. It is written to a temporary name and
@@ -156,84 +83,24 @@ def export_tflite(
             "quantize='full_int8' needs representative_sentences "
             "(--representative-data FILE: source sentences, one per line)."
         )
-    run = read_run(run_dir, checkpoint)
-    max_length = max_length or run.max_length
-    classes = probe_character_classes() if run.tokenizer == "wordpiece" else None
+    run = RunDirectory(run_dir)
+    exporter = get_exporter(run.task)
+    task_run = exporter.read(run, checkpoint)
     calibration = None
     if quantize == "full_int8":
-        tokenizer = (
-            CoreWordPiece(
-                run.source_vocabulary,
-                lower_case=run.lower_case,
-                character_classes=classes,
-            )
-            if run.tokenizer == "wordpiece"
-            else CoreBytes()
-        )
-        calibration = representative_ids(
-            list(representative_sentences), tokenizer, run.source_length
-        )
+        calibration = exporter.calibration(task_run, representative_sentences)
     began = time.perf_counter()
-    progress(f"Converting {run.directory} to TFLite ({quantize})...")
+    progress(f"Converting {run.path} to TFLite ({quantize})...")
     with tempfile.TemporaryDirectory() as staging:
         saved = os.path.join(staging, "saved_model")
-        archive = keras.export.ExportArchive()
-        archive.track(run.model)
-        archive.add_endpoint(
-            "serving_default",
-            decoding_function(run, max_length),
-            [tf.TensorSpec([1, run.source_length], tf.int32, name="source_ids")],
-        )
-        archive.write_out(saved, verbose=False)
+        exporter.tflite_source(task_run, saved, **options)
         flatbuffer = convert(saved, quantize, calibration)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, tflite_file_name(quantize))
-    write_atomic(path, flatbuffer)
-    for source in run.files():
-        shutil.copyfile(source, os.path.join(out_dir, os.path.basename(source)))
-    write_atomic(
-        os.path.join(out_dir, "text.json"),
-        json.dumps(text_settings(run, max_length, classes), indent=1).encode(),
-    )
-    shutil.copyfile(REFERENCE, os.path.join(out_dir, "tokenizer.py"))
+    atomic_write_bytes(path, flatbuffer)
+    exporter.device_files(task_run, out_dir, **options)
     progress(
         f"Wrote {path} ({len(flatbuffer) / 1e6:.2f} MB) in "
         f"{time.perf_counter() - began:.1f} s."
     )
     return path
-
-
-class LiteRTTranslator:
-    """Runs an exported `.tflite` with the `ai_edge_litert` Interpreter (the
-    runtime devices use), one sentence at a time.
-
-    Args:
-        path: the `.tflite` file; `text.json` and the vocabularies are read
-            from its directory.
-    """
-
-    def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(path):
-            raise ValueError(f"TFLite model not found. Received: path={path!r}")
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
-        self.runner = self.interpreter.get_signature_runner()
-        self.directory = os.path.dirname(os.path.abspath(path))
-        self.source_length = int(
-            self.runner.get_input_details()["source_ids"]["shape"][1]
-        )
-
-    def translate_ids(self, source_ids):
-        """`(S,)` or `(1, S)` int32 source ids -> `(max_length,)` int32 ids."""
-        ids = np.asarray(source_ids)
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"source_ids must be integers. Received: {ids.dtype}")
-        ids = ids.astype(np.int32).reshape(1, -1)
-        if ids.shape[1] != self.source_length:
-            raise ValueError(
-                f"source_ids must have {self.source_length} ids (cut and pad "
-                f"with 0, as DeviceTokenizer.tokenize does). Received: "
-                f"{ids.shape[1]}"
-            )
-        return self.runner(source_ids=ids)["token_ids"][0]

@@ -1,24 +1,35 @@
-"""Training: data, tokenizers, tf.data pipelines, strategies and `model.fit`.
+"""tfformer.training: data, tokenizers, tf.data pipelines, strategies and
+`model.fit`, organised by job:
 
-Depends on `tfformer`; never on `export`.
+- `config`: the typed config (`load_config`);
+- `tasks/`: one module per task (translation, causal_lm,
+  text_classification), registered by name; the trainer and the commands
+  ask the task and never branch on its name;
+- `sources/` (raw examples), `text/` (tokenizers), `pipeline` (tf.data);
+- `fit/`: `train(config)`, callbacks, loss, metrics, schedule, strategies;
+- `evaluation/`: scores and plots; `commands/`: the console commands.
 
-    from training import load_config, train
+Depends on `tfformer` (the model library and `tfformer.rundir`, the run
+directory format); never on `tfformer.export`.
+
+    from tfformer.training import load_config, train
     result = train(load_config("training/configs/number_words.json"))
 
 The names below are imported on first use, so `tfformer-train --help` and
-config errors come back without loading TensorFlow.
+unknown-key or wrong-type config errors come back without loading TensorFlow.
 """
 
 import importlib
 
 _EXPORTS = {
-    "Config": "training.config",
-    "load_config": "training.config",
-    "build_dataset": "training.data",
-    "build_model": "training.trainer",
-    "compile_model": "training.trainer",
-    "train": "training.trainer",
-    "TrainResult": "training.trainer",
+    "Config": "tfformer.training.config",
+    "load_config": "tfformer.training.config",
+    "get_task": "tfformer.training.tasks",
+    "build_dataset": "tfformer.training.fit.trainer",
+    "build_model": "tfformer.training.fit.trainer",
+    "compile_model": "tfformer.training.fit.trainer",
+    "train": "tfformer.training.fit.trainer",
+    "TrainResult": "tfformer.training.fit.trainer",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -26,5 +37,5 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'training' has no attribute {name!r}")
+        raise AttributeError(f"module 'tfformer.training' has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)

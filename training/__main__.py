@@ -1,7 +1,7 @@
-"""`python -m training ...` is `tfformer-train ...`."""
+"""`python -m tfformer.training ...` is `tfformer-train ...`."""
 
 import sys
 
-from training.cli import main
+from tfformer.training.commands.train import main
 
 sys.exit(main())

@@ -13,10 +13,10 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from export import saved_model as saved_model_module
-from export.saved_model import export_saved_model, next_version
 from tfformer.decoding import Generator
-from training.translator import Translator, load_run
+from tfformer.export.saved_model import export_saved_model, next_version
+from tfformer.export.tasks import translation as translation_exporter
+from tfformer.training.tasks.translation import TASK, Translator
 
 from .conftest import SENTENCES
 
@@ -69,7 +69,7 @@ def test_signatures(loaded):
 
 
 def test_translations_equal_tfformer_translate(run_dir, loaded):
-    translator = Translator(run_dir, search="beam", beam_width=4, batch_size=8)
+    translator = Translator.from_run(run_dir, search="beam", beam_width=4, batch_size=8)
     expected = translator.translate(SENTENCES)
     out = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     assert [t.decode() for t in out["translation"].numpy()] == expected
@@ -79,7 +79,8 @@ def test_translations_equal_tfformer_translate(run_dir, loaded):
 
 
 def test_logits_and_ids_equal_keras(run_dir, loaded):
-    _, model, source, _ = load_run(run_dir)
+    run = TASK.load(run_dir)
+    model, source = run.model, run.tokenizers["source"]
     rng = np.random.default_rng(0)
     vocabulary = model.get_layer("encoder_embedding").vocabulary_size
     encoder = rng.integers(4, vocabulary, (3, 32)).astype("int32")
@@ -177,12 +178,12 @@ def test_existing_version_is_refused_and_left_alone(run_dir, exported):
 
 
 def test_a_failed_export_leaves_no_version(run_dir, tmp_path, monkeypatch):
-    def crash(graph, path):
+    def crash(graph, path):  # writes half a model, then fails
         with open(os.path.join(path, "saved_model.pb"), "wb") as f:
             f.write(b"half")
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(saved_model_module, "write_saved_model", crash)
+    monkeypatch.setattr(translation_exporter.TranslatorGraph, "write", crash)
     with pytest.raises(RuntimeError, match="disk full"):
         export_saved_model(run_dir, str(tmp_path), progress=lambda *_: None)
     assert os.listdir(tmp_path) == []
@@ -206,7 +207,7 @@ def test_bad_arguments_are_named(run_dir, tmp_path, kwargs, match):
 def test_bad_run_directory(tmp_path):
     with pytest.raises(ValueError, match="not a directory"):
         export_saved_model(str(tmp_path / "nope"), str(tmp_path / "out"))
-    with pytest.raises(ValueError, match=r"config\.json is missing"):
+    with pytest.raises(ValueError, match=r"run\.json is missing"):
         export_saved_model(str(tmp_path), str(tmp_path / "out"))
 
 

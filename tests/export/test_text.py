@@ -11,20 +11,18 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from export.device_tokenizer import DeviceTokenizer
-from export.text import (
+from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.wordpiece import (
     DROPPED,
     JOIN_RULES,
     PUNCT,
     SPACE,
     WORD,
-    CoreBytes,
     CoreWordPiece,
     probe_character_classes,
 )
-from training.byte_tokenizer import ByteTokenizer
-from training.wordpiece_tokenizer import JOIN_RULES as TRAINING_JOIN_RULES
-from training.wordpiece_tokenizer import RESERVED_TOKENS, WordPieceTokenizer
+from tfformer.rundir.text import RESERVED_TOKENS
+from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = [
     *RESERVED_TOKENS,
@@ -80,10 +78,6 @@ def test_probed_classes_match_bert_basic_tokenization(classes):
     # control characters inside words.
     assert set(classes[1]) == {WORD, SPACE, PUNCT}
     assert DROPPED not in classes[1]
-
-
-def test_join_rules_are_the_training_ones():
-    assert JOIN_RULES == TRAINING_JOIN_RULES
 
 
 @pytest.mark.parametrize("lower_case", [False, True])
@@ -191,17 +185,6 @@ def test_device_reference_detokenize(tmp_path, vocabulary_file, classes):
     ids[5:, 8:] = 0
     expected = [t.decode() for t in core.detokenize(ids.astype("int32")).numpy()]
     assert [device.detokenize(row) for row in ids] == expected
-
-
-def test_byte_tokenizer_matches_training():
-    data = [b"abc", "straße".encode(), b"\xff\x00", b""]
-    ids = ByteTokenizer().tokenize(data)
-    assert CoreBytes().tokenize(tf.constant(data)).to_list() == ids.to_list()
-    padded = ids.to_tensor()
-    np.testing.assert_array_equal(
-        CoreBytes().detokenize(padded).numpy(),
-        ByteTokenizer().detokenize(padded).numpy(),
-    )
 
 
 @pytest.mark.skipif(not os.path.isdir(MULTI30K), reason="../shared/data absent")

@@ -13,12 +13,12 @@ import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
-from export import cli
-from export.device_tokenizer import DeviceTokenizer
-from export.run import read_run
-from export.saved_model import export_saved_model
-from export.tflite import LiteRTTranslator, convert, export_tflite
 from tfformer.decoding import Generator
+from tfformer.export import cli
+from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.saved_model import export_saved_model
+from tfformer.export.tasks.translation import LiteRTTranslator, read_run
+from tfformer.export.tflite import convert, export_tflite
 
 from .conftest import SENTENCES
 
@@ -136,9 +136,9 @@ def test_text_settings_describe_the_run(exported, run_dir):
 QUANTIZE_SCRIPT = """
 import os, sys, json
 import numpy as np
-from export import cli
-from export.tflite import LiteRTTranslator
-from export.device_tokenizer import DeviceTokenizer
+from tfformer.export import cli
+from tfformer.export.tasks.translation import LiteRTTranslator
+from tfformer.export.device_tokenizer import DeviceTokenizer
 run_dir, out, data = sys.argv[1:4]
 sentences = open(data, encoding="utf-8").read().splitlines()[:6]
 sizes, outputs = {}, {}

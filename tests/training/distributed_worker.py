@@ -12,8 +12,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 from tests.training.tiny import TINY_NUMBER_WORDS
-from training.config import load_config
-from training.trainer import train
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import train
 
 OVERRIDES = [
     *TINY_NUMBER_WORDS,
@@ -26,7 +26,7 @@ OVERRIDES = [
     "train.warmup_steps=10",
     "train.verbose=2",
     "train.strategy=multi_worker",
-    "train.evaluate_exact_match=false",
+    "train.final_evaluation=false",
 ]
 
 

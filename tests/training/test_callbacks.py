@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from training.callbacks import (
+from tfformer.training.fit.callbacks import (
     AveragedWeights,
     BestModel,
     ResumableBackup,

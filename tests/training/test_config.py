@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from training.cli import main
-from training.config import Config, config_from_dict, load_config
+from tfformer.training.commands.train import main
+from tfformer.training.config import Config, config_from_dict, load_config
 
 CONFIGS = sorted(glob.glob(os.path.join("training", "configs", "*.*")))
 
@@ -13,8 +13,8 @@ CONFIGS = sorted(glob.glob(os.path.join("training", "configs", "*.*")))
 def test_defaults_are_the_embedded_task():
     config = load_config()
     assert isinstance(config, Config)
-    assert config.data.task == "number_words"
-    assert config.model.family == "seq2seq"
+    assert config.task == "translation"
+    assert config.data.corpus == "number_words"
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
@@ -87,24 +87,35 @@ def test_overrides_are_typed():
         ({"model": {"position": "rotary"}}, ValueError, r"model\.position.*rotary"),
         ({"model": {"scale_embeddings": 1}}, TypeError, r"model\.scale_embeddings"),
         (
+            # Only the translation task's model section has position options.
             {
-                "model": {"family": "gpt", "preset": "gpt_tiny", "position": "learned"},
-                "data": {"task": "text", "text_path": "x"},
+                "task": "causal_lm",
+                "model": {"preset": "gpt_tiny", "position": "learned"},
+                "data": {"text_path": "x"},
             },
             ValueError,
-            r"seq2seq family only.*model\.position='learned'",
+            r"Unknown config key.*model\.position",
         ),
+        ({"task": "summarize"}, ValueError, r"task must be one of.*summarize"),
         ({"data": {"bucket_lengths": [32, 16]}}, ValueError, r"data\.bucket_lengths"),
-        ({"data": {"task": "parallel_text"}}, ValueError, r"needs data\.source_path"),
         (
-            {"data": {"task": "text", "text_path": "x"}},
+            {"data": {"corpus": "parallel_text"}},
             ValueError,
-            r"model\.family='gpt'",
+            r"needs data\.source_path",
+        ),
+        (
+            {
+                "task": "causal_lm",
+                "model": {"preset": "transformer_tiny"},
+                "data": {"text_path": "x"},
+            },
+            ValueError,
+            r"task 'causal_lm' needs a gpt_decoder preset.*transformer_tiny",
         ),
         (
             {"train": {"time_budget_minutes": -1}},
             ValueError,
-            r"train\.time_budget_minutes must be >= 0",
+            r"train\.time_budget_minutes must be positive",
         ),
         (
             {"train": {"time_budget_minutes": 5, "strategy": "multi_worker"}},
@@ -134,7 +145,7 @@ def test_cli_reports_config_errors_without_a_traceback(capsys, tmp_path):
 
 
 def test_package_exposes_the_entry_functions():
-    import training
+    import tfformer.training as training
 
     assert callable(training.train)
     assert callable(training.build_dataset)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training.config import load_config
-from training.strategy import build_strategy, is_chief
-from training.trainer import train
+from tfformer.training.config import load_config
+from tfformer.training.fit.strategy import build_strategy, is_chief
+from tfformer.training.fit.trainer import train
 
 from .tiny import TINY_MODEL
 
@@ -39,10 +39,9 @@ def test_multi_worker_needs_tf_config(monkeypatch):
 
 
 LM = [
-    "data.task=text",
+    "task=causal_lm",
     "data.tokenizer=byte",
     "data.max_length=16",
-    "model.family=gpt",
     "model.preset=gpt_tiny",
     *TINY_MODEL,
     "model.dropout=0.0",

@@ -2,8 +2,8 @@ import numpy as np
 
 from tfformer.decoding import Generator
 from tfformer.models import transformer_seq2seq
-from training.evaluation import exact_match
-from training.wordpiece_tokenizer import WordPieceTokenizer
+from tfformer.training.evaluation.exact_match import exact_match
+from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 
 def test_exact_match_counts_identical_greedy_translations():

@@ -2,8 +2,8 @@ import keras
 import numpy as np
 import pytest
 
-from training.losses import MaskedSparseCategoricalCrossentropy
-from training.metrics import MaskedAccuracy, RealTokens
+from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
+from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
 
 
 def log_softmax(x):

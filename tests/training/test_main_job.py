@@ -9,8 +9,8 @@ import os
 import pytest
 
 from tests.training.tiny import TINY_NUMBER_WORDS
-from training.cli import __file__ as CLI_FILE
-from training.main_job import main
+from tfformer.training.commands.main_job import main
+from tfformer.training.commands.train import __file__ as CLI_FILE
 
 
 @pytest.fixture(scope="module")
@@ -87,4 +87,4 @@ def test_readme_command_one_runs_this_entry_point():
     first = readme.split("```bash\n")[1].split("\n```")[0]
     assert first == "python3 -m pip install -e . && tfformer"
     with open(os.path.join(root, "setup.cfg"), encoding="utf-8") as f:
-        assert "tfformer = training.main_job:main" in f.read()
+        assert "tfformer = tfformer.training.commands.main_job:main" in f.read()

@@ -1,6 +1,6 @@
 import pytest
 
-from training.number_words import english, german, number_words_splits
+from tfformer.training.sources.number_words import english, german, number_words_splits
 
 
 @pytest.mark.parametrize(

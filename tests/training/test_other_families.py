@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from training.config import load_config
-from training.trainer import train
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import train
 
 from .tiny import TINY_MODEL
 
@@ -24,11 +24,10 @@ def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path):
     config = load_config(
         overrides=[
             *SMALL,
-            "data.task=text",
+            "task=causal_lm",
             f"data.text_path={text}",
             "data.tokenizer=byte",
             "data.max_length=32",
-            "model.family=gpt",
             "model.preset=gpt_tiny",
             "train.epochs=3",
             f"train.output_dir={tmp_path / 'run'}",
@@ -64,11 +63,10 @@ def test_bert_classifier_on_labelled_sentences(tmp_path):
     config = load_config(
         overrides=[
             *SMALL,
-            "data.task=labelled_text",
+            "task=text_classification",
             f"data.class_paths={negative},{positive}",
             "data.vocabulary_size=60",
             "data.max_length=16",
-            "model.family=bert_classifier",
             "model.preset=bert_tiny",
             "train.epochs=5",
             "train.steps_per_epoch=8",

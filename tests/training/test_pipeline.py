@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import pipeline
+from tfformer.training import pipeline
 
 
 def ragged(rows):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from training.schedule import TransformerSchedule
+from tfformer.training.fit.schedule import TransformerSchedule
 
 
 def test_paper_formula_warmup_peak_and_decay():

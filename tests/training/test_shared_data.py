@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from training.config import load_config
-from training.data import build_dataset
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import build_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -37,7 +37,7 @@ def test_multi30k_reads_all_three_splits():
         "data.vocabulary_size=2000",
         "data.vocabulary_sample_size=3000",
     )
-    data = build_dataset(config.data, None, progress=lambda *_: None)
+    data = build_dataset(config, None, progress=lambda *_: None)
     assert {k: len(v) for k, v in data.examples.items()} == {
         "train": 29000,
         "validation": 1014,
@@ -54,7 +54,7 @@ def test_multi30k_reads_all_three_splits():
 def test_tinyshakespeare_bytes_split_into_windows():
     needs("tinyshakespeare", "input.txt.gz")
     config = config_for("shakespeare_gpt.json")
-    data = build_dataset(config.data, None, progress=lambda *_: None)
+    data = build_dataset(config, None, progress=lambda *_: None)
     train = data.examples["train"]
     assert train.features["token_ids"].to_tensor().shape[1] == config.data.max_length
     # ~1.1M characters, 90% train, in windows of 128.
@@ -68,7 +68,7 @@ def test_tinyshakespeare_bytes_split_into_windows():
 def test_sentence_polarity_has_two_balanced_classes():
     needs("sentence_polarity", "rt-polarity.pos.gz")
     config = config_for("polarity_bert.yaml", "data.vocabulary_sample_size=3000")
-    data = build_dataset(config.data, None, progress=lambda *_: None)
+    data = build_dataset(config, None, progress=lambda *_: None)
     labels = np.concatenate([data.examples[s].labels.numpy() for s in data.examples])
     assert len(labels) == 10662
     assert abs(labels.mean() - 0.5) < 1e-3

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from training.config import load_config
-from training.trainer import train
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import train
 
 from .tiny import TINY_NUMBER_WORDS
 
@@ -30,12 +30,12 @@ KILLABLE = [
     "train.warmup_steps=20",
     "train.checkpoint_every_steps=10",
     "train.verbose=2",
-    "train.evaluate_exact_match=false",
+    "train.final_evaluation=false",
 ]
 
 
 def command(output_dir):
-    args = [sys.executable, "-m", "training"]
+    args = [sys.executable, "-m", "tfformer.training"]
     for item in [*KILLABLE, f"train.output_dir={output_dir}"]:
         args += ["--set", item]
     return args

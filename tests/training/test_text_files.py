@@ -2,7 +2,11 @@ import gzip
 
 import pytest
 
-from training.text_files import read_labelled_text, read_lines, read_parallel_text
+from tfformer.training.sources.text_files import (
+    read_labelled_text,
+    read_lines,
+    read_parallel_text,
+)
 
 
 def write(path, data, gz=False):

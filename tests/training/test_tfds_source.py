@@ -3,9 +3,9 @@
 import pytest
 import tensorflow_datasets as tfds
 
-from training.config import load_config
-from training.data import build_dataset
-from training.tfds_source import tfds_translation_splits
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import build_dataset
+from tfformer.training.sources.tfds_source import tfds_translation_splits
 
 
 def test_translation_pairs_come_from_the_named_features():
@@ -24,7 +24,7 @@ def test_translation_pairs_come_from_the_named_features():
 def test_tfds_config_builds_tokenized_splits(tmp_path):
     config = load_config(
         overrides=[
-            "data.task=tfds",
+            "data.corpus=tfds",
             "data.tfds_name=ted_hrlr_translate/pt_to_en",
             "data.source_key=pt",
             "data.target_key=en",
@@ -34,7 +34,7 @@ def test_tfds_config_builds_tokenized_splits(tmp_path):
         ]
     )
     with tfds.testing.mock_data(num_examples=20):
-        data = build_dataset(config.data, None, progress=lambda *_: None)
+        data = build_dataset(config, None, progress=lambda *_: None)
     assert len(data.examples["train"]) == 20
     labels = data.examples["train"].labels.to_list()
     assert all(row[-1] == 3 for row in labels)  # every target ends with [END]

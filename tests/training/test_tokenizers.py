@@ -3,8 +3,8 @@ import os
 import numpy as np
 import pytest
 
-from training.byte_tokenizer import ByteTokenizer
-from training.wordpiece_tokenizer import RESERVED_TOKENS, WordPieceTokenizer
+from tfformer.training.text.byte import ByteTokenizer
+from tfformer.training.text.wordpiece import RESERVED_TOKENS, WordPieceTokenizer
 
 SENTENCES = [
     "a dog runs in the park .",
@@ -91,7 +91,7 @@ def test_byte_tokenizer_round_trips_any_bytes(tmp_path):
 
 
 def test_join_punctuation_undoes_the_detokenizer_spacing():
-    from training.wordpiece_tokenizer import join_punctuation
+    from tfformer.training.text.wordpiece import join_punctuation
 
     spaced = [
         "a dog ( brown ) runs , fast .",

@@ -8,11 +8,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from training import pipeline
-from training.callbacks import restore_backup
-from training.config import load_config
-from training.data import build_dataset
-from training.trainer import build_model, compile_model, train
+from tfformer.training import pipeline
+from tfformer.training.config import load_config
+from tfformer.training.fit.callbacks import restore_backup
+from tfformer.training.fit.trainer import (
+    build_dataset,
+    build_model,
+    compile_model,
+    train,
+)
 
 from .tiny import TINY_NUMBER_WORDS
 
@@ -26,7 +30,7 @@ TINY = [
     "train.epochs=2",
     "train.warmup_steps=10",
     "train.verbose=0",
-    "train.exact_match_examples=16",
+    "train.final_evaluation_examples=16",
     "train.checkpoint_every_steps=3",
 ]
 
@@ -112,7 +116,7 @@ def test_resuming_mid_epoch_equals_an_uninterrupted_run(tmp_path):
     extra = [
         "model.dropout=0.0",
         "train.checkpoint_every_steps=100",
-        "train.evaluate_exact_match=false",
+        "train.final_evaluation=false",
     ]
     full = train(tiny_config(tmp_path / "a", *extra), progress=lambda *_: None)
     config = tiny_config(tmp_path / "b", *extra)
@@ -127,7 +131,7 @@ def test_resuming_mid_epoch_equals_an_uninterrupted_run(tmp_path):
 
 def _write_backup_after(config, steps):
     """The backup a run of `config` leaves after `steps` optimizer steps."""
-    data = build_dataset(config.data, None, progress=lambda *_: None)
+    data = build_dataset(config, None, progress=lambda *_: None)
     keras.utils.set_random_seed(config.train.seed)
     model = compile_model(build_model(config, data), config)
     stream = pipeline.training_stream(
@@ -151,7 +155,7 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
         tmp_path,
         f"train.precision={precision}",
         "train.epochs=1",
-        "train.evaluate_exact_match=false",
+        "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     assert np.isfinite(result.metrics["loss"])
@@ -171,7 +175,7 @@ def test_steps_per_execution_and_jit(tmp_path):
         tmp_path,
         "train.steps_per_execution=2",
         "train.jit_compile=true",
-        "train.evaluate_exact_match=false",
+        "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     assert result.model.jit_compile is True
@@ -183,7 +187,7 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     complete train step (forward, loss, gradients, Adam update) lowers to XLA
     HLO in one piece, with no op left outside the compiled cluster."""
     config = tiny_config(tmp_path)
-    data = build_dataset(config.data, None, progress=lambda *_: None)
+    data = build_dataset(config, None, progress=lambda *_: None)
     model = compile_model(build_model(config, data), config)
     stream = pipeline.training_stream(
         data.examples["train"],
@@ -227,7 +231,7 @@ def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
 
 def test_learning_a_vocabulary_reports_progress(tmp_path):
     messages = []
-    data = build_dataset(tiny_config(tmp_path).data, None, progress=messages.append)
+    data = build_dataset(tiny_config(tmp_path), None, progress=messages.append)
     size = data.tokenizers["source"].vocabulary_size
     assert messages[0].startswith("Tokenizer (source): learning 300 WordPiece tokens")
     assert messages[1].startswith(f"Tokenizer (source): {size} tokens in ")
@@ -238,7 +242,7 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     config = tiny_config(
         tmp_path,
         "train.ema_momentum=0.9",
-        "train.evaluate_exact_match=false",
+        "train.final_evaluation=false",
         "model.position=learned",
         "model.scale_embeddings=false",
         "model.tie_embeddings=none",
@@ -253,7 +257,7 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     # The backup holds the raw weights and, in the optimizer, their average
     # (taken before the average is swapped in at the end of the epoch).
     messages = []
-    data = build_dataset(config.data, out, progress=messages.append)
+    data = build_dataset(config, out, progress=messages.append)
     assert f"Tokenizer (target): reusing {out}/target_vocab.txt" in messages
     backup = compile_model(build_model(config, data), config)
     restore_backup(backup, os.path.join(out, "backup"))

@@ -8,12 +8,13 @@ import os
 import numpy as np
 import pytest
 
-from training import evaluate as evaluate_cli
-from training import translate as translate_cli
-from training.attention_maps import cross_attention_weights
-from training.evaluate import score_translations
-from training.evaluation import exact_match
-from training.translator import Translator, load_run
+from tfformer.training.commands import evaluate as evaluate_cli
+from tfformer.training.commands import translate as translate_cli
+from tfformer.training.config import config_from_dict
+from tfformer.training.evaluation.attention_maps import cross_attention_weights
+from tfformer.training.evaluation.translation import score_translations
+from tfformer.training.tasks.base import PreparedData
+from tfformer.training.tasks.translation import TASK, Translator
 
 from .tiny import train_tiny_translator
 
@@ -24,8 +25,9 @@ def run_dir(tmp_path_factory):
 
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
-    translator = Translator(run_dir, search="greedy", batch_size=8)
-    _, model, source, target = load_run(run_dir)
+    translator = Translator.from_run(run_dir, search="greedy", batch_size=8)
+    loaded = TASK.load(run_dir)
+    model = loaded.model
     pairs = [
         ("twenty-one", "einundzwanzig"),
         ("five hundred", "fünfhundert"),
@@ -33,29 +35,36 @@ def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
     ]
     translations = translator.translate([s for s, _ in pairs])
     assert len(translations) == 3 and all(isinstance(t, str) for t in translations)
-    _, shown = exact_match(model, pairs, source, target, max_length=32, batch_size=8)
-    assert [p for _, _, p in shown] == translations
+    config = config_from_dict(loaded.directory.read_json("config.json"))
+    data = PreparedData(loaded.tokenizers, {}, {"test": pairs}, (32,))
+    shown = TASK.final_evaluation(config, model, data, progress=lambda *_: None)
+    assert [p for _, _, p in shown["test_examples"]] == translations
     assert translator.translate([]) == []
     with pytest.raises(TypeError, match="list of strings"):
         translator.translate("one string")
 
 
 def test_beam_translator_returns_one_translation_per_sentence(run_dir):
-    translator = Translator(run_dir, search="beam", beam_width=3, batch_size=4)
+    translator = Translator.from_run(run_dir, search="beam", beam_width=3, batch_size=4)
     out = translator.translate(["one", "two hundred", "three thousand", "four", "five"])
     assert len(out) == 5
     assert translator.stats["sentences"] == 5
 
 
 def test_bad_run_directories_are_named(tmp_path, run_dir):
-    with pytest.raises(ValueError, match="Run directory not found"):
-        load_run(str(tmp_path / "nope"))
-    (tmp_path / "half").mkdir()
-    (tmp_path / "half" / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a directory"):
+        TASK.load(str(tmp_path / "nope"))
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"run\.json is missing"):
+        TASK.load(str(half))
+    for name in ("run.json", "source_vocab.txt", "target_vocab.txt"):
+        (half / name).write_bytes(open(os.path.join(run_dir, name), "rb").read())
     with pytest.raises(ValueError, match=r"model\.keras is missing"):
-        load_run(str(tmp_path / "half"))
-    with pytest.raises(ValueError, match="checkpoint must be one of"):
-        load_run(run_dir, "latest.h5")
+        TASK.load(str(half))
+    with pytest.raises(ValueError, match="checkpoint file must be one of"):
+        TASK.load(run_dir, "latest.h5")
 
 
 def test_scores_are_sacrebleu_cased_and_lowercased():
@@ -105,8 +114,10 @@ def test_evaluate_command_writes_results_and_an_attention_plot(
         assert key in results
     assert results["sentences"] == 8
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert evaluate_cli.main(["--checkpoint", str(tmp_path / "missing")]) == 2
-    assert "Run directory not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        evaluate_cli.main(["--checkpoint", str(tmp_path / "missing")])
+    assert exit_.value.code == 2
+    assert "not a directory" in capsys.readouterr().err
 
 
 def test_translate_command_reads_arguments_or_stdin(run_dir, capsys, monkeypatch):
@@ -124,7 +135,12 @@ def test_translate_command_reads_arguments_or_stdin(run_dir, capsys, monkeypatch
 
 
 def test_cross_attention_weights_are_distributions_over_the_source(run_dir):
-    _, model, source, target = load_run(run_dir)
+    loaded = TASK.load(run_dir)
+    model, source, target = (
+        loaded.model,
+        loaded.tokenizers["source"],
+        loaded.tokenizers["target"],
+    )
     source_ids = source.tokenize(["twenty-one thousand"])[0].numpy()
     maps = cross_attention_weights(model, source_ids, [target.start_id, 5, 6])
     assert len(maps) == 1  # one decoder layer

@@ -21,8 +21,8 @@ TINY_NUMBER_WORDS = [
 def train_tiny_translator(out, steps):
     """Trains a tiny number-words translator into `out` for `steps` steps;
     returns the run directory (for tests that need a finished run)."""
-    from training.config import load_config
-    from training.trainer import train
+    from tfformer.training.config import load_config
+    from tfformer.training.fit.trainer import train
 
     config = load_config(
         overrides=[
@@ -34,7 +34,7 @@ def train_tiny_translator(out, steps):
             f"train.steps_per_epoch={steps}",
             "train.epochs=1",
             "train.verbose=0",
-            "train.evaluate_exact_match=false",
+            "train.final_evaluation=false",
             f"train.output_dir={out}",
         ]
     )

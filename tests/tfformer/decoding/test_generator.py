@@ -207,9 +207,7 @@ def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
     greedy = ops.convert_to_numpy(Generator(model, max_length=10)(source)["token_ids"])
     top1 = Generator(model, max_length=10, search="sample", top_k=1, seed=3)(source)
     np.testing.assert_array_equal(ops.convert_to_numpy(top1["token_ids"]), greedy)
-    sampler = Generator(
-        model, max_length=10, search="sample", temperature=2.0, seed=7
-    )
+    sampler = Generator(model, max_length=10, search="sample", temperature=2.0, seed=7)
     first = ops.convert_to_numpy(sampler(source)["token_ids"])
     np.testing.assert_array_equal(
         ops.convert_to_numpy(sampler(source)["token_ids"]), first

@@ -20,26 +20,16 @@ every TensorFlow binary has (string ops, a hash table, a while loop):
 
 Detokenize joins "##" pieces to their word, words with spaces, and then
 applies `JOIN_RULES`, the punctuation rewrites training's detokenizer uses
-(`training.wordpiece_tokenizer.JOIN_RULES`; export may not import training,
-and tests check that the two agree).
+(one definition, in `tfformer.rundir.text`).
 """
 
 import numpy as np
 import tensorflow as tf
 
-RESERVED_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
-UNK_ID = 1
-SUFFIX = "##"
+from tfformer.rundir.text import JOIN_RULES, RESERVED_TOKENS, SUFFIX, UNK_ID
 
+# Code-point classes.
 WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
-
-JOIN_RULES = (
-    (r" ([.,!?;:%)\]}])", r"\1"),
-    (r"([(\[{]) ", r"\1"),
-    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
-    (r"(\w) - (\w)", r"\1-\2"),
-)
-
 MAX_CODE_POINT = 0x10FFFF
 
 
@@ -303,26 +293,3 @@ def _replace_rows(ragged, rows, value):
     return tf.RaggedTensor.from_value_rowids(
         tf.gather(values, order), tf.gather(row_ids, order), nrows=ragged.nrows()
     )
-
-
-class CoreBytes(tf.Module):
-    """The byte tokenizer (byte b is id b + 4, 260 ids) in core ops."""
-
-    offset = len(RESERVED_TOKENS)
-    vocabulary_size = 256 + offset
-
-    def tokenize(self, strings):
-        strings = tf.convert_to_tensor(strings, tf.string)
-        pieces = tf.strings.bytes_split(strings)
-        values = tf.io.decode_raw(pieces.flat_values, tf.uint8)[:, 0]
-        return pieces.with_flat_values(tf.cast(values, tf.int32) + self.offset)
-
-    def detokenize(self, ids):
-        ids = tf.cast(ids, tf.int32)
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.RaggedTensor.from_tensor(ids)
-        ids = tf.ragged.boolean_mask(
-            ids, tf.logical_and(ids >= self.offset, ids < self.vocabulary_size)
-        )
-        table = tf.constant([bytes([b]) for b in range(256)])
-        return tf.strings.reduce_join(tf.gather(table, ids - self.offset), axis=-1)

@@ -11,27 +11,8 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from training.atomic import atomic_write_text
-
-PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
-RESERVED_TOKENS = (PAD, UNK, START, END)
-
-# Detokenized words are joined by spaces, punctuation included ("a dog ." ,
-# "twenty - one"). These RE2 rewrites (graph ops, so an exported model can
-# apply them too) undo the common cases.
-JOIN_RULES = (
-    (r" ([.,!?;:%)\]}])", r"\1"),
-    (r"([(\[{]) ", r"\1"),
-    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
-    (r"(\w) - (\w)", r"\1-\2"),
-)
-
-
-def join_punctuation(strings):
-    """Removes the spaces the WordPiece detokenizer puts around punctuation."""
-    for pattern, rewrite in JOIN_RULES:
-        strings = tf.strings.regex_replace(strings, pattern, rewrite)
-    return strings
+from tfformer.rundir.files import atomic_write_text
+from tfformer.rundir.text import RESERVED_TOKENS, UNK, join_punctuation
 
 
 class WordPieceTokenizer:

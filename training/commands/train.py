@@ -5,9 +5,11 @@ import json
 import os
 import sys
 
-from training.config import load_config
+from tfformer.training.config import load_config
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "number_words.json")
+DEFAULT_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "configs", "number_words.json"
+)
 
 
 def add_config_arguments(parser, help_config=None):
@@ -51,7 +53,7 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return 0
-    from training.trainer import train
+    from tfformer.training.fit.trainer import train
 
     results = train(config).metrics
     for source, reference, prediction in results.get("test_examples", []):

@@ -8,10 +8,11 @@ import time
 
 import keras
 
-from tfformer.models import PRESETS, bert_classifier, from_preset
-from training import pipeline
-from training.atomic import atomic_write_text
-from training.callbacks import (
+from tfformer.rundir.files import atomic_write_text
+from tfformer.rundir.run import RunDirectory
+from tfformer.training import pipeline
+from tfformer.training.config import Config
+from tfformer.training.fit.callbacks import (
     AveragedWeights,
     BestModel,
     ResumableBackup,
@@ -20,105 +21,46 @@ from training.callbacks import (
     restore_backup,
     save_target,
 )
-from training.config import Config
-from training.data import build_dataset, save_tokenizers
-from training.evaluation import exact_match
-from training.losses import MaskedSparseCategoricalCrossentropy
-from training.metrics import MaskedAccuracy, RealTokens
-from training.multi_worker import multi_worker_fit
-from training.plots import plot_training_curves
-from training.schedule import TransformerSchedule
-from training.strategy import build_strategy, is_chief, is_multi_worker
-
-
-def model_sizes(model_config):
-    """The preset's keyword arguments with the config's overrides applied."""
-    if model_config.preset not in PRESETS:
-        raise ValueError(
-            f"model.preset must be one of {sorted(PRESETS)}. "
-            f"Received: model.preset={model_config.preset!r}"
-        )
-    sizes = dict(PRESETS[model_config.preset][1])
-    for name in ("hidden_dim", "num_heads", "intermediate_dim"):
-        if getattr(model_config, name):
-            sizes[name] = getattr(model_config, name)
-    if model_config.dropout >= 0:
-        sizes["dropout"] = model_config.dropout
-    if model_config.num_layers:
-        if "num_encoder_layers" in sizes:
-            sizes["num_encoder_layers"] = model_config.num_layers
-            sizes["num_decoder_layers"] = model_config.num_layers
-        else:
-            sizes["num_layers"] = model_config.num_layers
-    return sizes
+from tfformer.training.fit.multi_worker import multi_worker_fit
+from tfformer.training.fit.plots import plot_training_curves
+from tfformer.training.fit.schedule import TransformerSchedule
+from tfformer.training.fit.strategy import build_strategy, is_chief, is_multi_worker
+from tfformer.training.tasks import get_task
 
 
 def build_model(config, data):
-    """The uncompiled Keras model for `config.model`, sized to `data`."""
-    m, d = config.model, config.data
-    sizes = model_sizes(m)
-    expected = {
-        "seq2seq": "transformer_seq2seq",
-        "gpt": "gpt_decoder",
-        "bert_classifier": "bert_encoder",
-    }[m.family]
-    builder = PRESETS[m.preset][0].__name__
-    if builder != expected:
-        raise ValueError(
-            f"model.family={m.family!r} needs a {expected} preset. "
-            f"Received: model.preset={m.preset!r} ({builder})"
-        )
-    kwargs = {k: v for k, v in sizes.items()}
-    kwargs["max_sequence_length"] = max(d.max_length, 8)
-    if m.family == "seq2seq":
-        return from_preset(
-            m.preset,
-            data.tokenizers["source"].vocabulary_size,
-            data.tokenizers["target"].vocabulary_size,
-            tie_embeddings=m.tie_embeddings,
-            position=m.position,
-            scale_embeddings=m.scale_embeddings,
-            **{k: v for k, v in kwargs.items() if k != "tie_embeddings"},
-        )
-    vocabulary_size = data.tokenizers["text"].vocabulary_size
-    if m.family == "gpt":
-        return from_preset(m.preset, vocabulary_size, **kwargs)
-    encoder = from_preset(m.preset, vocabulary_size, **kwargs)
-    return bert_classifier(
-        encoder, data.num_classes, dropout=kwargs.get("dropout", 0.1)
-    )
+    """The uncompiled Keras model of `config`'s task, sized to `data`."""
+    return get_task(config.task).build_model(config, data)
 
 
 def compile_model(model, config):
-    """Adam with the paper's schedule; masked, label-smoothed loss."""
+    """Adam with the paper's schedule; the task's loss and metrics."""
     t = config.train
-    hidden_dim = model_sizes(config.model)["hidden_dim"]
+    hidden_dim = get_task(config.task).model_sizes(config.model)["hidden_dim"]
     optimizer = keras.optimizers.Adam(
         TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale),
         beta_1=t.beta_1,
         beta_2=t.beta_2,
         epsilon=t.epsilon,
-        clipnorm=t.clipnorm or None,
-        use_ema=t.ema_momentum > 0,
+        clipnorm=t.clipnorm,
+        use_ema=t.ema_momentum is not None,
         ema_momentum=t.ema_momentum or 0.99,
     )
-    if config.model.family == "bert_classifier":
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        metrics = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-    else:
-        loss = MaskedSparseCategoricalCrossentropy(label_smoothing=t.label_smoothing)
-        metrics = [MaskedAccuracy(), RealTokens()]
     jit = {"auto": "auto", "true": True, "false": False}[t.jit_compile]
     model.compile(
         optimizer=optimizer,
-        loss=loss,
-        # Classifier weights mark padding rows of the last evaluation batches.
-        weighted_metrics=metrics if config.model.family == "bert_classifier" else None,
-        metrics=None if config.model.family == "bert_classifier" else metrics,
         jit_compile=jit,
         steps_per_execution=t.steps_per_execution,
+        **get_task(config.task).compile_arguments(config),
     )
     return model
+
+
+def build_dataset(config, directory=None, *, progress=print):
+    """The raw and tokenized splits of `config`'s task (tokenizers saved in
+    `directory` are reused, so a resumed run keeps its vocabulary)."""
+    task = get_task(config.task)
+    return task.prepare(config.data, task.raw_splits(config.data), directory, progress)
 
 
 @contextlib.contextmanager
@@ -199,16 +141,128 @@ class TrainResult:
     metrics: dict
 
 
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One `model.fit` call: epochs `begin` to `end` (exclusive), `steps`
+    batches in each, the first of them starting after `skip` batches."""
+
+    begin: int
+    end: int
+    steps: int
+    skip: int
+
+
+def segment_plan(global_step, steps_per_epoch, epochs):
+    """The `fit` calls that take a run from `global_step` to the end of epoch
+    `epochs`: a resumed run first finishes its interrupted epoch, then goes on.
+
+    Returns:
+        A list of `Segment`s (empty when the run is complete).
+    """
+    first_epoch, skip = divmod(global_step, steps_per_epoch)
+    segments = []
+    if skip and first_epoch < epochs:
+        segments.append(
+            Segment(first_epoch, first_epoch + 1, steps_per_epoch - skip, skip)
+        )
+        first_epoch += 1
+    if first_epoch < epochs:
+        segments.append(Segment(first_epoch, epochs, steps_per_epoch, 0))
+    return segments
+
+
+@dataclasses.dataclass
+class RunCallbacks:
+    """The callbacks of a run, and the ones `train` reads back afterwards."""
+
+    callbacks: list
+    budget: TimeBudget
+    best: BestModel
+    report: TrainingReport
+
+
+def previous_report(path):
+    """The running totals a resumed run carries over from its `metrics.json`
+    (None if there is none)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return {
+            k: v
+            for k, v in json.load(f).items()
+            if k in ("epochs", "train_seconds", "tokens")
+        }
+
+
+def build_callbacks(config, state=None, *, write=True):
+    """The callback list of a run of `config`, in the order they must run.
+
+    Args:
+        state: the restored backup state of a resumed run (None: a new run).
+        write: whether this process writes files (the chief).
+    """
+    t = config.train
+    out = t.output_dir
+    best = BestModel(
+        os.path.join(out, "best.keras"),
+        best=(state or {}).get("best_val_loss"),
+        write=write,
+    )
+    report_path = os.path.join(out, "metrics.json")
+    report = TrainingReport(
+        report_path,
+        write=write,
+        initial=previous_report(report_path) if state else None,
+    )
+    budget = TimeBudget(t.time_budget_minutes)
+    callbacks = [
+        budget,
+        ResumableBackup(
+            os.path.join(out, "backup"),
+            t.checkpoint_every_steps,
+            write=write,
+            extra_state=lambda: {"best_val_loss": best.best},
+        ),
+        # After the backup (raw weights), before everything that validates or
+        # saves the model (averaged weights).
+        *([AveragedWeights()] if t.ema_momentum else []),
+        best,
+        report,
+    ]
+    if write:
+        callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "logs")))
+    return RunCallbacks(callbacks, budget, best, report)
+
+
+def end_of_run_results(
+    summary, test_logs, *, steps_per_epoch, global_step, strategy, precision
+):
+    """The `results` block of `metrics.json`: the training summary, the test
+    metrics (prefixed `test_`; the token counter is not a metric), the step
+    counts and how the run was distributed."""
+    return {
+        **summary,
+        **{f"test_{k}": float(v) for k, v in test_logs.items() if k != "real_tokens"},
+        "steps_per_epoch": steps_per_epoch,
+        "global_step": int(global_step),
+        "replicas": strategy.num_replicas_in_sync,
+        "strategy": type(strategy).__name__,
+        "precision": precision,
+    }
+
+
 def train(config, *, progress=print):
     """Trains `config` (a `Config`); returns a `TrainResult`.
 
-    Writes into `config.train.output_dir`: the tokenizer files, `config.json`,
+    Writes into `config.train.output_dir` (a run directory, see
+    `tfformer.rundir.run`): the tokenizer files, `run.json`, `config.json`,
     `model.keras` (final), `best.keras` (lowest validation loss), `backup/`
     (for resuming), `logs/` (TensorBoard) and `metrics.json`. Re-running the
     same command after a crash resumes from the last backup.
     """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a training Config. Received: {type(config)}")
+    task = get_task(config.task)
     t = config.train
     out = t.output_dir
     started = time.perf_counter()
@@ -218,12 +272,13 @@ def train(config, *, progress=print):
     layout = InputLayout.for_strategy(strategy, t.batch_size)
     keras.utils.set_random_seed(t.seed)
     os.makedirs(out, exist_ok=True)
+    run = RunDirectory(out)
 
-    data = build_dataset(config.data, out, progress=progress)
+    data = build_dataset(config, out, progress=progress)
     if chief:
-        save_tokenizers(data, config.data, out)
+        task.save_preprocessing(config, data, run)
         atomic_write_text(
-            os.path.join(out, "config.json"), json.dumps(config.to_dict(), indent=2)
+            run.file("config.json"), json.dumps(config.to_dict(), indent=2)
         )
 
     with dtype_policy(t.precision), strategy.scope():
@@ -235,11 +290,11 @@ def train(config, *, progress=print):
             state = restore_backup(model, backup_dir)
     global_step = state["global_step"] if state else 0
     steps = steps_per_epoch(config, data, layout)
-    first_epoch, skip = divmod(global_step, steps)
+    segments = segment_plan(global_step, steps, t.epochs)
     if state:
+        epoch, batch = divmod(global_step, steps)
         progress(
-            f"Resuming from step {global_step}: epoch {first_epoch + 1}, "
-            f"batch {skip + 1}"
+            f"Resuming from step {global_step}: epoch {epoch + 1}, batch {batch + 1}"
         )
 
     def train_data(start_epoch, skip_steps):
@@ -272,45 +327,14 @@ def train(config, *, progress=print):
             ),
         )
 
-    best = BestModel(
-        os.path.join(out, "best.keras"),
-        best=(state or {}).get("best_val_loss"),
-        write=chief,
-    )
-    report_path = os.path.join(out, "metrics.json")
-    previous_report = None
-    if state and os.path.isfile(report_path):
-        with open(report_path, encoding="utf-8") as f:
-            previous_report = {
-                k: v
-                for k, v in json.load(f).items()
-                if k in ("epochs", "train_seconds", "tokens")
-            }
-    report = TrainingReport(report_path, write=chief, initial=previous_report)
-    budget = TimeBudget(t.time_budget_minutes)
-    callbacks = [
-        budget,
-        ResumableBackup(
-            backup_dir,
-            t.checkpoint_every_steps,
-            write=chief,
-            extra_state=lambda: {"best_val_loss": best.best},
-        ),
-        # After the backup (raw weights), before everything that validates or
-        # saves the model (averaged weights).
-        *([AveragedWeights()] if t.ema_momentum else []),
-        best,
-        report,
-    ]
-    if chief:
-        callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "logs")))
-
     def eval_steps(split):
         batches = pipeline.evaluation_steps(
             data.examples[split].lengths, data.bucket_lengths, layout.batch_size
         )
         return -(-batches // layout.batches_per_step)
 
+    run_callbacks = build_callbacks(config, state, write=chief)
+    budget = run_callbacks.budget
     validation = eval_data("validation")
     fit_context = (
         multi_worker_fit(model, strategy, _element_spec(data, layout))
@@ -318,24 +342,17 @@ def train(config, *, progress=print):
         else contextlib.nullcontext()
     )
     with fit_context:
-        # A resumed run first finishes its interrupted epoch, then goes on.
-        segments = []
-        if skip and first_epoch < t.epochs:
-            segments.append((first_epoch, first_epoch + 1, steps - skip, skip))
-            first_epoch += 1
-        if first_epoch < t.epochs:
-            segments.append((first_epoch, t.epochs, steps, 0))
-        for begin, end, n, skip_steps in segments:
+        for segment in segments:
             if budget.exhausted:
                 break
             model.fit(
-                train_data(begin, skip_steps),
-                initial_epoch=begin,
-                epochs=end,
-                steps_per_epoch=n,
+                train_data(segment.begin, segment.skip),
+                initial_epoch=segment.begin,
+                epochs=segment.end,
+                steps_per_epoch=segment.steps,
                 validation_data=validation,
                 validation_steps=eval_steps("validation"),
-                callbacks=callbacks,
+                callbacks=run_callbacks.callbacks,
                 verbose=t.verbose,
                 shuffle=False,
             )
@@ -348,34 +365,25 @@ def train(config, *, progress=print):
             eval_data("test"), steps=eval_steps("test"), verbose=0, return_dict=True
         )
 
-    results = {
-        **report.summary(),
-        **{f"test_{k}": float(v) for k, v in test_logs.items() if k != "real_tokens"},
-        "steps_per_epoch": steps,
-        "global_step": int(model.optimizer.iterations.numpy()),
-        "replicas": strategy.num_replicas_in_sync,
-        "strategy": type(strategy).__name__,
-        "precision": t.precision,
-    }
-    # Saved before the exact-match pass, so nothing trained is lost if it fails.
-    with save_target(os.path.join(out, "model.keras"), chief) as tmp:
+    results = end_of_run_results(
+        run_callbacks.report.summary(),
+        test_logs,
+        steps_per_epoch=steps,
+        global_step=model.optimizer.iterations.numpy(),
+        strategy=strategy,
+        precision=t.precision,
+    )
+    # Saved before the final evaluation, so nothing trained is lost if it fails.
+    with save_target(run.file("model.keras"), chief) as tmp:
         model.save(tmp)
-    if config.model.family == "seq2seq" and t.evaluate_exact_match and chief:
-        pairs = data.raw["test"][: t.exact_match_examples]
-        progress(f"Greedy-translating {len(pairs)} test sentences for exact match")
-        score, shown = exact_match(
-            model,
-            pairs,
-            data.tokenizers["source"],
-            data.tokenizers["target"],
-            max_length=config.data.max_length,
-        )
-        results["test_exact_match"] = score
-        results["test_examples"] = [list(x) for x in shown]
+    if t.final_evaluation and chief:
+        results.update(task.final_evaluation(config, model, data, progress))
     results["wall_seconds"] = time.perf_counter() - started
     if chief:
-        report.flush({"results": results})
-        plot_training_curves(report.report, os.path.join(out, "training_curves.png"))
+        run_callbacks.report.flush({"results": results})
+        plot_training_curves(
+            run_callbacks.report.report, run.file("training_curves.png")
+        )
     return TrainResult(model, data, results)
 
 

@@ -1,9 +1,21 @@
-"""Write-then-rename helpers: a reader sees the old file or the new one, never half."""
+"""Write-then-rename helpers: a reader sees the old file or the new one, never half.
+
+Files get the permissions a plain `open` or `mkdir` would give (mkstemp and
+mkdtemp make them owner-only, and a server or app bundler often runs as
+another user).
+"""
 
 import contextlib
 import os
 import shutil
 import tempfile
+
+
+def current_umask():
+    """The process umask (reading it means setting it, so it is put back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -34,10 +46,21 @@ def atomic_path(path):
             os.remove(tmp)
 
 
-def atomic_write_text(path, text):
-    """Writes `text` to `path` (UTF-8) atomically, flushed to disk."""
+def atomic_write_bytes(path, data):
+    """Writes `data` to `path` atomically, flushed to disk."""
     with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+
+
+def atomic_write_text(path, text):
+    """Writes `text` to `path` (UTF-8) atomically, flushed to disk."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_copy(source, path):
+    """Copies the file `source` to `path` atomically."""
+    with atomic_path(path) as tmp:
+        shutil.copyfile(source, tmp)

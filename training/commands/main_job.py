@@ -19,7 +19,6 @@ and the TFLite model runs in the LiteRT interpreter with the standard-library
 
 import argparse
 import csv
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,29 +26,33 @@ import sys
 import tempfile
 import time
 
-from training.atomic import atomic_path, atomic_write_text
-from training.cli import add_config_arguments
-from training.config import load_config
+from tfformer.rundir.files import atomic_path, atomic_write_text
+from tfformer.training.commands.train import add_config_arguments
+from tfformer.training.config import load_config
+from tfformer.training.tasks import get_task
+
+FORMATS = ("saved_model", "tflite")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="tfformer", description=__doc__.split("\n")[0])
-    add_config_arguments(p, "a seq2seq training config (default: number_words.json)")
+    add_config_arguments(p, "a training config (default: number_words.json)")
     p.add_argument(
         "--compare",
         type=int,
         default=200,
-        help="test sentences translated by all three models (default 200)",
+        help="test examples predicted by all three models (default 200)",
     )
     p.add_argument("--show", type=int, default=5, help="of those, printed (default 5)")
     return p.parse_args(argv)
 
 
 def check_args(args, config):
-    if config.model.family != "seq2seq":
+    task = get_task(config.task)
+    if type(task).exported_predictions is type(task).__mro__[-2].exported_predictions:
         raise ValueError(
-            "The main job trains and exports a translator: --config needs "
-            f"model.family 'seq2seq'. Received: {config.model.family!r}"
+            f"The main job exports the model and compares the exports with Keras; "
+            f"task {config.task!r} has no exported predictions yet."
         )
     for name in ("compare", "show"):
         value = getattr(args, name)
@@ -64,14 +67,18 @@ def read_all(file):
 
 
 def run_exports(run_dir, exports, progress=print):
-    """Runs `python -m export` once per format, both at once (each is mostly
-    one thread); returns {format: exported path}."""
+    """Runs `python -m tfformer.export` once per format, both at once (each is
+    mostly one thread); returns {format: exported path}, read from the JSON
+    each command writes with `--result-json`."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     running = {}
-    for fmt in ("saved_model", "tflite"):
+    results = tempfile.mkdtemp(prefix="tfformer-exports-")
+    for fmt in FORMATS:
+        result = os.path.join(results, f"{fmt}.json")
         command = [
-            sys.executable, "-m", "export", "--checkpoint", run_dir,
+            sys.executable, "-m", "tfformer.export", "--checkpoint", run_dir,
             "--format", fmt, "--out", os.path.join(exports, fmt),
+            "--result-json", result,
         ]  # fmt: skip
         if fmt == "saved_model":
             # Greedy, as the Keras and TFLite columns are: the three should agree.
@@ -80,90 +87,21 @@ def run_exports(run_dir, exports, progress=print):
         # Files, not pipes: a full pipe would block one while we wait on the other.
         logs = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         process = subprocess.Popen(command, stdout=logs[0], stderr=logs[1], env=env)
-        running[fmt] = process, logs
+        running[fmt] = process, logs, result
     paths, failures = {}, []
-    for fmt, (process, logs) in running.items():
+    for fmt, (process, logs, result) in running.items():
         process.wait()
         stdout, stderr = (read_all(f) for f in logs)
         for line in stdout.splitlines():
             progress(f"  {line}")
-        if process.returncode:
+        if process.returncode or not os.path.isfile(result):
             failures.append(f"{fmt} (exit {process.returncode}):\n{stderr[-3000:]}")
         else:
-            last = stdout.strip().splitlines()[-1]
-            paths[fmt] = last.removeprefix("Exported to ").strip()
+            with open(result, encoding="utf-8") as f:
+                paths[fmt] = json.load(f)["path"]
     if failures:
         raise RuntimeError("Export failed: " + "\n".join(failures))
     return paths
-
-
-def load_device_tokenizer(directory):
-    """The `tokenizer.py` an export writes next to its `.tflite`: exactly what
-    a device app would port."""
-    spec = importlib.util.spec_from_file_location(
-        "tfformer_device_tokenizer", os.path.join(directory, "tokenizer.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DeviceTokenizer(directory)
-
-
-def tflite_translations(path, sentences):
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    directory = os.path.dirname(path)
-    tokenizer = load_device_tokenizer(directory)
-    runner = Interpreter(model_path=path).get_signature_runner()
-    out = []
-    for sentence in sentences:
-        ids = np.array([tokenizer.tokenize(sentence)], "int32")
-        token_ids = runner(source_ids=ids)["token_ids"][0]
-        out.append(tokenizer.detokenize(token_ids.tolist()))
-    return out
-
-
-def saved_model_translations(path, sentences, batch_size=64):
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-    out = []
-    for start in range(0, len(sentences), batch_size):
-        batch = tf.constant(sentences[start : start + batch_size])
-        texts = serve(text=batch)["translation"].numpy()
-        out += [t.decode("utf-8", "replace") for t in texts]
-    return out
-
-
-def test_scores(translator, pairs, progress=print):
-    """Exact match, sacreBLEU (13a words, and characters) and chrF."""
-    import sacrebleu
-
-    from training.evaluate import score_translations
-
-    sources = [s for s, _ in pairs]
-    references = [t for _, t in pairs]
-    began = time.perf_counter()
-    hypotheses = []
-    for start in range(0, len(sources), 256):
-        hypotheses += translator.translate(sources[start : start + 256])
-        progress(f"  translated {len(hypotheses)}/{len(sources)}")
-    seconds = time.perf_counter() - began
-    scores = score_translations(hypotheses, references)
-    # Word-level BLEU is 0 when the references are single words (the
-    # number-words task writes German numbers as one compound word), so the
-    # character-level BLEU is reported next to it.
-    char_bleu = sacrebleu.metrics.BLEU(tokenize="char")
-    scores["bleu_char"] = round(
-        char_bleu.corpus_score(hypotheses, [references]).score, 2
-    )
-    scores["bleu_char_signature"] = str(char_bleu.get_signature())
-    scores["exact_match"] = sum(
-        h == r for h, r in zip(hypotheses, references, strict=True)
-    ) / max(len(pairs), 1)
-    scores["sentences"] = len(pairs)
-    scores["seconds"] = round(seconds, 2)
-    return scores, hypotheses
 
 
 def side_by_side(rows, show):
@@ -179,32 +117,28 @@ def side_by_side(rows, show):
 
 def main_job(config, *, compare=200, show=5, progress=print):
     """Runs the main job for `config`; returns the summary dict it saves."""
-    from training.trainer import train
-    from training.translator import Translator
+    from tfformer.training.fit.trainer import train
 
+    task = get_task(config.task)
     began = time.perf_counter()
     out = config.train.output_dir
-    progress(f"[1/4] Training ({config.model.preset or 'custom'}) into {out}")
+    progress(f"[1/4] Training ({task.preset(config.model)}) into {out}")
     result = train(config, progress=progress)
-    pairs = result.data.raw["test"]
+    pairs = [task.input_and_reference(x) for x in result.data.raw["test"]]
 
-    progress(f"[2/4] Greedy-translating the {len(pairs)} held-out test sentences")
-    translator = Translator(out, search="greedy")
-    scores, keras_out = test_scores(translator, pairs, progress)
-    progress(
-        f"  exact match {scores['exact_match']:.1%}, chrF {scores['chrf_cased']}, "
-        f"BLEU {scores['bleu_cased']} (words), {scores['bleu_char']} (characters)"
-    )
+    progress(f"[2/4] Predicting the {len(pairs)} held-out test examples (Keras)")
+    scores, keras_out = task.keras_evaluation(out, pairs, progress=progress)
 
     progress("[3/4] Exporting")
     exported = run_exports(out, os.path.join(out, "export"), progress)
-    saved_model, tflite = exported["saved_model"], exported["tflite"]
 
     sample = pairs[:compare]
     sources = [s for s, _ in sample]
-    progress(f"[4/4] Translating {len(sample)} test sentences with all three")
-    saved_out = saved_model_translations(saved_model, sources)
-    lite_out = tflite_translations(tflite, sources)
+    progress(f"[4/4] Predicting {len(sample)} test examples with all three")
+    saved_out = task.exported_predictions(
+        "saved_model", exported["saved_model"], sources
+    )
+    lite_out = task.exported_predictions("tflite", exported["tflite"], sources)
     rows = [
         (s, r, k, m, t)
         for (s, r), k, m, t in zip(sample, keras_out, saved_out, lite_out, strict=False)
@@ -229,8 +163,8 @@ def main_job(config, *, compare=200, show=5, progress=print):
     )
     paths = {
         "model": os.path.join(out, "model.keras"),
-        "saved_model": saved_model,
-        "tflite": tflite,
+        "saved_model": exported["saved_model"],
+        "tflite": exported["tflite"],
         "tensorboard_logs": os.path.join(out, "logs"),
         "training_metrics": os.path.join(out, "metrics.json"),
         "training_curves": os.path.join(out, "training_curves.png"),
@@ -249,10 +183,9 @@ def main_job(config, *, compare=200, show=5, progress=print):
         "wall_seconds": round(time.perf_counter() - began, 1),
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2))
-    print(
-        f"\nDone in {summary['wall_seconds'] / 60:.1f} min: exact match "
-        f"{scores['exact_match']:.1%} on {scores['sentences']} test sentences."
-    )
+    numbers = {k: v for k, v in scores.items() if isinstance(v, int | float)}
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
+    print(f"\nDone in {summary['wall_seconds'] / 60:.1f} min: {shown}.")
     for name, path in paths.items():
         print(f"  {name:<17} {path}")
     print(f"  (TensorBoard: tensorboard --logdir {paths['tensorboard_logs']})")
@@ -262,7 +195,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
 def main(argv=None):
     args = parse_args(argv)
     try:
-        overrides = ["train.evaluate_exact_match=false", *args.overrides]
+        overrides = ["train.final_evaluation=false", *args.overrides]
         config = load_config(args.config, overrides)
         check_args(args, config)
     except (ValueError, TypeError) as e:

@@ -1,0 +1,428 @@
+"""Export of translation runs.
+
+SavedModel (TF Serving): raw strings in, translations out. The graph holds
+tokenization (`CoreWordPiece` or the byte tokenizer, core ops only), the
+encoder, the KV-cached greedy or beam search of `tfformer.decoding.Generator`
+and detokenization.
+
+TFLite (LiteRT): source ids in, generated ids out, the greedy KV-cached
+decoding loop inside the model (one WHILE op), builtin ops only. The output
+directory is what an app ships:
+- `model.tflite` (or `model_<quantize>.tflite`): input `source_ids` int32
+  `(1, source_length)`, output `token_ids` int32 `(1, max_length)` (start
+  token, the translation, end token, then 0s);
+- `source_vocab.txt`, `target_vocab.txt` (WordPiece runs);
+- `text.json`: what on-device tokenization needs (lower-casing, the code-point
+  class ranges, lengths, reserved ids);
+- `tokenizer.py`: a dependency-free Python reference of the on-device
+  tokenize / detokenize steps (`export/device_tokenizer.py`), to port.
+
+Inputs are clamped in the graph: ids outside the source vocabulary become
+[UNK] (1). The TFLite input shape is fixed; the reference tokenizer cuts
+sources to `source_length` tokens and pads with 0. Any other shape is refused
+by the interpreter with a ValueError, never a crash.
+"""
+
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfformer.decoding import Generator
+from tfformer.export.wordpiece import CoreWordPiece, probe_character_classes
+from tfformer.rundir.files import atomic_copy, atomic_write_text
+from tfformer.rundir.run import RunDirectory
+from tfformer.rundir.text import (
+    JOIN_RULES,
+    RESERVED_TOKENS,
+    SUFFIX,
+    UNK_ID,
+    ByteTokenizer,
+)
+
+SEARCHES = ("greedy", "beam")
+# Raw inputs are cut to this many bytes before tokenizing; the first
+# `source_length` tokens of any sentence come from far fewer.
+MAX_INPUT_BYTES = 16384
+DEVICE_TOKENIZER = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "device_tokenizer.py"
+)
+
+SIGNATURES = {
+    "serving_default": "text (batch,) string -> translation (batch,) string, "
+    "score (batch,) float32, token_ids (batch, max_length) int32",
+    "translate_ids": "source_ids (batch, length) int32 -> token_ids, score",
+    "logits": "encoder_token_ids (batch, S) int32, decoder_token_ids (batch, T) "
+    "int32 -> logits (batch, T, vocabulary) float32",
+    "tokenize": "text (batch,) string -> token_ids (batch, source_length) int32",
+    "detokenize": "token_ids (batch, length) int32 -> text (batch,) string",
+}
+
+
+@dataclasses.dataclass
+class TranslationRun:
+    """What export needs from a translation run directory."""
+
+    directory: str
+    model: keras.Model
+    source: object  # TokenizerSpec
+    target: object
+    source_length: int  # sources are cut to this many tokens
+    max_length: int  # the decoder's length: start token, output, end token
+    source_vocabulary_size: int  # ids the encoder embedding accepts
+
+    @property
+    def tokenizer(self):
+        return self.source.kind
+
+    @property
+    def lower_case(self):
+        return self.source.lower_case
+
+    def files(self):
+        """The vocabulary files to ship next to an exported model."""
+        return [
+            p for p in (self.source.vocabulary_file, self.target.vocabulary_file) if p
+        ]
+
+
+def read_run(run_dir, checkpoint="model.keras"):
+    """A finished translation run as a `TranslationRun` (ValueError naming the
+    missing file, or the wrong task)."""
+    run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
+    if run.task != "translation":
+        raise ValueError(f"{run.path} holds a {run.task!r} run, not a translation run.")
+    source, target = run.tokenizer("source"), run.tokenizer("target")
+    length = int(run.setting("max_length"))
+    model = run.load_model(checkpoint)
+    names = {layer.name for layer in model.layers}
+    # Models that share one embedding have no separate encoder embedding.
+    source_embedding = model.get_layer(
+        "encoder_embedding" if "encoder_embedding" in names else "decoder_embedding"
+    )
+    return TranslationRun(
+        directory=run.path,
+        model=model,
+        source=source,
+        target=target,
+        source_length=length,
+        max_length=length,
+        source_vocabulary_size=int(source_embedding.vocabulary_size),
+    )
+
+
+def make_tokenizer(spec, character_classes=None):
+    """The core-op tokenizer of a `TokenizerSpec`."""
+    if spec.kind == "byte":
+        return ByteTokenizer()
+    return CoreWordPiece(
+        spec.path,
+        lower_case=spec.lower_case,
+        character_classes=character_classes or probe_character_classes(),
+    )
+
+
+def clamp_ids(ids, vocabulary_size):
+    """Ids outside `[0, vocabulary_size)` become [UNK]."""
+    ids = tf.cast(ids, tf.int32)
+    inside = tf.logical_and(ids >= 0, ids < vocabulary_size)
+    return tf.where(inside, ids, UNK_ID)
+
+
+class TranslatorGraph(tf.Module):
+    """The serving functions of one run, built from tracked pieces.
+
+    Args:
+        run: a `TranslationRun`.
+        search, beam_width, length_penalty, max_length: decoding settings
+            (see `tfformer.decoding.Generator`); `max_length` defaults to
+            the training `data.max_length`.
+        jit_compile: compile the decoding loop with XLA (faster on CPU and
+            GPU, but the server must have XLA; off by default).
+    """
+
+    def __init__(
+        self,
+        run,
+        *,
+        search="beam",
+        beam_width=4,
+        length_penalty=0.6,
+        max_length=None,
+        jit_compile=False,
+        character_classes=None,
+    ):
+        super().__init__()
+        if search not in SEARCHES:
+            raise ValueError(
+                f"search must be one of {SEARCHES}. Received: search={search!r}"
+            )
+        if run.source.kind == "wordpiece" and character_classes is None:
+            character_classes = probe_character_classes()
+        self.model = run.model
+        self.source = make_tokenizer(run.source, character_classes)
+        self.target = make_tokenizer(run.target, character_classes)
+        self.source_length = run.source_length
+        self.max_length = max_length or run.max_length
+        self.source_vocabulary_size = run.source_vocabulary_size
+        self.generator = Generator(
+            run.model,
+            max_length=self.max_length,
+            search=search,
+            beam_width=beam_width,
+            length_penalty=length_penalty,
+        )
+        self._decode = (
+            self.generator.compiled(jit_compile=True)
+            if jit_compile
+            else self.generator.__call__
+        )
+        self.settings = {
+            "search": search,
+            "beam_width": beam_width if search == "beam" else None,
+            "length_penalty": length_penalty if search == "beam" else None,
+            "max_length": self.max_length,
+            "source_length": self.source_length,
+            "max_input_bytes": MAX_INPUT_BYTES,
+            "jit_compile": bool(jit_compile),
+            "tokenizer": run.tokenizer,
+            "lower_case": run.lower_case,
+            "signatures": SIGNATURES,
+        }
+
+    def clamp_source(self, ids):
+        """Ids `(batch, any length)` to `(batch, source_length)`: cut or padded
+        with 0; ids outside the vocabulary become [UNK] (1)."""
+        ids = clamp_ids(ids, self.source_vocabulary_size)[:, : self.source_length]
+        missing = self.source_length - tf.shape(ids)[1]
+        return tf.pad(ids, [[0, 0], [0, missing]])
+
+    def tokenize(self, text):
+        text = tf.strings.substr(tf.reshape(text, [-1]), 0, MAX_INPUT_BYTES)
+        ids = self.source.tokenize(text)[:, : self.source_length]
+        return ids.to_tensor(shape=[None, self.source_length])
+
+    def translate_ids(self, source_ids):
+        out = self._decode(self.clamp_source(source_ids))
+        return {"token_ids": out["token_ids"], "score": out["scores"]}
+
+    def translate(self, text):
+        out = self.translate_ids(self.tokenize(text))
+        out["translation"] = self.target.detokenize(out["token_ids"])
+        return out
+
+    def logits(self, encoder_token_ids, decoder_token_ids):
+        logits = self.model(
+            {
+                "encoder_token_ids": self.clamp_source(encoder_token_ids),
+                "decoder_token_ids": tf.cast(decoder_token_ids, tf.int32),
+            },
+            training=False,
+        )
+        return {"logits": tf.cast(logits, tf.float32)}
+
+    def detokenize(self, token_ids):
+        return {"text": self.target.detokenize(token_ids)}
+
+    def write(self, path):
+        """Writes the signatures as a SavedModel at `path` (no atomicity)."""
+        archive = keras.export.ExportArchive()
+        archive.track(self.model)
+        archive.track(self.source)
+        archive.track(self.target)
+        text = tf.TensorSpec([None], tf.string, name="text")
+        archive.add_endpoint("serving_default", self.translate, [text])
+        archive.add_endpoint(
+            "translate_ids",
+            self.translate_ids,
+            [tf.TensorSpec([None, None], tf.int32, name="source_ids")],
+        )
+        archive.add_endpoint(
+            "logits",
+            self.logits,
+            [
+                tf.TensorSpec([None, None], tf.int32, name="encoder_token_ids"),
+                tf.TensorSpec([None, None], tf.int32, name="decoder_token_ids"),
+            ],
+        )
+        archive.add_endpoint(
+            "tokenize", lambda t: {"token_ids": self.tokenize(t)}, [text]
+        )
+        archive.add_endpoint(
+            "detokenize",
+            self.detokenize,
+            [tf.TensorSpec([None, None], tf.int32, name="token_ids")],
+        )
+        archive.write_out(path, verbose=False)
+
+
+def decoding_function(run, max_length=None):
+    """`source_ids (1, S) int32 -> {"token_ids": (1, max_length) int32}`."""
+    generator = Generator(
+        run.model,
+        max_length=max_length or run.max_length,
+        search="greedy",
+        carry_constants=True,
+    )
+
+    def decode(source_ids):
+        ids = clamp_ids(source_ids, run.source_vocabulary_size)
+        return {"token_ids": generator(ids)["token_ids"]}
+
+    return decode
+
+
+def representative_ids(sentences, tokenizer, source_length, limit=200):
+    """Calibration inputs for full-int8 quantization: `(1, S)` int32 arrays."""
+    sentences = [s for s in sentences if s.strip()][:limit]
+    if not sentences:
+        raise ValueError(
+            "representative_sentences is empty; full_int8 calibrates on real "
+            "source sentences (for example the training sources)."
+        )
+    ids = tokenizer.tokenize(tf.constant(sentences))[:, :source_length]
+    ids = ids.to_tensor(shape=[None, source_length]).numpy().astype(np.int32)
+    return [row[None, :] for row in ids]
+
+
+def text_settings(run, max_length, character_classes):
+    settings = {
+        "tokenizer": run.tokenizer,
+        "lower_case": run.lower_case,
+        "source_length": run.source_length,
+        "max_length": max_length,
+        "reserved_tokens": list(RESERVED_TOKENS),
+        "suffix": SUFFIX,
+        "max_bytes_per_word": 100,
+        "join_rules": [list(rule) for rule in JOIN_RULES],
+    }
+    if run.tokenizer == "wordpiece":
+        starts, classes = character_classes
+        settings["character_classes"] = {
+            "classes": ["word", "space", "punctuation", "dropped"],
+            "starts": [int(s) for s in starts],
+            "class": [int(c) for c in classes],
+        }
+    return settings
+
+
+class TranslationExporter:
+    """The translation task's exporters, as `tfformer-export` calls them."""
+
+    name = "translation"
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--search", default="beam", help="saved_model: beam or greedy"
+        )
+        parser.add_argument("--beam-width", type=int, default=4)
+        parser.add_argument("--length-penalty", type=float, default=0.6)
+        parser.add_argument(
+            "--max-length",
+            type=int,
+            help="decoder length (default: training max_length)",
+        )
+        parser.add_argument(
+            "--jit-compile",
+            action="store_true",
+            help="saved_model: XLA-compile the decoding loop (the server needs XLA)",
+        )
+
+    def saved_model_options(self, args):
+        return {
+            "search": args.search,
+            "beam_width": args.beam_width,
+            "length_penalty": args.length_penalty,
+            "max_length": args.max_length,
+            "jit_compile": args.jit_compile,
+        }
+
+    def tflite_options(self, args):
+        return {"max_length": args.max_length}
+
+    def read(self, run_dir, checkpoint):
+        return read_run(run_dir, checkpoint)
+
+    def check_saved_model_options(self, search="beam", **_):
+        if search not in SEARCHES:
+            raise ValueError(
+                f"search must be one of {SEARCHES}. Received: search={search!r}"
+            )
+
+    def saved_model(self, run, path, **options):
+        """Writes the serving SavedModel at `path`; returns its settings."""
+        graph = TranslatorGraph(run, **options)
+        graph.write(path)
+        return graph.settings
+
+    def tflite_source(self, run, path, max_length=None):
+        """Writes the SavedModel the converter reads: one `serving_default`
+        with the greedy decoding loop."""
+        archive = keras.export.ExportArchive()
+        archive.track(run.model)
+        archive.add_endpoint(
+            "serving_default",
+            decoding_function(run, max_length),
+            [tf.TensorSpec([1, run.source_length], tf.int32, name="source_ids")],
+        )
+        archive.write_out(path, verbose=False)
+
+    def calibration(self, run, sentences):
+        """Full-int8 calibration inputs from raw source sentences."""
+        tokenizer = make_tokenizer(run.source)
+        return representative_ids(list(sentences), tokenizer, run.source_length)
+
+    def device_files(self, run, out_dir, max_length=None):
+        """The vocabularies, `text.json` and `tokenizer.py` an app ships."""
+        classes = probe_character_classes() if run.tokenizer == "wordpiece" else None
+        for source in run.files():
+            atomic_copy(source, os.path.join(out_dir, os.path.basename(source)))
+        atomic_write_text(
+            os.path.join(out_dir, "text.json"),
+            json.dumps(
+                text_settings(run, max_length or run.max_length, classes), indent=1
+            ),
+        )
+        atomic_copy(DEVICE_TOKENIZER, os.path.join(out_dir, "tokenizer.py"))
+
+
+class LiteRTTranslator:
+    """Runs an exported `.tflite` with the `ai_edge_litert` Interpreter (the
+    runtime devices use), one sentence at a time.
+
+    Args:
+        path: the `.tflite` file; `text.json` and the vocabularies are read
+            from its directory.
+    """
+
+    def __init__(self, path, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if not os.path.isfile(path):
+            raise ValueError(f"TFLite model not found. Received: path={path!r}")
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.runner = self.interpreter.get_signature_runner()
+        self.directory = os.path.dirname(os.path.abspath(path))
+        self.source_length = int(
+            self.runner.get_input_details()["source_ids"]["shape"][1]
+        )
+
+    def translate_ids(self, source_ids):
+        """`(S,)` or `(1, S)` int32 source ids -> `(max_length,)` int32 ids."""
+        ids = np.asarray(source_ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"source_ids must be integers. Received: {ids.dtype}")
+        ids = ids.astype(np.int32).reshape(1, -1)
+        if ids.shape[1] != self.source_length:
+            raise ValueError(
+                f"source_ids must have {self.source_length} ids (cut and pad "
+                f"with 0, as DeviceTokenizer.tokenize does). Received: "
+                f"{ids.shape[1]}"
+            )
+        return self.runner(source_ids=ids)["token_ids"][0]
+
+
+EXPORTER = TranslationExporter()

@@ -1,0 +1,103 @@
+"""The distribution installs one import name, `tfformer`, and the model
+library never imports the training program, the exporters or the run format."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_wheel_installs_only_the_tfformer_namespace(tmp_path):
+    """A regular wheel, as `pip install .` builds it: every module sits under
+    `tfformer/`, and `training/` and `export/` are there as sub-packages."""
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to copy a clean tree")
+    # A copy, so the build leaves nothing in the checkout.
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", "runs", "build", "*.egg-info", "__pycache__", ".*cache*", "bench"
+        ),
+    )
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "wheel", "--no-deps",
+            "--no-build-isolation", "-q", "-w", str(out), str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    (wheel,) = out.glob("tfformer-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"tfformer"}
+    for module in (
+        "tfformer/training/fit/trainer.py",
+        "tfformer/training/tasks/translation.py",
+        "tfformer/training/configs/number_words.json",
+        "tfformer/export/cli.py",
+        "tfformer/export/device_tokenizer.py",
+        "tfformer/rundir/run.py",
+        "tfformer/layers/multi_head_attention.py",
+    ):
+        assert module in names, module
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    for command in ("tfformer-train", "tfformer-predict", "tfformer-export"):
+        assert command in text
+    assert "= training." not in text and "= export." not in text
+
+
+def _run(code, cwd):
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True
+    )
+
+
+def test_generic_top_level_names_are_not_importable(tmp_path):
+    # Outside the checkout (whose folders would be found through the current
+    # directory), the installed package provides no `training` or `export`.
+    for name in ("training", "export"):
+        result = _run(f"import {name}", tmp_path)
+        assert result.returncode != 0 and "No module named" in result.stderr, name
+    result = _run("import tfformer.training.config, tfformer.export.cli", tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_model_library_imports_nothing_of_training_export_or_rundir(tmp_path):
+    code = (
+        "import sys, tfformer.layers, tfformer.models, tfformer.decoding\n"
+        "bad = [m for m in sys.modules if m.split('.')[:2] in "
+        "(['tfformer', 'training'], ['tfformer', 'export'], ['tfformer', 'rundir'])]\n"
+        "print(bad); sys.exit(1 if bad else 0)\n"
+    )
+    result = _run(code, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_training_and_export_never_import_each_other():
+    import ast
+
+    def imported(folder):
+        names = set()
+        for directory, _, files in os.walk(os.path.join(ROOT, folder)):
+            for file in files:
+                if file.endswith(".py"):
+                    tree = ast.parse(open(os.path.join(directory, file)).read())
+                    for node in ast.walk(tree):
+                        if isinstance(node, ast.ImportFrom) and node.module:
+                            names.add(node.module)
+                        elif isinstance(node, ast.Import):
+                            names.update(a.name for a in node.names)
+        return names
+
+    assert not [m for m in imported("training") if m.startswith("tfformer.export")]
+    assert not [m for m in imported("export") if m.startswith("tfformer.training")]

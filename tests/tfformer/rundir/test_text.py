@@ -1,0 +1,42 @@
+"""The shared text conventions: byte tokenizer and punctuation joining, on
+hand-computed values (training and export both use these, so one test)."""
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from tfformer.rundir.text import ByteTokenizer, join_punctuation  # noqa: E402
+
+
+def test_byte_ids_are_the_byte_values_plus_four():
+    ids = ByteTokenizer().tokenize([b"AB", "ß".encode(), b"\xff", b""]).to_list()
+    # "A" = 65, "B" = 66; "ß" is C3 9F in UTF-8; 0xff is not UTF-8 at all.
+    assert ids == [[69, 70], [0xC3 + 4, 0x9F + 4], [259], []]
+
+
+def test_detokenize_drops_reserved_and_out_of_range_ids():
+    tokenizer = ByteTokenizer()
+    ids = tf.constant([[2, 69, 70, 3, 0, 0], [69, 1, 260, 999, -5, 70]])
+    assert tokenizer.detokenize(ids).numpy().tolist() == [b"AB", b"AB"]
+
+
+def test_any_bytes_round_trip():
+    data = [bytes(range(256)), b"", "straße".encode()]
+    tokenizer = ByteTokenizer()
+    assert tokenizer.detokenize(tokenizer.tokenize(data)).numpy().tolist() == data
+
+
+def test_save_and_load(tmp_path):
+    ByteTokenizer().save(str(tmp_path / "t.json"))
+    assert ByteTokenizer.load(str(tmp_path / "t.json")).vocabulary_size == 260
+    (tmp_path / "bad.json").write_text('{"tokenizer": "wordpiece"}')
+    with pytest.raises(ValueError, match="not describe a byte tokenizer"):
+        ByteTokenizer.load(str(tmp_path / "bad.json"))
+
+
+def test_join_punctuation_undoes_the_detokenizers_spaces():
+    text = tf.constant(["a dog . ( yes ) it ' s twenty - one !", "x , y"])
+    assert join_punctuation(text).numpy().tolist() == [
+        b"a dog. (yes) it's twenty-one!",
+        b"x, y",
+    ]

@@ -1,0 +1,186 @@
+"""Reading and writing a run directory.
+
+Layout (what `tfformer-train` writes):
+
+    run.json            the manifest: format version, task, tokenizers,
+                        the task's inference settings (lengths, labels)
+    config.json         the full training config (for resuming, and people)
+    model.keras         the final model; best.keras: lowest validation loss
+    <role>_vocab.txt    a WordPiece vocabulary, one token per line
+    <role>_tokenizer.json   a byte tokenizer's description
+    metrics.json, training_curves.png, logs/ (TensorBoard), backup/
+
+Inference (predict, evaluate, export) needs only the manifest, the
+tokenizer files and a model file; `RunDirectory` checks each and names the
+file and what is wrong, once, for every command.
+"""
+
+import dataclasses
+import json
+import os
+
+from tfformer.rundir.files import atomic_write_text
+
+FORMAT_VERSION = 1
+MANIFEST = "run.json"
+CONFIG = "config.json"
+METRICS = "metrics.json"
+CHECKPOINTS = ("model.keras", "best.keras")
+TOKENIZER_KINDS = ("wordpiece", "byte")
+
+
+def tokenizer_file(kind, role):
+    """File name of the `role` tokenizer ("source", "target", "text")."""
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(
+            f"tokenizer must be one of {TOKENIZER_KINDS}. Received: {kind!r}"
+        )
+    return f"{role}_vocab.txt" if kind == "wordpiece" else f"{role}_tokenizer.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """One tokenizer of a run: its kind, file (absolute path) and casing."""
+
+    kind: str
+    path: str
+    lower_case: bool = False
+
+    @property
+    def vocabulary_file(self):
+        """The vocabulary file to ship with an export, or None (bytes)."""
+        return self.path if self.kind == "wordpiece" else None
+
+
+class RunDirectory:
+    """A run directory on disk.
+
+    Args:
+        path: the directory `tfformer-train` wrote.
+
+    Raises:
+        ValueError: `path` is not a directory.
+    """
+
+    def __init__(self, path):
+        if not isinstance(path, str | os.PathLike) or not os.path.isdir(path):
+            raise ValueError(
+                "--checkpoint must be a tfformer-train run directory. "
+                f"Received: {path!r} (not a directory)"
+            )
+        self.path = os.fspath(path)
+        self._manifest = None
+
+    def file(self, name):
+        return os.path.join(self.path, name)
+
+    def read_json(self, name):
+        """A JSON file of the run; ValueError naming it if missing or broken."""
+        path = self.file(name)
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"{self.path} is not a finished training run: {name} is missing."
+            )
+        with open(path, encoding="utf-8") as f:
+            try:
+                return json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+    # -- the manifest ----------------------------------------------------------
+
+    @property
+    def manifest(self):
+        if self._manifest is None:
+            manifest = self.read_json(MANIFEST)
+            where = self.file(MANIFEST)
+            if not isinstance(manifest, dict):
+                raise ValueError(f"{where} must hold a JSON object.")
+            version = manifest.get("format_version")
+            if version != FORMAT_VERSION:
+                raise ValueError(
+                    f"{where}: format_version {version!r} is not supported "
+                    f"(this tfformer reads {FORMAT_VERSION})."
+                )
+            for key, kind in (("task", str), ("tokenizers", dict), ("settings", dict)):
+                if not isinstance(manifest.get(key), kind):
+                    raise ValueError(
+                        f"{where}: {key!r} must be a {kind.__name__}. "
+                        f"Received: {manifest.get(key)!r}"
+                    )
+            self._manifest = manifest
+        return self._manifest
+
+    @property
+    def task(self):
+        return self.manifest["task"]
+
+    @property
+    def settings(self):
+        """The task's inference settings (lengths, labels, ...)."""
+        return self.manifest["settings"]
+
+    def setting(self, name):
+        if name not in self.settings:
+            raise ValueError(f"{self.file(MANIFEST)}: settings lack {name!r}.")
+        return self.settings[name]
+
+    def tokenizer(self, role):
+        """The `TokenizerSpec` of `role`; its file is checked to exist."""
+        entry = self.manifest["tokenizers"].get(role)
+        where = self.file(MANIFEST)
+        if not isinstance(entry, dict) or entry.get("kind") not in TOKENIZER_KINDS:
+            raise ValueError(
+                f"{where}: tokenizers.{role} must name a kind in "
+                f"{TOKENIZER_KINDS}. Received: {entry!r}"
+            )
+        name = tokenizer_file(entry["kind"], role)
+        if not os.path.isfile(self.file(name)):
+            raise ValueError(f"{self.path} is not a finished run: {name} is missing.")
+        return TokenizerSpec(
+            entry["kind"], self.file(name), bool(entry.get("lower_case", False))
+        )
+
+    def write_manifest(self, task, tokenizers, settings):
+        """Writes `run.json`.
+
+        Args:
+            task: the task's registered name.
+            tokenizers: {role: (kind, lower_case)}.
+            settings: JSON-able inference settings the task's predictors and
+                exporters read back.
+        """
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "task": task,
+            "tokenizers": {
+                role: {"kind": kind, "lower_case": bool(lower_case)}
+                for role, (kind, lower_case) in tokenizers.items()
+            },
+            "settings": settings,
+        }
+        atomic_write_text(self.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
+        self._manifest = None
+
+    # -- models ----------------------------------------------------------------
+
+    def checkpoint_path(self, checkpoint="model.keras"):
+        if checkpoint not in CHECKPOINTS:
+            raise ValueError(
+                f"checkpoint file must be one of {CHECKPOINTS}. Received: {checkpoint!r}"
+            )
+        path = self.file(checkpoint)
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"{self.path} is not a finished training run: {checkpoint} is "
+                "missing."
+            )
+        return path
+
+    def load_model(self, checkpoint="model.keras"):
+        """The Keras model in `checkpoint` (uncompiled)."""
+        import keras
+
+        import tfformer.layers  # noqa: F401  (registers the layers load_model needs)
+
+        return keras.saving.load_model(self.checkpoint_path(checkpoint), compile=False)

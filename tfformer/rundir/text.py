@@ -1,0 +1,81 @@
+"""Text conventions shared by training and export: reserved ids, WordPiece's
+continuation prefix, the detokenizer's punctuation rules, and the byte
+tokenizer (core TensorFlow ops only, so the same code runs inside an exported
+SavedModel)."""
+
+import json
+
+import tensorflow as tf
+
+from tfformer.rundir.files import atomic_write_text
+
+PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
+RESERVED_TOKENS = (PAD, UNK, START, END)
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+# A WordPiece piece that continues a word.
+SUFFIX = "##"
+
+# Detokenized words are joined by spaces, punctuation included ("a dog ." ,
+# "twenty - one"). These RE2 rewrites (graph ops, so an exported model can
+# apply them too) undo the common cases.
+JOIN_RULES = (
+    (r" ([.,!?;:%)\]}])", r"\1"),
+    (r"([(\[{]) ", r"\1"),
+    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
+    (r"(\w) - (\w)", r"\1-\2"),
+)
+
+
+def join_punctuation(strings):
+    """Removes the spaces the WordPiece detokenizer puts around punctuation."""
+    for pattern, rewrite in JOIN_RULES:
+        strings = tf.strings.regex_replace(strings, pattern, rewrite)
+    return strings
+
+
+class ByteTokenizer(tf.Module):
+    """Strings to int32 byte ids (byte value + 4) and back, in core ops.
+
+    Ids 0-3 are the reserved ids (padding, unknown, start, end); byte b is id
+    b + 4, so the vocabulary has 260 entries. Any byte string round-trips
+    exactly, including bytes that are not UTF-8. A `tf.Module`, so an exported
+    graph can track it like any other tokenizer.
+    """
+
+    pad_id, unk_id, start_id, end_id = PAD_ID, UNK_ID, START_ID, END_ID
+    offset = len(RESERVED_TOKENS)
+    vocabulary_size = 256 + offset
+
+    def tokenize(self, strings):
+        """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
+        strings = tf.convert_to_tensor(strings, tf.string)
+        # bytes_split gives one-byte strings; decode_raw of each is its value.
+        pieces = tf.strings.bytes_split(strings)
+        values = tf.io.decode_raw(pieces.flat_values, tf.uint8)[:, 0]
+        return pieces.with_flat_values(tf.cast(values, tf.int32) + self.offset)
+
+    def detokenize(self, ids):
+        """Ids (Ragged or dense) back to strings; reserved and out-of-range
+        ids are dropped."""
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        ids = tf.cast(ids, tf.int32)
+        ids = tf.ragged.boolean_mask(
+            ids, tf.logical_and(ids >= self.offset, ids < self.vocabulary_size)
+        )
+        table = tf.constant([bytes([b]) for b in range(256)])
+        return tf.strings.reduce_join(tf.gather(table, ids - self.offset), axis=-1)
+
+    def save(self, path):
+        atomic_write_text(path, json.dumps({"tokenizer": "byte"}) + "\n")
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                spec = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(spec, dict) or spec.get("tokenizer") != "byte":
+            raise ValueError(f"{path} does not describe a byte tokenizer: {spec}")
+        return cls()

@@ -1,0 +1,1 @@
+"""The console commands: thin argument parsers over importable functions."""

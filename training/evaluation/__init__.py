@@ -1,0 +1,1 @@
+"""Scores in the units each task's users quote, and the plots that go with them."""

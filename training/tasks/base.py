@@ -1,0 +1,254 @@
+"""The task interface, and what the text tasks share.
+
+keras-hub separates a backbone (the network) from a task (`Seq2SeqLM`,
+`CausalLM`, `TextClassifier`): the task owns its preprocessing, head, loss,
+metrics and prediction. `Task` does the same for a whole training program:
+the trainer, `tfformer-evaluate`, `tfformer-predict` and the main job call
+these methods and never look at the task's name.
+"""
+
+import dataclasses
+from typing import Literal
+
+from tfformer.rundir.run import RunDirectory
+
+
+@dataclasses.dataclass
+class TextDataConfig:
+    """How a text task tokenizes and batches (every text task's data section
+    extends this)."""
+
+    # Seed of shuffling, of the splits and of the vocabulary sample.
+    seed: int = 0
+    # wordpiece (learned from the training split) or byte.
+    tokenizer: Literal["wordpiece", "byte"] = "wordpiece"
+    vocabulary_size: int = 2000
+    # WordPiece is learned from at most this many training sentences (seeded
+    # sample): the learner's time grows with the number of distinct words.
+    vocabulary_sample_size: int = 20000
+    lower_case: bool = False
+    # Maximum tokens per sequence, start/end included; longer ones are cut.
+    max_length: int = 64
+    # Sequences are padded up to the smallest of these lengths that fits, so
+    # every batch has one of a few static shapes (XLA, TPU). The largest must
+    # be max_length; empty means "max_length only".
+    bucket_lengths: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    """Which architecture, at which size. None: the preset's value."""
+
+    # A tfformer preset name; None: the task's default preset.
+    preset: str | None = None
+    num_layers: int | None = None
+    hidden_dim: int | None = None
+    num_heads: int | None = None
+    intermediate_dim: int | None = None
+    dropout: float | None = None
+
+
+@dataclasses.dataclass
+class PreparedData:
+    """Everything a run needs from its data.
+
+    `tokenizers` maps roles ("source"/"target", or "text") to tokenizers;
+    `examples` maps split names to `pipeline.Examples`; `raw` maps split names
+    to the untokenized examples; `bucket_lengths` are the batch shapes;
+    `labels` names the classes of a classification task.
+    """
+
+    tokenizers: dict
+    examples: dict
+    raw: dict
+    bucket_lengths: tuple
+    labels: tuple = ()
+
+    @property
+    def num_classes(self):
+        return len(self.labels)
+
+
+@dataclasses.dataclass
+class LoadedRun:
+    """A finished run loaded for inference."""
+
+    directory: RunDirectory
+    config: object  # the training `Config`
+    model: object  # keras.Model
+    tokenizers: dict
+
+
+def _positive(where, value):
+    if value <= 0:
+        raise ValueError(f"{where} must be positive. Received: {where}={value}")
+
+
+class Task:
+    """One kind of training program. Subclasses set the class attributes and
+    implement the methods that raise NotImplementedError.
+
+    Attributes:
+        name: the registered name (the config's `task`).
+        DataConfig, ModelConfig: dataclasses of the `data` and `model`
+            sections.
+        builder: the `tfformer.models` builder this task's presets must use.
+        default_preset: the preset used when `model.preset` is None.
+    """
+
+    name = None
+    DataConfig = TextDataConfig
+    ModelConfig = ModelConfig
+    builder = None
+    default_preset = None
+
+    # -- configuration ---------------------------------------------------------
+
+    def validate(self, config):
+        """Cross-field checks of the task's sections (ValueError naming the key)."""
+        d = config.data
+        for name in ("max_length", "vocabulary_size", "vocabulary_sample_size"):
+            _positive(f"data.{name}", getattr(d, name))
+        if d.max_length < 4:
+            raise ValueError(f"data.max_length must be >= 4. Received: {d.max_length}")
+        buckets = d.bucket_lengths or (d.max_length,)
+        if list(buckets) != sorted(set(buckets)) or buckets[-1] != d.max_length:
+            raise ValueError(
+                "data.bucket_lengths must increase strictly and end at "
+                f"data.max_length ({d.max_length}). Received: "
+                f"data.bucket_lengths={list(buckets)}"
+            )
+        if buckets[0] < 2:
+            raise ValueError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
+        self.model_sizes(config.model)
+
+    def preset(self, model_config):
+        return model_config.preset or self.default_preset
+
+    def model_sizes(self, model_config):
+        """The preset's keyword arguments with the config's overrides applied."""
+        from tfformer.models import PRESETS
+
+        preset = self.preset(model_config)
+        if preset not in PRESETS:
+            raise ValueError(
+                f"model.preset must be one of {sorted(PRESETS)}. "
+                f"Received: model.preset={preset!r}"
+            )
+        builder, sizes = PRESETS[preset]
+        if builder is not self.builder:
+            raise ValueError(
+                f"task {self.name!r} needs a {self.builder.__name__} preset. "
+                f"Received: model.preset={preset!r} ({builder.__name__})"
+            )
+        sizes = dict(sizes)
+        for name in ("hidden_dim", "num_heads", "intermediate_dim", "dropout"):
+            value = getattr(model_config, name)
+            if value is not None:
+                sizes[name] = value
+        if model_config.num_layers is not None:
+            if "num_encoder_layers" in sizes:
+                sizes["num_encoder_layers"] = model_config.num_layers
+                sizes["num_decoder_layers"] = model_config.num_layers
+            else:
+                sizes["num_layers"] = model_config.num_layers
+        return sizes
+
+    def bucket_lengths(self, data_config):
+        return tuple(data_config.bucket_lengths) or (data_config.max_length,)
+
+    # -- data --------------------------------------------------------------------
+
+    def raw_splits(self, data_config):
+        """Untokenized "train", "validation" and "test" splits."""
+        raise NotImplementedError
+
+    def prepare(self, data_config, raw, directory, progress=print):
+        """Tokenizers (reused from `directory` if saved there) and tokenized
+        splits: a `PreparedData`."""
+        raise NotImplementedError
+
+    def save_preprocessing(self, config, data, run):
+        """Writes the tokenizer files and the manifest into `run` (a
+        `RunDirectory`)."""
+        from tfformer.rundir.run import tokenizer_file
+
+        for role, tokenizer in data.tokenizers.items():
+            tokenizer.save(run.file(tokenizer_file(config.data.tokenizer, role)))
+        run.write_manifest(
+            self.name,
+            {
+                role: (config.data.tokenizer, config.data.lower_case)
+                for role in data.tokenizers
+            },
+            self.inference_settings(config, data),
+        )
+
+    def inference_settings(self, config, data):
+        """What predictors and exporters need besides tokenizers and model."""
+        return {"max_length": config.data.max_length}
+
+    # -- model -------------------------------------------------------------------
+
+    def build_model(self, config, data):
+        """The uncompiled Keras model for `config.model`, sized to `data`."""
+        raise NotImplementedError
+
+    def compile_arguments(self, config):
+        """`loss` and metrics for `model.compile` (a dict of its keywords)."""
+        raise NotImplementedError
+
+    def final_evaluation(self, config, model, data, progress=print):
+        """The end-of-training evaluation beyond the test loss (a dict of
+        results; none by default)."""
+        del config, model, data, progress
+        return {}
+
+    # -- inference from a run directory -------------------------------------
+
+    def load(self, run_dir, checkpoint="model.keras"):
+        """A `LoadedRun` of this task's run directory `run_dir`."""
+        from tfformer.training.config import config_from_dict
+        from tfformer.training.text.vocabulary import load_tokenizer
+
+        run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
+        if run.task != self.name:
+            raise ValueError(f"{run.path} holds a {run.task!r} run, not {self.name!r}.")
+        tokenizers = {
+            role: load_tokenizer(run.tokenizer(role))
+            for role in run.manifest["tokenizers"]
+        }
+        config = config_from_dict(run.read_json("config.json"))
+        return LoadedRun(run, config, run.load_model(checkpoint), tokenizers)
+
+    def add_predict_arguments(self, parser):
+        """Task-specific options of `tfformer-predict`."""
+
+    def predict(self, run_dir, args, inputs):
+        """`tfformer-predict`: yields one printable line (or block) per input."""
+        raise NotImplementedError(f"task {self.name!r} has no predictor yet.")
+
+    def add_evaluate_arguments(self, parser):
+        """Task-specific options of `tfformer-evaluate`."""
+
+    def evaluate(self, run_dir, args, progress=print):
+        """`tfformer-evaluate`: a dict of results in the task's units."""
+        raise NotImplementedError(f"task {self.name!r} has no evaluator yet.")
+
+    def input_and_reference(self, example):
+        """(raw input, reference output as a string) of a raw test example."""
+        raise NotImplementedError
+
+    def keras_evaluation(self, run_dir, pairs, progress=print):
+        """The main job's scores of the run's Keras model on (input,
+        reference) `pairs`, and its outputs as strings comparable with
+        `exported_predictions`."""
+        raise NotImplementedError
+
+    def exported_predictions(self, export_format, path, inputs):
+        """Predictions of an exported model (`export_format` "saved_model" or
+        "tflite" at `path`) for raw `inputs`, as strings comparable with
+        `predict`'s. Used by the main job; loads only TensorFlow / LiteRT."""
+        raise NotImplementedError(
+            f"task {self.name!r} has no exported predictions yet."
+        )

@@ -1,0 +1,178 @@
+"""Causal language modelling: a GPT-style decoder trained on plain text.
+
+Data: one text file; its last `holdout_fraction` is split into validation and
+test halves. Examples are non-overlapping windows of the token stream.
+Evaluation: test loss in nats per token, and bits per byte. Prediction:
+continues prompts (greedy or sampled).
+"""
+
+import dataclasses
+import math
+
+from tfformer.training.tasks.base import PreparedData, Task, TextDataConfig
+
+
+@dataclasses.dataclass
+class CausalLMData(TextDataConfig):
+    """The text file (plus `TextDataConfig`'s text settings)."""
+
+    # One plain or .gz UTF-8 file; its last holdout_fraction is validation
+    # (first half) and test (second half).
+    text_path: str = ""
+    holdout_fraction: float = 0.1
+
+
+class CausalLMTask(Task):
+    name = "causal_lm"
+    DataConfig = CausalLMData
+    default_preset = "gpt_tiny"
+
+    @property
+    def builder(self):
+        from tfformer.models import gpt_decoder
+
+        return gpt_decoder
+
+    def validate(self, config):
+        super().validate(config)
+        d = config.data
+        if not d.text_path:
+            raise ValueError("task 'causal_lm' needs data.text_path.")
+        if not 0.0 < d.holdout_fraction < 0.5:
+            raise ValueError(
+                "data.holdout_fraction must be in (0, 0.5). "
+                f"Received: data.holdout_fraction={d.holdout_fraction}"
+            )
+
+    def raw_splits(self, data_config):
+        from tfformer.training.sources.text_files import read_text
+
+        text = read_text(data_config.text_path)
+        cut = int(len(text) * (1 - data_config.holdout_fraction))
+        middle = cut + (len(text) - cut) // 2
+        return {
+            "train": text[:cut],
+            "validation": text[cut:middle],
+            "test": text[middle:],
+        }
+
+    def prepare(self, data_config, raw, directory, progress=print):
+        from tfformer.training import pipeline
+        from tfformer.training.text.vocabulary import learn_or_load
+
+        lines = raw["train"].split("\n")
+        tokenizer = learn_or_load(data_config, lines, directory, "text", progress)
+        examples = {}
+        for split, text in raw.items():
+            ids = tokenizer.tokenize([text]).flat_values.numpy()
+            examples[split] = pipeline.language_model_examples(
+                ids, sequence_length=data_config.max_length
+            )
+        return PreparedData(
+            {"text": tokenizer}, examples, raw, (data_config.max_length,)
+        )
+
+    def build_model(self, config, data):
+        from tfformer.models import from_preset
+
+        return from_preset(
+            self.preset(config.model),
+            data.tokenizers["text"].vocabulary_size,
+            **{
+                **self.model_sizes(config.model),
+                "max_sequence_length": max(config.data.max_length, 8),
+            },
+        )
+
+    def compile_arguments(self, config):
+        from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
+        from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
+
+        return {
+            "loss": MaskedSparseCategoricalCrossentropy(
+                label_smoothing=config.train.label_smoothing
+            ),
+            "metrics": [MaskedAccuracy(), RealTokens()],
+        }
+
+    # -- inference ---------------------------------------------------------------
+
+    def add_predict_arguments(self, parser):
+        parser.add_argument("--search", default="greedy", choices=["greedy", "sample"])
+        parser.add_argument("--max-new-tokens", type=int, default=64)
+        parser.add_argument("--temperature", type=float, default=1.0)
+        parser.add_argument("--top-k", type=int)
+        parser.add_argument("--top-p", type=float)
+        parser.add_argument("--seed", type=int)
+
+    def predict(self, run_dir, args, inputs):
+        import numpy as np
+
+        from tfformer.decoding import Generator
+
+        run = self.load(run_dir, args.model)
+        tokenizer = run.tokenizers["text"]
+        context = run.directory.setting("max_length")
+        if args.max_new_tokens < 1 or args.max_new_tokens >= context:
+            raise ValueError(
+                f"--max-new-tokens must be in [1, {context - 1}] (the context is "
+                f"{context} tokens). Received: {args.max_new_tokens}"
+            )
+        generator = Generator(
+            run.model,
+            max_length=context,
+            search=args.search,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            end_id=tokenizer.end_id,
+        )
+        keep = context - args.max_new_tokens
+        for prompt in inputs:
+            ids = tokenizer.tokenize([prompt])[0].numpy().tolist() or [
+                tokenizer.start_id
+            ]
+            ids = ids[-keep:]  # the newest tokens that leave room to generate
+            out = generator(np.array([ids], "int32"))["token_ids"].numpy()[0]
+            new = out[len(ids) : len(ids) + args.max_new_tokens]
+            text = tokenizer.detokenize(new[None]).numpy()[0]
+            yield prompt + text.decode("utf-8", "replace")
+
+    def evaluate(self, run_dir, args, progress=print):
+        """Test loss in nats per token, and bits per byte of the test text."""
+        from tfformer.rundir.run import RunDirectory
+        from tfformer.training import pipeline
+        from tfformer.training.config import config_from_dict
+
+        run = self.load(RunDirectory(run_dir), args.model)
+        config = config_from_dict(run.directory.read_json("config.json"))
+        text = self.raw_splits(config.data)["test"]
+        tokenizer = run.tokenizers["text"]
+        ids = tokenizer.tokenize([text]).flat_values.numpy()
+        examples = pipeline.language_model_examples(
+            ids, sequence_length=config.data.max_length
+        )
+        run.model.compile(**self.compile_arguments(config))
+        batch_size = 32
+        logs = run.model.evaluate(
+            pipeline.evaluation_dataset(
+                examples,
+                batch_size=batch_size,
+                bucket_lengths=(config.data.max_length,),
+            ),
+            verbose=0,
+            return_dict=True,
+        )
+        tokens = len(examples) * config.data.max_length
+        covered = tokenizer.detokenize(ids[: tokens + 1][None]).numpy()[0]
+        nats = logs["loss"] * tokens
+        return {
+            "test_tokens": tokens,
+            "nats_per_token": round(logs["loss"], 4),
+            "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
+            "token_accuracy": round(logs["accuracy"], 4),
+        }
+
+
+TASK = CausalLMTask()

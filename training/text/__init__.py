@@ -1,0 +1,1 @@
+"""Tokenizers learned from (or saved beside) a run: WordPiece and bytes."""
