@@ -39,10 +39,12 @@ import tensorflow as tf  # noqa: E402
 
 from tfformer.export.device_tokenizer import DeviceTokenizer  # noqa: E402
 from tfformer.export.saved_model import export_saved_model  # noqa: E402
-from tfformer.export.tflite import QUANTIZATIONS, LiteRTTranslator, tflite_file_name  # noqa: E402
-from tfformer.training.commands.evaluate import score_translations  # noqa: E402
-from tfformer.training.data import raw_splits  # noqa: E402
-from tfformer.training.tasks.translation import Translator  # noqa: E402
+from tfformer.export.tasks.translation import LiteRTTranslator  # noqa: E402
+from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name  # noqa: E402
+from tfformer.rundir.run import RunDirectory  # noqa: E402
+from tfformer.training.config import config_from_dict  # noqa: E402
+from tfformer.training.evaluation.translation import score_translations  # noqa: E402
+from tfformer.training.tasks.translation import TASK, Translator  # noqa: E402
 
 
 def directory_size(path):
@@ -99,14 +101,14 @@ def main():
     parser.add_argument("--output", default="bench/results/export.json")
     args = parser.parse_args()
 
-    keras_translator = Translator(
+    keras_translator = Translator.from_run(
         args.checkpoint,
         checkpoint=args.checkpoint_file,
         search="greedy",
         batch_size=1,
     )
-    config = keras_translator.config
-    splits = raw_splits(config.data)
+    config = config_from_dict(RunDirectory(args.checkpoint).read_json("config.json"))
+    splits = TASK.raw_splits(config.data)
     pairs = splits["test"][: args.limit]
     sources = [s for s, _ in pairs]
     rows = []
@@ -213,7 +215,8 @@ def main():
     result = {
         "run": os.path.abspath(args.checkpoint),
         "checkpoint": args.checkpoint_file,
-        "task": config.data.task,
+        "task": config.task,
+        "corpus": config.data.corpus,
         "test_sentences": len(pairs),
         "machine": {
             "platform": platform.platform(),

@@ -39,18 +39,18 @@ import numpy as np
 from keras_hub_seq2seq import KerasHubSeq2Seq, padded_dataset
 
 from tfformer.rundir.files import atomic_write_text
-from tfformer.training.commands.evaluate import score_translations
 from tfformer.training.config import load_config
-from tfformer.training.data import build_dataset
+from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
 from tfformer.training.fit.plots import plot_training_curves
-from tfformer.training.fit.trainer import compile_model, model_sizes
+from tfformer.training.fit.trainer import build_dataset, compile_model
+from tfformer.training.tasks import get_task
 
 END = 3
 
 
 def build_keras_hub(config, data, dropout=None):
-    sizes = model_sizes(config.model)
+    sizes = get_task(config.task).model_sizes(config.model)
     return KerasHubSeq2Seq(
         data.tokenizers["source"].vocabulary_size,
         data.tokenizers["target"].vocabulary_size,
@@ -155,7 +155,7 @@ def main():
         p.error(f"--decode-only needs {weights}, which does not exist")
     config = load_config(os.path.join(args.run, "config.json"))
     os.makedirs(args.out, exist_ok=True)
-    data = build_dataset(config.data, args.run)
+    data = build_dataset(config, args.run)
     length, t = config.data.max_length, config.train
     keras.utils.set_random_seed(t.seed)
     hub = build_keras_hub(config, data)

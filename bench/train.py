@@ -49,14 +49,14 @@ from keras_hub_seq2seq import padded_dataset
 
 from tfformer.training import pipeline
 from tfformer.training.config import load_config
-from tfformer.training.data import build_dataset
 from tfformer.training.fit.trainer import (
+    build_dataset,
     build_model,
     compile_model,
     dtype_policy,
-    model_sizes,
 )
 from tfformer.training.pipeline import Examples
+from tfformer.training.tasks import get_task
 
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 
@@ -157,7 +157,7 @@ CONTENDERS = {
 
 def contenders(config, data, pool, precision):
     t = config.train
-    sizes = model_sizes(config.model)
+    sizes = get_task(config.task).model_sizes(config.model)
     vocabulary = data.tokenizers["target"].vocabulary_size
     pipelines = {
         "bucketed": bucketed(pool, data, t.batch_size),
@@ -248,7 +248,7 @@ def main():
         print(f"Multi30k not found ({config.data.source_path}); nothing to measure.")
         return 0
     directory = args.run or tempfile.mkdtemp(prefix="bench-train-")
-    data = build_dataset(config.data, directory)
+    data = build_dataset(config, directory)
     pool = subset(data.examples["train"], args.sentences)
     peaks = {
         "float32": matmul_peak(tf.float32),
@@ -319,7 +319,7 @@ def main():
         batch_size=config.train.batch_size,
         bucket_lengths=list(data.bucket_lengths),
         max_length=config.data.max_length,
-        sizes=model_sizes(config.model),
+        sizes=get_task(config.task).model_sizes(config.model),
         matmul_peak_flops=peaks,
         rows=rows,
     )

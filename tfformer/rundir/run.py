@@ -167,13 +167,13 @@ class RunDirectory:
     def checkpoint_path(self, checkpoint="model.keras"):
         if checkpoint not in CHECKPOINTS:
             raise ValueError(
-                f"checkpoint file must be one of {CHECKPOINTS}. Received: {checkpoint!r}"
+                f"checkpoint file must be one of {CHECKPOINTS}. "
+                f"Received: {checkpoint!r}"
             )
         path = self.file(checkpoint)
         if not os.path.isfile(path):
             raise ValueError(
-                f"{self.path} is not a finished training run: {checkpoint} is "
-                "missing."
+                f"{self.path} is not a finished training run: {checkpoint} is missing."
             )
         return path
 

@@ -79,6 +79,30 @@ class LoadedRun:
     tokenizers: dict
 
 
+def check_holdout_fraction(data_config):
+    """`data.holdout_fraction` splits into validation and test halves."""
+    if not 0.0 < data_config.holdout_fraction < 0.5:
+        raise ValueError(
+            "data.holdout_fraction must be in (0, 0.5). "
+            f"Received: data.holdout_fraction={data_config.holdout_fraction}"
+        )
+
+
+def token_compile_arguments(config):
+    """Loss and metrics of the tasks that predict a token at every position:
+    label-smoothed cross-entropy and accuracy over real (non-padding) tokens,
+    and the real-token count behind tokens/s."""
+    from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
+    from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
+
+    return {
+        "loss": MaskedSparseCategoricalCrossentropy(
+            label_smoothing=config.train.label_smoothing
+        ),
+        "metrics": [MaskedAccuracy(), RealTokens()],
+    }
+
+
 def _positive(where, value):
     if value <= 0:
         raise ValueError(f"{where} must be positive. Received: {where}={value}")
@@ -92,14 +116,14 @@ class Task:
         name: the registered name (the config's `task`).
         DataConfig, ModelConfig: dataclasses of the `data` and `model`
             sections.
-        builder: the `tfformer.models` builder this task's presets must use.
+        builder_name: the `tfformer.models` builder this task's presets must use.
         default_preset: the preset used when `model.preset` is None.
     """
 
     name = None
     DataConfig = TextDataConfig
     ModelConfig = ModelConfig
-    builder = None
+    builder_name = None
     default_preset = None
 
     # -- configuration ---------------------------------------------------------
@@ -127,6 +151,7 @@ class Task:
 
     def model_sizes(self, model_config):
         """The preset's keyword arguments with the config's overrides applied."""
+        from tfformer import models
         from tfformer.models import PRESETS
 
         preset = self.preset(model_config)
@@ -136,9 +161,9 @@ class Task:
                 f"Received: model.preset={preset!r}"
             )
         builder, sizes = PRESETS[preset]
-        if builder is not self.builder:
+        if builder is not getattr(models, self.builder_name):
             raise ValueError(
-                f"task {self.name!r} needs a {self.builder.__name__} preset. "
+                f"task {self.name!r} needs a {self.builder_name} preset. "
                 f"Received: model.preset={preset!r} ({builder.__name__})"
             )
         sizes = dict(sizes)

@@ -9,7 +9,13 @@ continues prompts (greedy or sampled).
 import dataclasses
 import math
 
-from tfformer.training.tasks.base import PreparedData, Task, TextDataConfig
+from tfformer.training.tasks.base import (
+    PreparedData,
+    Task,
+    TextDataConfig,
+    check_holdout_fraction,
+    token_compile_arguments,
+)
 
 
 @dataclasses.dataclass
@@ -25,24 +31,15 @@ class CausalLMData(TextDataConfig):
 class CausalLMTask(Task):
     name = "causal_lm"
     DataConfig = CausalLMData
+    builder_name = "gpt_decoder"
     default_preset = "gpt_tiny"
-
-    @property
-    def builder(self):
-        from tfformer.models import gpt_decoder
-
-        return gpt_decoder
 
     def validate(self, config):
         super().validate(config)
         d = config.data
         if not d.text_path:
             raise ValueError("task 'causal_lm' needs data.text_path.")
-        if not 0.0 < d.holdout_fraction < 0.5:
-            raise ValueError(
-                "data.holdout_fraction must be in (0, 0.5). "
-                f"Received: data.holdout_fraction={d.holdout_fraction}"
-            )
+        check_holdout_fraction(d)
 
     def raw_splits(self, data_config):
         from tfformer.training.sources.text_files import read_text
@@ -85,15 +82,7 @@ class CausalLMTask(Task):
         )
 
     def compile_arguments(self, config):
-        from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
-        from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
-
-        return {
-            "loss": MaskedSparseCategoricalCrossentropy(
-                label_smoothing=config.train.label_smoothing
-            ),
-            "metrics": [MaskedAccuracy(), RealTokens()],
-        }
+        return token_compile_arguments(config)
 
     # -- inference ---------------------------------------------------------------
 

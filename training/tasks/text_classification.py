@@ -8,7 +8,12 @@ and the confusion matrix. Prediction: label and probability.
 import dataclasses
 import os
 
-from tfformer.training.tasks.base import PreparedData, Task, TextDataConfig
+from tfformer.training.tasks.base import (
+    PreparedData,
+    Task,
+    TextDataConfig,
+    check_holdout_fraction,
+)
 
 
 @dataclasses.dataclass
@@ -32,13 +37,8 @@ def label_names(data_config):
 class TextClassificationTask(Task):
     name = "text_classification"
     DataConfig = ClassificationData
+    builder_name = "bert_encoder"
     default_preset = "bert_tiny"
-
-    @property
-    def builder(self):
-        from tfformer.models import bert_encoder
-
-        return bert_encoder
 
     def validate(self, config):
         super().validate(config)
@@ -53,11 +53,7 @@ class TextClassificationTask(Task):
                 f"data.class_names must name each of the {len(d.class_paths)} "
                 f"classes. Received: {list(d.class_names)}"
             )
-        if not 0.0 < d.holdout_fraction < 0.5:
-            raise ValueError(
-                "data.holdout_fraction must be in (0, 0.5). "
-                f"Received: data.holdout_fraction={d.holdout_fraction}"
-            )
+        check_holdout_fraction(d)
 
     def raw_splits(self, data_config):
         import numpy as np

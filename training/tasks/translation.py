@@ -11,7 +11,13 @@ import os
 import time
 from typing import Literal
 
-from tfformer.training.tasks.base import ModelConfig, PreparedData, Task, TextDataConfig
+from tfformer.training.tasks.base import (
+    ModelConfig,
+    PreparedData,
+    Task,
+    TextDataConfig,
+    token_compile_arguments,
+)
 
 CORPORA = ("number_words", "parallel_text", "tfds")
 
@@ -199,13 +205,8 @@ class TranslationTask(Task):
     name = "translation"
     DataConfig = TranslationData
     ModelConfig = TranslationModel
+    builder_name = "transformer_seq2seq"
     default_preset = "transformer_tiny"
-
-    @property
-    def builder(self):
-        from tfformer.models import transformer_seq2seq
-
-        return transformer_seq2seq
 
     def validate(self, config):
         super().validate(config)
@@ -295,15 +296,7 @@ class TranslationTask(Task):
         )
 
     def compile_arguments(self, config):
-        from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
-        from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
-
-        return {
-            "loss": MaskedSparseCategoricalCrossentropy(
-                label_smoothing=config.train.label_smoothing
-            ),
-            "metrics": [MaskedAccuracy(), RealTokens()],
-        }
+        return token_compile_arguments(config)
 
     def final_evaluation(self, config, model, data, progress=print):
         from tfformer.training.evaluation.translation import exact_match
