@@ -40,6 +40,8 @@ from export.text import (
 from tfformer.decoding import Generator
 
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
+# Private in TF 2.21; `disable_per_channel` checks that it is still there.
+PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 REFERENCE = os.path.join(os.path.dirname(__file__), "device_tokenizer.py")
 
 
@@ -77,6 +79,28 @@ def representative_ids(sentences, tokenizer, source_length, limit=200):
     return [row[None, :] for row in ids]
 
 
+def disable_per_channel(converter):
+    """Asks `converter` for per-tensor int8 weight scales.
+
+    The switch is a private attribute of the TFLite converter (TF 2.21). Setting
+    an attribute Python does not know never fails, so a renamed switch would
+    quietly bring back per-channel scales and the tied embedding's second copy:
+    this checks that the converter has it first.
+
+    Raises:
+        RuntimeError: this TensorFlow's converter has no such attribute.
+    """
+    if not hasattr(converter, PER_CHANNEL_SWITCH):
+        raise RuntimeError(
+            f"quantize='int8' needs the TFLite converter's {PER_CHANNEL_SWITCH} "
+            f"attribute (per-tensor weight scales, so a tied embedding is stored "
+            f"once), and TensorFlow {tf.__version__}'s {type(converter).__name__} "
+            f"has none. It was written for TensorFlow 2.21: install that, or "
+            f"export with quantize='float16'."
+        )
+    setattr(converter, PER_CHANNEL_SWITCH, True)
+
+
 def convert(saved_model_dir, quantize, calibration=None):
     """TFLite flatbuffer bytes of the SavedModel's serving signature."""
     converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
@@ -90,7 +114,7 @@ def convert(saved_model_dir, quantize, calibration=None):
         # projection its own int8 copy of a tied embedding (the GATHER keeps
         # per-tensor), 2.7 MB of 29 MB on Multi30k; per-tensor lets both use
         # one buffer: 26% of float32 instead of 30%, with equal BLEU there.
-        converter._experimental_disable_per_channel = True
+        disable_per_channel(converter)
     elif quantize == "full_int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([x] for x in calibration)
