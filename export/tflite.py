@@ -15,6 +15,27 @@ Inputs are clamped in the graph: ids outside the source vocabulary become
 [UNK] (1). The input shape is fixed; the reference tokenizer cuts sources to
 `source_length` tokens and pads with 0. Any other shape is refused by the
 interpreter with a ValueError, never a crash.
+
+`full_int8` is int8 weights and activations *with float fallback*, not an
+integer-only model (NPUs and the Edge TPU that need one cannot run it whole).
+The matrix products (FULLY_CONNECTED, BATCH_MATMUL), softmax and most of the
+layer-norm arithmetic run in int8, calibrated on real sources; TF 2.21's
+quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
+- the WHILE loop's carried state, the attention key/value caches and the
+  last step's log-probabilities, and the DYNAMIC_UPDATE_SLICE writing the
+  cache (loop-carried tensors are not quantized);
+- layer norm's NEG;
+- the step's sinusoidal position (CAST, SIN, COS, SELECT_V2) and a CAST of a
+  loop flag;
+- the greedy choice, TOPK_V2 over float log-probabilities.
+Asking for integer-only ops (`TFLITE_BUILTINS_INT8` alone) converts to the
+same bytes: the quantizer keeps in float what it cannot quantize. The
+older quantizer (`experimental_new_quantizer=False`) refuses the graph instead:
+"Quantization not yet supported for op: 'WHILE'" (and 'NEG', 'SELECT_V2',
+'DYNAMIC_UPDATE_SLICE', 'TOPK_V2', 'SIN', 'COS', 'CAST', the bool ops).
+`inference_input_type` does not apply: the model's input and output are int32
+token ids already. An integer-only translator would take changes to the
+traced graph itself (each op above), not a converter option.
 """
 
 import json
@@ -118,6 +139,9 @@ def convert(saved_model_dir, quantize, calibration=None):
     elif quantize == "full_int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([x] for x in calibration)
+        # TFLITE_BUILTINS_INT8 alone gives the same bytes with TF 2.21 (the
+        # module docstring says which ops stay float); listing TFLITE_BUILTINS
+        # says that float fallback is part of the contract.
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
             tf.lite.OpsSet.TFLITE_BUILTINS,
@@ -162,8 +186,9 @@ def export_tflite(
         run_dir: a `tfformer-train` output directory of a translator.
         out_dir: where the model and its files go (created if needed).
         quantize: "none" (float32), "float16", "int8" (dynamic range) or
-            "full_int8" (weights and activations, calibrated on
-            `representative_sentences`).
+            "full_int8" (int8 weights and activations with float fallback,
+            calibrated on `representative_sentences`; not integer-only, see
+            the module docstring).
         max_length: decoder length; defaults to the training max_length.
         representative_sentences: source sentences, needed by "full_int8".
 

@@ -1,6 +1,7 @@
-"""What each TFLite quantization stores, read from the flatbuffer (every
-subgraph, the decoding loop's body included): int8 keeps one copy of the
-tied embedding."""
+"""What each TFLite quantization stores and computes, read from the flatbuffer
+(every subgraph, the decoding loop's body included): int8 keeps one copy of
+the tied embedding, full_int8 computes the matrix products in int8 and falls
+back to float exactly where `export/tflite.py` says it does."""
 
 import re
 
@@ -8,10 +9,28 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from export import cli
 from export.run import read_run
-from export.tflite import PER_CHANNEL_SWITCH, convert, export_tflite
+from export.tflite import PER_CHANNEL_SWITCH, QUANTIZATIONS, convert, export_tflite
 
-from .flatbuffer import constant_buffers, read_model
+from .conftest import SENTENCES
+from .flatbuffer import constant_buffers, ops, read_model, signature_types
+
+# The ops of a full_int8 translator that read or write a float32 tensor, as
+# the `export/tflite.py` docstring lists them. If a TensorFlow upgrade
+# quantizes more of them, update the docstring with this set.
+FULL_INT8_FLOAT_OPS = {
+    "WHILE",  # the key/value caches and log-probabilities it carries
+    "DYNAMIC_UPDATE_SLICE",  # the cache write
+    "NEG",  # layer norm
+    "CAST",  # the step's position; a loop flag
+    "SIN",
+    "COS",
+    "SELECT_V2",
+    "TOPK_V2",  # the greedy choice
+    "QUANTIZE",  # the boundaries of the float islands
+    "DEQUANTIZE",
+}
 
 
 def exported_model(run_dir, out, quantize, **kwargs):
@@ -25,6 +44,16 @@ def exported_model(run_dir, out, quantize, **kwargs):
 @pytest.fixture(scope="module")
 def int8_model(run_dir, tmp_path_factory):
     return exported_model(run_dir, tmp_path_factory.mktemp("int8"), "int8")
+
+
+@pytest.fixture(scope="module")
+def full_int8_model(run_dir, tmp_path_factory):
+    return exported_model(
+        run_dir,
+        tmp_path_factory.mktemp("full_int8"),
+        "full_int8",
+        representative_sentences=SENTENCES * 5,
+    )
 
 
 def test_int8_stores_each_weight_matrix_once(run_dir, int8_model):
@@ -61,3 +90,29 @@ def test_missing_per_channel_switch_raises_naming_the_version(tmp_path, monkeypa
     message = rf"{PER_CHANNEL_SWITCH}.*TensorFlow {re.escape(tf.__version__)}"
     with pytest.raises(RuntimeError, match=message):
         convert(str(tmp_path), "int8")
+
+
+def test_full_int8_is_int8_matmuls_with_the_documented_float_fallback(
+    full_int8_model,
+):
+    listed = ops(full_int8_model)
+    # int32 token ids in and out: no float tensor crosses the signature.
+    assert signature_types(full_int8_model) == (("INT32",), ("INT32",))
+    # "int8 weights and activations": every matrix product, in the loop body
+    # too, reads and writes int8 (int32 only as the bias).
+    matmuls = [op for op in listed if op.name in ("FULLY_CONNECTED", "BATCH_MATMUL")]
+    assert {op.subgraph for op in matmuls} == {"main", "while_body"}
+    for op in matmuls:
+        assert op.inputs[:2] == ("INT8", "INT8") and op.outputs == ("INT8",), op
+        assert set(op.inputs[2:]) <= {"INT32"}, op
+    # "with float fallback", not integer-only: float32 tensors appear in
+    # exactly the ops the module docstring names.
+    floats = {op.name for op in listed if "FLOAT32" in op.inputs + op.outputs}
+    assert floats == FULL_INT8_FLOAT_OPS
+
+
+def test_command_line_offers_every_quantization():
+    help_text = " ".join(cli.parser().format_help().split())
+    for quantize in QUANTIZATIONS:
+        assert quantize in help_text
+    assert "full_int8 (int8 weights and activations with float fallback" in help_text
