@@ -44,7 +44,10 @@ def parser():
     p.add_argument(
         "--quantize",
         default="none",
-        help="tflite only: none, float16, int8 (dynamic range) or full_int8",
+        help=(
+            "tflite only: none, float16, int8 (dynamic range) or full_int8 (int8 "
+            "weights and activations with float fallback; not integer-only)"
+        ),
     )
     p.add_argument(
         "--representative-data",

@@ -5,6 +5,28 @@ The task's exporter (`tfformer.export.tasks`) writes the SavedModel the
 converter reads and the files an app ships beside the model; this module
 converts, quantizes and writes the `.tflite` atomically (a failed conversion
 leaves no partial model).
+
+For the translator, `full_int8` is int8 weights and activations *with float
+fallback*, not an integer-only model (NPUs and the Edge TPU that need one
+cannot run it whole).
+The matrix products (FULLY_CONNECTED, BATCH_MATMUL), softmax and most of the
+layer-norm arithmetic run in int8, calibrated on real sources; TF 2.21's
+quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
+- the WHILE loop's carried state, the attention key/value caches and the
+  last step's log-probabilities, and the DYNAMIC_UPDATE_SLICE writing the
+  cache (loop-carried tensors are not quantized);
+- layer norm's NEG;
+- the step's sinusoidal position (CAST, SIN, COS, SELECT_V2) and a CAST of a
+  loop flag;
+- the greedy choice, TOPK_V2 over float log-probabilities.
+Asking for integer-only ops (`TFLITE_BUILTINS_INT8` alone) converts to the
+same bytes: the quantizer keeps in float what it cannot quantize. The
+older quantizer (`experimental_new_quantizer=False`) refuses the graph instead:
+"Quantization not yet supported for op: 'WHILE'" (and 'NEG', 'SELECT_V2',
+'DYNAMIC_UPDATE_SLICE', 'TOPK_V2', 'SIN', 'COS', 'CAST', the bool ops).
+`inference_input_type` does not apply: the model's input and output are int32
+token ids already. An integer-only translator would take changes to the
+traced graph itself (each op above), not a converter option.
 """
 
 import os
@@ -18,10 +40,34 @@ from tfformer.rundir.files import atomic_write_bytes
 from tfformer.rundir.run import RunDirectory
 
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
+# Private in TF 2.21; `disable_per_channel` checks that it is still there.
+PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 
 
 def tflite_file_name(quantize):
     return "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
+
+
+def disable_per_channel(converter):
+    """Asks `converter` for per-tensor int8 weight scales.
+
+    The switch is a private attribute of the TFLite converter (TF 2.21). Setting
+    an attribute Python does not know never fails, so a renamed switch would
+    quietly bring back per-channel scales and the tied embedding's second copy:
+    this checks that the converter has it first.
+
+    Raises:
+        RuntimeError: this TensorFlow's converter has no such attribute.
+    """
+    if not hasattr(converter, PER_CHANNEL_SWITCH):
+        raise RuntimeError(
+            f"quantize='int8' needs the TFLite converter's {PER_CHANNEL_SWITCH} "
+            f"attribute (per-tensor weight scales, so a tied embedding is stored "
+            f"once), and TensorFlow {tf.__version__}'s {type(converter).__name__} "
+            f"has none. It was written for TensorFlow 2.21: install that, or "
+            f"export with quantize='float16'."
+        )
+    setattr(converter, PER_CHANNEL_SWITCH, True)
 
 
 def convert(saved_model_dir, quantize, calibration=None):
@@ -37,10 +83,13 @@ def convert(saved_model_dir, quantize, calibration=None):
         # projection its own int8 copy of a tied embedding (the GATHER keeps
         # per-tensor), 2.7 MB of 29 MB on Multi30k; per-tensor lets both use
         # one buffer: 26% of float32 instead of 30%, with equal BLEU there.
-        converter._experimental_disable_per_channel = True
+        disable_per_channel(converter)
     elif quantize == "full_int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         converter.representative_dataset = lambda: ([x] for x in calibration)
+        # TFLITE_BUILTINS_INT8 alone gives the same bytes with TF 2.21 (the
+        # module docstring says which ops stay float); listing TFLITE_BUILTINS
+        # says that float fallback is part of the contract.
         converter.target_spec.supported_ops = [
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
             tf.lite.OpsSet.TFLITE_BUILTINS,
@@ -64,8 +113,9 @@ def export_tflite(
         run_dir: a `tfformer-train` run directory of an exportable task.
         out_dir: where the model and its files go (created if needed).
         quantize: "none" (float32), "float16", "int8" (dynamic range) or
-            "full_int8" (weights and activations, calibrated on
-            `representative_sentences`).
+            "full_int8" (int8 weights and activations with float fallback,
+            calibrated on `representative_sentences`; not integer-only, see
+            the module docstring).
         representative_sentences: raw inputs, needed by "full_int8".
         **options: the task exporter's settings (translation: `max_length`,
             the decoder length; defaults to the training max_length).

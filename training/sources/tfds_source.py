@@ -1,5 +1,7 @@
 """Translation pairs from tensorflow-datasets, by dataset name."""
 
+import tempfile
+
 SPLIT_NAMES = {"train": "train", "validation": "validation", "test": "test"}
 
 
@@ -13,17 +15,15 @@ def tfds_translation_splits(name, *, source_key, target_key, data_dir=None):
             Nothing is downloaded: prepare it beforehand with `tfds build`.
 
     Raises:
-        ValueError: the dataset is unknown or not prepared, a split is missing,
-            or the keys are not features of it.
+        ValueError: saying which of these it is, with tfds's own error as its
+            `__cause__`: the name (or its config or version) is unknown to
+            tfds; the dataset is known but not prepared in `data_dir`; its
+            files are there but unreadable (corrupt); a split is missing; or
+            the keys are not features of it.
     """
     import tensorflow_datasets as tfds
 
-    try:
-        builder = tfds.builder(name, data_dir=data_dir)
-    except Exception as e:  # tfds raises its own DatasetNotFoundError
-        raise ValueError(
-            f"Unknown tfds dataset. Received: tfds_name={name!r}: {e}"
-        ) from None
+    builder = _builder(tfds, name, data_dir)
     features = set(builder.info.features.keys()) if builder.info.features else set()
     for what, key in (("source_key", source_key), ("target_key", target_key)):
         if features and key not in features:
@@ -33,17 +33,84 @@ def tfds_translation_splits(name, *, source_key, target_key, data_dir=None):
             )
     splits = {}
     for split, tfds_split in SPLIT_NAMES.items():
+        # Reading is lazy: a bad file may fail at load() or at any record.
+        # The builder's state, not the exception's type, says what went wrong.
         try:
             dataset = tfds.load(
                 name, split=tfds_split, data_dir=data_dir, download=False
             )
+            splits[split] = [
+                (ex[source_key].decode("utf-8"), ex[target_key].decode("utf-8"))
+                for ex in tfds.as_numpy(dataset)
+            ]
         except Exception as e:
-            raise ValueError(
-                f"tfds dataset {name!r} has no prepared split {tfds_split!r} "
-                f"(data_dir={data_dir!r}): {e}"
-            ) from None
-        splits[split] = [
-            (ex[source_key].decode("utf-8"), ex[target_key].decode("utf-8"))
-            for ex in tfds.as_numpy(dataset)
-        ]
+            raise _read_error(builder, name, tfds_split, data_dir, e) from e
     return splits
+
+
+def _builder(tfds, name, data_dir):
+    try:
+        return tfds.builder(name, data_dir=data_dir)
+    except tfds.core.DatasetNotFoundError as e:
+        raise ValueError(
+            f"Unknown tfds dataset: no dataset of that name is registered with "
+            f"tensorflow-datasets {tfds.__version__}. Received: tfds_name={name!r}"
+        ) from e
+    except Exception as e:
+        # The name is registered. If it builds with no files around, the
+        # metadata in data_dir is what failed to read.
+        if _builds_without_files(tfds, name):
+            raise ValueError(
+                f"tfds dataset {name!r} is corrupt: its metadata in "
+                f"data_dir={data_dir!r} is unreadable ({_summary(e)}). Delete "
+                f"its directory and prepare it again with `tfds build`."
+            ) from e
+        raise ValueError(
+            f"Unknown tfds dataset config or version{_configs(tfds, name)}. "
+            f"Received: tfds_name={name!r}"
+        ) from e
+
+
+def _configs(tfds, name):
+    """`: <dataset> has configs [...]`, or "" where there is no such list."""
+    dataset = name.split("/")[0].split(":")[0]
+    try:
+        configs = sorted(tfds.builder_cls(dataset).builder_configs)
+    except Exception:  # only decorates the message; the cause is kept
+        return ""
+    return f": {dataset} has configs {configs}" if configs else ""
+
+
+def _builds_without_files(tfds, name):
+    with tempfile.TemporaryDirectory() as empty:
+        try:
+            tfds.builder(name, data_dir=empty)
+        except Exception:
+            return False
+    return True
+
+
+def _read_error(builder, name, split, data_dir, cause):
+    if not builder.is_prepared():
+        return ValueError(
+            f"tfds dataset {name!r} is not prepared in {builder.data_dir_root} "
+            f"(nothing is downloaded here): run `tfds build {name} --data_dir "
+            f"{builder.data_dir_root}` first. Received: data_dir={data_dir!r}"
+        )
+    prepared = sorted(builder.info.splits.keys())
+    if split not in prepared:
+        return ValueError(
+            f"tfds dataset {name!r} has no split {split!r}; its prepared splits "
+            f"are {prepared}. Received: data_dir={data_dir!r}"
+        )
+    return ValueError(
+        f"tfds dataset {name!r} is corrupt: split {split!r} in "
+        f"{builder.data_dir} is unreadable ({_summary(cause)}). Delete that "
+        f"directory and prepare it again with `tfds build`."
+    )
+
+
+def _summary(error):
+    """The exception's type and first line (tfds appends long lists)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
