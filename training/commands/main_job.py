@@ -1,14 +1,17 @@
 """`tfformer`: the main job, end to end on the embedded default task.
 
-1. Trains the translator of a config (default: the number-words task), with
-   Keras's progress bar.
-2. Greedy-translates the held-out test split with the saved `model.keras` and
-   reports exact match, sacreBLEU and chrF.
+Every step asks the config's task (default: translation on the embedded
+number-words data):
+
+1. Trains the model, with Keras's progress bar.
+2. Predicts the held-out test split with the saved `model.keras` and scores
+   it (translation: greedy decoding; exact match, sacreBLEU and chrF).
 3. Exports the run as a TF Serving SavedModel and as a builtin-ops TFLite
    model, each with the `tfformer-export` command in its own process, the two
    at once (export and training never import each other; the converter also
-   keeps memory it never gives back, tensorflow#122598).
-4. Translates test sentences with all three (Keras, SavedModel, TFLite), shows
+   keeps memory it never gives back, tensorflow#122598). Each command writes
+   the path it exported to in a JSON file (`--result-json`).
+4. Predicts test examples with all three (Keras, SavedModel, TFLite), shows
    a few side by side and counts how often the exports agree with Keras.
 5. Names where everything is.
 
@@ -30,6 +33,7 @@ from tfformer.rundir.files import atomic_path, atomic_write_text
 from tfformer.training.commands.train import add_config_arguments
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
+from tfformer.training.tasks.base import Task
 
 FORMATS = ("saved_model", "tflite")
 
@@ -49,7 +53,7 @@ def parse_args(argv=None):
 
 def check_args(args, config):
     task = get_task(config.task)
-    if type(task).exported_predictions is type(task).__mro__[-2].exported_predictions:
+    if type(task).exported_predictions is Task.exported_predictions:
         raise ValueError(
             f"The main job exports the model and compares the exports with Keras; "
             f"task {config.task!r} has no exported predictions yet."
