@@ -15,12 +15,17 @@ def learn_or_load(config, sentences, directory, role, progress=print):
     """The `role` tokenizer of `config` (a text task's data config).
 
     Read from `directory` if its file is there, else learned from
-    `sentences` (WordPiece) or made (bytes).
+    `sentences` (WordPiece) or made (bytes). `directory` None: always learned
+    (never a file that happens to lie in the working directory).
     """
-    path = os.path.join(directory or "", tokenizer_file(config.tokenizer, role))
+    path = directory and os.path.join(directory, tokenizer_file(config.tokenizer, role))
     if config.tokenizer == "byte":
-        return ByteTokenizer.load(path) if os.path.isfile(path) else ByteTokenizer()
-    if os.path.isfile(path):
+        return (
+            ByteTokenizer.load(path)
+            if path and os.path.isfile(path)
+            else ByteTokenizer()
+        )
+    if path and os.path.isfile(path):
         progress(f"Tokenizer ({role}): reusing {path}")
         return WordPieceTokenizer.load(path, lower_case=config.lower_case)
     sample = list(sentences)
