@@ -7,6 +7,7 @@ from keras import ops
 from keras.src.backend import get_keras_mask
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
+from tfformer.layers.per_head_initializer import PerHeadInitializer
 from tfformer.layers.rotary_embedding import RotaryEmbedding
 from tfformer.layers.validation import check_positive_int, check_rate, static_dim
 
@@ -21,66 +22,6 @@ def _check_rank3(name, tensor):
 
 # How far below a row's lowest score masked scores are put (see `_attend`).
 MASK_MARGIN = 30.0
-
-
-@keras.saving.register_keras_serializable(package="tfformer")
-class _PerHeadInitializer(keras.initializers.Initializer):
-    """Draws a 2-D projection kernel as head-split 3-D kernel(s), then
-    flattens and concatenates them along the last axis.
-
-    A fan-based initializer (Glorot, He, LeCun) then counts fans as Keras
-    does for any kernel of rank > 2 (`compute_fans`: the leading axes are a
-    receptive field): a `(features, heads, head_dim)` query/key/value kernel
-    has fan_in = features * heads and fan_out = features * head_dim, a
-    `(heads, head_dim, features)` output kernel fan_in = heads * head_dim
-    and fan_out = heads * features. That is the draw of tf.keras 2's
-    `MultiHeadAttention`, whose `EinsumDense` kernels had those shapes;
-    Keras 3.15's `EinsumDense` passes its input/output axes and draws the
-    larger 2-D one. At d_model 256 and 8 heads the Glorot limit is 0.024
-    (query/key/value) and 0.051 (output) instead of 0.108.
-
-    Measured, not assumed: the Multi30k `translate_de_en` model reaches a
-    validation loss of 3.86 after one epoch with this draw, 4.16 with the
-    2-D one (same seed; BENCHMARKS.md). Initializers without fans
-    (`RandomNormal`, `TruncatedNormal`, ...) draw the same distribution
-    either way.
-    """
-
-    def __init__(self, base, shapes, heads_first=False):
-        self.base = base
-        self.shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)
-        self.heads_first = heads_first
-
-    def __call__(self, shape, dtype=None):
-        parts = []
-        for part_shape in self.shapes:
-            kernel = self.base.clone()(part_shape, dtype=dtype)
-            if self.heads_first:
-                # (heads, head_dim, features) -> (heads * head_dim, features)
-                parts.append(ops.reshape(kernel, (-1, part_shape[-1])))
-            else:
-                # (features, heads, head_dim) -> (features, heads * head_dim)
-                parts.append(ops.reshape(kernel, (part_shape[0], -1)))
-        kernel = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
-        if tuple(kernel.shape) != tuple(shape):
-            raise ValueError(
-                f"Internal: per-head kernel shapes {self.shapes} do not make "
-                f"a {tuple(shape)} kernel."
-            )
-        return kernel
-
-    def get_config(self):
-        return {
-            "base": keras.initializers.serialize(self.base),
-            "shapes": [list(s) for s in self.shapes],
-            "heads_first": self.heads_first,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["base"] = keras.initializers.deserialize(config["base"])
-        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -119,7 +60,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer, bias_initializer: initializers of the projections.
             Kernels are drawn per head, `(features, heads, head_dim)`, so a
             fan-based initializer counts the fans of tf.keras 2's layer
-            (see `_PerHeadInitializer`).
+            (see `PerHeadInitializer`).
         seed: seed of the attention dropout.
 
     Call arguments:
@@ -211,7 +152,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=_PerHeadInitializer(
+            kernel_initializer=PerHeadInitializer(
                 self.kernel_initializer, kernel_shapes, heads_first
             ),
             bias_initializer=self.bias_initializer.clone(),
@@ -232,7 +173,7 @@ class MultiHeadAttention(keras.layers.Layer):
         v_units = self._kv_heads * self._value_dim
         # Kernels are drawn with head-split shapes ((features, heads,
         # head_dim) in, (heads, head_dim, features) out), so fan-based
-        # initializers see tf.keras 2's fans (see _PerHeadInitializer).
+        # initializers see tf.keras 2's fans (see PerHeadInitializer).
         q_shape = (query_shape[-1], self.num_heads, self.key_dim)
         k_shape = (key_shape[-1], self._kv_heads, self.key_dim)
         v_shape = (value_shape[-1], self._kv_heads, self._value_dim)

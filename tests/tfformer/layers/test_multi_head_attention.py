@@ -404,3 +404,66 @@ def test_projection_initializer_round_trips_through_its_config():
     copy = keras.initializers.deserialize(keras.initializers.serialize(initializer))
     assert copy.get_config() == initializer.get_config()
     assert copy((64, 64)).shape == (64, 64)
+
+
+# Verbatim `keras.initializers.serialize(...)` of the fused and output kernel
+# initializers, produced when the class lived in multi_head_attention.py: a
+# config written before the move must keep deserializing to the same draw.
+OLD_PER_HEAD_CONFIGS = [
+    {
+        "module": "tfformer.layers.multi_head_attention",
+        "class_name": "_PerHeadInitializer",
+        "config": {
+            "base": {
+                "module": "keras.initializers",
+                "class_name": "GlorotUniform",
+                "config": {"seed": None, "input_axes": None, "output_axes": None},
+                "registered_name": None,
+            },
+            "shapes": [[8, 2, 4], [8, 1, 4], [8, 1, 4]],
+            "heads_first": False,
+        },
+        "registered_name": "tfformer>_PerHeadInitializer",
+    },
+    {
+        "module": "tfformer.layers.multi_head_attention",
+        "class_name": "_PerHeadInitializer",
+        "config": {
+            "base": {
+                "module": "keras.initializers",
+                "class_name": "GlorotUniform",
+                "config": {"seed": None, "input_axes": None, "output_axes": None},
+                "registered_name": None,
+            },
+            "shapes": [[2, 4, 8]],
+            "heads_first": True,
+        },
+        "registered_name": "tfformer>_PerHeadInitializer",
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "old, sublayer, shape",
+    [
+        (OLD_PER_HEAD_CONFIGS[0], "query_key_value_dense", (8, 16)),
+        (OLD_PER_HEAD_CONFIGS[1], "output_dense", (8, 8)),
+    ],
+    ids=["fused_gqa", "output"],
+)
+def test_per_head_initializer_configs_saved_before_the_move_still_load(
+    old, sublayer, shape
+):
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, num_key_value_heads=1, fused_qkv=True
+    )
+    layer(_normal(1, 3, 8))
+    current = getattr(layer, sublayer).kernel_initializer
+    loaded = keras.initializers.deserialize(old)
+    assert type(loaded) is type(current)
+    assert loaded.get_config() == current.get_config()
+    # Same seed, same kernel: the loaded initializer draws per head as before.
+    keras.utils.set_random_seed(11)
+    want = keras.ops.convert_to_numpy(current(shape))
+    keras.utils.set_random_seed(11)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(shape)), want)
