@@ -87,6 +87,18 @@ def test_from_keras_matches_keras_with_masks(causal):
     np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)
 
 
+def test_from_keras_builds_the_class_it_is_called_on():
+    class Subclass(MultiHeadAttention):
+        pass
+
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    x = _normal(2, 4, 6)
+    want = theirs(x, x)
+    ours = Subclass.from_keras(theirs)
+    assert type(ours) is Subclass
+    np.testing.assert_allclose(ours(x), want, atol=1e-5)
+
+
 def test_from_keras_matches_keras_with_keras_masks_in_a_model():
     """Masks attached by `mask_zero=True` reach both layers the same way."""
     ids = keras.Input((None,), dtype="int32")
