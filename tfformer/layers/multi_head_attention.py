@@ -337,6 +337,59 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
+        value, key, query_mask, value_mask, key_mask = self._resolve_inputs(
+            query, value, key, query_mask, value_mask, key_mask, cache
+        )
+        start_index = 0 if cache_update_index is None else cache_update_index
+        # The modes differ only in where the keys and values come from; each
+        # helper returns q `(B, H, T, d)` and k, v `(B, KV, S, d)`.
+        if cache is None:
+            # Self-attention (value omitted: `_resolve_inputs` made it the
+            # query) or cross-attention.
+            q, k, v = self._project_inputs(query, value, key, start_index)
+            written_mask = None
+        elif cache_update_index is None:
+            q, k, v = self._read_cache(query, cache)
+            written_mask = None
+        else:
+            q, k, v, cache, written_mask = self._write_cache(
+                query, value, key, cache, cache_update_index
+            )
+
+        mask = merge_attention_masks(
+            key_length=static_dim(k.shape[2]),
+            query_mask=query_mask,
+            key_padding_masks=[
+                ("value_mask", value_mask),
+                ("key_mask", key_mask),
+                ("cache slots", written_mask),
+            ],
+            attention_mask=attention_mask,
+            causal=(
+                causal_mask(ops.shape(q)[2], ops.shape(k)[2], start_index)
+                if use_causal_mask
+                else None
+            ),
+        )
+        context, weights = self._attend(q, k, v, mask, training)
+        output = self.output_dense(context)
+
+        outputs = (output,)
+        if return_attention_scores:
+            outputs += (weights,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _resolve_inputs(
+        self, query, value, key, query_mask, value_mask, key_mask, cache
+    ):
+        """Checks the inputs and fills in what was omitted.
+
+        Returns `(value, key, query_mask, value_mask, key_mask)`: `value`
+        defaults to the query (self-attention), `key` to `value`, and masks to
+        the Keras masks attached to the tensors.
+        """
         _check_rank3("query", query)
         # Keras fills `*_mask` from attached masks only when several tensors
         # are passed; read them here so `layer(x)` honours `mask_zero` too.
@@ -362,7 +415,6 @@ class MultiHeadAttention(keras.layers.Layer):
                 "fused_qkv=True projects the query into keys and values, so it "
                 "only supports self-attention. Received a separate value/key."
             )
-        cached_cross = cache is not None and cache_update_index is None
         if cache is not None:
             self._check_cacheable()
             if len(cache.shape) != 5 or cache.shape[1] != 2:
@@ -371,70 +423,55 @@ class MultiHeadAttention(keras.layers.Layer):
                     f"max_length, key_dim). Received: cache with shape "
                     f"{cache.shape}"
                 )
+        return value, key, query_mask, value_mask, key_mask
 
-        if cached_cross:
-            q = self._split_heads(
-                self._project_query(query), self.num_heads, self.key_dim
-            )
-            k, v = ops.unstack(cache, 2, axis=1)
-        else:
-            q, k, v = self._project(query, value, key)
-        start_index = 0 if cache_update_index is None else cache_update_index
+    def _project_inputs(self, query, value, key, start_index):
+        """Self- or cross-attention: queries, keys and values projected from
+        the inputs, rotated to positions from `start_index`, heads first."""
+        q, k, v = self._project(query, value, key)
         if self.rotary is not None:
             q = self.rotary(q, start_index=start_index)
-            if not cached_cross:
-                k = self.rotary(k, start_index=start_index)
-        q = self._heads_first(q)
-        if not cached_cross:
-            k, v = self._heads_first(k), self._heads_first(v)
-        written_mask = None
-        if cache is not None and not cached_cross:
-            new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
-            zero = ops.zeros((), "int32")
-            index = ops.cast(cache_update_index, "int32")
-            cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
-            k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
-            # Slots after the last written one hold zeros, never keys: hide
-            # them even without `use_causal_mask`.
-            written_mask = ops.less(
-                ops.arange(ops.shape(k)[2], dtype="int32"),
-                index + ops.shape(q)[2],
-            )
-            written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
+            k = self.rotary(k, start_index=start_index)
+        return self._heads_first(q), self._heads_first(k), self._heads_first(v)
 
-        key_length = static_dim(k.shape[2])
-        mask = merge_attention_masks(
-            key_length=key_length,
-            query_mask=query_mask,
-            key_padding_masks=[
-                ("value_mask", value_mask),
-                ("key_mask", key_mask),
-                ("cache slots", written_mask),
-            ],
-            attention_mask=attention_mask,
-            causal=(
-                causal_mask(ops.shape(q)[2], ops.shape(k)[2], start_index)
-                if use_causal_mask
-                else None
-            ),
+    def _write_cache(self, query, value, key, cache, cache_update_index):
+        """Decoding step: the T new keys/values are written into the cache at
+        `cache_update_index`, and attention runs over the whole cache.
+
+        Returns `(q, k, v, cache, written_mask)`: k and v are the updated
+        cache's, `written_mask` `(1, max_length)` hides the slots after the
+        last written one.
+        """
+        q, k, v = self._project_inputs(query, value, key, cache_update_index)
+        new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)  # (B, 2, KV, T, d)
+        zero = ops.zeros((), "int32")
+        index = ops.cast(cache_update_index, "int32")
+        cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
+        k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
+        # Slots after the last written one hold zeros, never keys: hide
+        # them even without `use_causal_mask`.
+        written_mask = ops.less(
+            ops.arange(ops.shape(k)[2], dtype="int32"),
+            index + ops.shape(q)[2],
         )
-        context, weights = self._attend(q, k, v, mask, training)
-        output = self.output_dense(context)
+        written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
+        return q, k, v, cache, written_mask
 
-        outputs = (output,)
-        if return_attention_scores:
-            outputs += (weights,)
-        if cache is not None:
-            outputs += (cache,)
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def _project_query(self, query):
+    def _read_cache(self, query, cache):
+        """Cross-attention over keys/values precomputed by
+        `compute_key_value_cache`: only the query is projected."""
         if self.fused_qkv:
             raise ValueError(
                 "A precomputed (cross-attention) cache needs separate "
                 "projections; this layer was built with fused_qkv=True."
             )
-        return self.query_dense(query)
+        q = self._split_heads(self.query_dense(query), self.num_heads, self.key_dim)
+        if self.rotary is not None:
+            # Without a cache_update_index the queries sit at positions from
+            # 0; the cached keys were stored unrotated.
+            q = self.rotary(q, start_index=0)
+        k, v = ops.unstack(cache, 2, axis=1)  # (B, KV, S, d) each
+        return self._heads_first(q), k, v
 
     # -------------------------------------------------------------- migration
 
