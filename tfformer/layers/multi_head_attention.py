@@ -72,26 +72,30 @@ class MultiHeadAttention(keras.layers.Layer):
             from a Keras mask on `query` (e.g. `Embedding(mask_zero=True)`).
         value_mask, key_mask: `(batch, S)`; `True` for real key positions.
             Filled in from Keras masks. In self-attention without a cache,
-            `value_mask` defaults to `query_mask`; with a cache it is
-            `(batch, max_length)` over the cache slots.
+            `value_mask` defaults to `query_mask`; with a cache it covers the
+            cache slots, `(batch, max_length)`.
         attention_mask: `(batch, T, S)`; `True` where attention is allowed.
         use_causal_mask: forbid query t to attend to keys after t.
         return_attention_scores: also return the `(batch, H, T, S)` weights.
         training: whether dropout is active.
-        cache: `(batch, 2, max_length, num_key_value_heads, key_dim)` key/value
-            cache, or None. With `cache_update_index`, the new keys and values
-            of the T query tokens are written at that index and attention runs
-            over the whole cache (positions after the written ones are hidden by
-            the causal mask). Without `cache_update_index` the cache is taken as
-            precomputed keys/values (cross-attention) and `value`/`key` are
-            ignored. Cache slots after the last written one are always masked.
+        cache: key/value cache `(batch, 2, num_key_value_heads, max_length,
+            key_dim)` (keys at `[:, 0]`, values at `[:, 1]`; head-major, see
+            `init_cache`), or None. With a cache, S is `max_length`. With
+            `cache_update_index`, the keys and values of the T query tokens are
+            written at slots `cache_update_index` to `cache_update_index + T - 1`
+            and attention runs over the whole cache; the slots after the last
+            written one are always masked, with or without `use_causal_mask`.
+            Without `cache_update_index` the cache holds precomputed keys and
+            values (cross-attention, from `compute_key_value_cache`): every
+            slot is attended unless a mask hides it, and `value`/`key` are
+            ignored.
         cache_update_index: int or scalar int tensor, the cache position of
             the first query token.
 
     Returns:
         `(batch, T, output_dim)`, followed by the attention weights if
-        `return_attention_scores`, followed by the updated cache if `cache` was
-        given.
+        `return_attention_scores`, followed by the cache if `cache` was given
+        (updated when `cache_update_index` was given, unchanged otherwise).
 
     Example:
     >>> mha = MultiHeadAttention(num_heads=4, key_dim=16)

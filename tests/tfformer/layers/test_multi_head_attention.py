@@ -204,6 +204,26 @@ def test_cached_steps_equal_full_causal_pass(kwargs):
     assert np.all(np.asarray(cache)[:, :, :, 7:] == 0)  # nothing written past index
 
 
+def test_cache_layout_is_head_major_keys_then_values():
+    """The documented layout, (batch, 2, kv_heads, max_length, key_dim),
+    against keys and values projected by hand."""
+    layer = MultiHeadAttention(num_heads=4, key_dim=8, num_key_value_heads=2)
+    x = _normal(2, 3, 16)
+    _, cache = layer(x, cache=layer.init_cache(2, 6), cache_update_index=2)
+    cache = np.asarray(cache)
+    assert cache.shape == (2, 2, 2, 6, 8)
+
+    def heads(dense):
+        kernel, bias = (keras.ops.convert_to_numpy(w) for w in dense.weights)
+        projected = (x @ kernel + bias).reshape(2, 3, 2, 8)  # (B, T, KV, d)
+        return projected.transpose(0, 2, 1, 3)  # (B, KV, T, d)
+
+    np.testing.assert_allclose(cache[:, 0, :, 2:5], heads(layer.key_dense), atol=1e-5)
+    np.testing.assert_allclose(cache[:, 1, :, 2:5], heads(layer.value_dense), atol=1e-5)
+    assert np.all(cache[:, :, :, :2] == 0) and np.all(cache[:, :, :, 5:] == 0)
+    np.testing.assert_array_equal(layer.compute_key_value_cache(x), cache[..., 2:5, :])
+
+
 def test_unwritten_cache_slots_are_never_attended():
     """Without a causal mask, a cached prefill sees all its own tokens (a
     bidirectional prefix) but not the empty slots after them."""
