@@ -421,7 +421,14 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         if cache is not None:
             self._check_cacheable()
-            if len(cache.shape) != 5 or cache.shape[1] != 2:
+            # A cache in the length-major layout that this docstring once
+            # described would otherwise fail deep inside a matmul, or, with
+            # max_length == kv_heads, run on scrambled keys.
+            expected = (2, self._kv_heads, None, self.key_dim)
+            if len(cache.shape) != 5 or any(
+                want is not None and static_dim(got) not in (None, want)
+                for got, want in zip(cache.shape[1:], expected, strict=True)
+            ):
                 raise ValueError(
                     "cache must have shape (batch, 2, num_key_value_heads, "
                     f"max_length, key_dim). Received: cache with shape "

@@ -358,6 +358,11 @@ def test_bad_call_arguments():
         layer(x, attention_mask=np.ones((5, 5), bool))
     with pytest.raises(ValueError, match="cache must have shape"):
         layer(x, cache=np.zeros((2, 5, 2, 4), "float32"), cache_update_index=0)
+    with pytest.raises(ValueError, match="cache must have shape"):
+        # Length-major (batch, 2, max_length, heads, key_dim) is refused.
+        layer(x, cache=np.zeros((2, 2, 6, 2, 4), "float32"), cache_update_index=0)
+    with pytest.raises(ValueError, match="cache must have shape"):
+        layer(x, cache=np.zeros((2, 2, 2, 6, 3), "float32"), cache_update_index=0)
     fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
     with pytest.raises(ValueError, match="only supports self-attention"):
         fused(x, _normal(2, 6, 8))
