@@ -4,10 +4,10 @@ import math
 
 import keras
 from keras import ops
-from keras.src.backend import get_keras_mask
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
 from tfformer.layers.mha_from_keras import mha_from_keras
+from tfformer.layers.padding import keras_mask
 from tfformer.layers.per_head_initializer import PerHeadInitializer
 from tfformer.layers.rotary_embedding import RotaryEmbedding
 from tfformer.layers.validation import check_positive_int, check_rate, static_dim
@@ -398,11 +398,11 @@ class MultiHeadAttention(keras.layers.Layer):
         # Keras fills `*_mask` from attached masks only when several tensors
         # are passed; read them here so `layer(x)` honours `mask_zero` too.
         if query_mask is None:
-            query_mask = get_keras_mask(query)
+            query_mask = keras_mask(query)
         if value is not None and value_mask is None:
-            value_mask = get_keras_mask(value)
+            value_mask = keras_mask(value)
         if key is not None and key_mask is None:
-            key_mask = get_keras_mask(key)
+            key_mask = keras_mask(key)
         self_attention = value is None or value is query
         if value is None:
             value = query

@@ -119,19 +119,36 @@ def test_from_keras_matches_keras_with_keras_masks_in_a_model():
     np.testing.assert_array_equal(ours_out[~real], 0.0)
 
 
-def test_keras_mask_and_explicit_mask_give_identical_results():
+@pytest.mark.parametrize("case", ["causal_self", "self", "cross"])
+def test_keras_mask_and_explicit_mask_give_identical_results(case):
     embedding = keras.layers.Embedding(30, 16, mask_zero=True)
     layer = MultiHeadAttention(num_heads=4, key_dim=4)
     tokens = np.array([[5, 6, 7, 0, 0], [1, 2, 3, 4, 0]], "int32")
+    memory_tokens = np.array([[8, 9, 0], [1, 0, 0]], "int32")
     embedded = embedding(tokens)  # carries a Keras mask
-    with_keras_mask = layer(embedded, use_causal_mask=True)
     plain = keras.ops.convert_to_tensor(np.asarray(embedded))  # no mask attached
-    explicit = layer(plain, query_mask=tokens != 0, use_causal_mask=True)
+    causal = case == "causal_self"
+    if case == "cross":
+        memory = embedding(memory_tokens)
+        plain_memory = keras.ops.convert_to_tensor(np.asarray(memory))
+        with_keras_mask = layer(embedded, memory)
+        explicit = layer(
+            plain,
+            plain_memory,
+            query_mask=tokens != 0,
+            value_mask=memory_tokens != 0,
+        )
+        unmasked = layer(plain, plain_memory)
+    else:
+        with_keras_mask = layer(embedded, use_causal_mask=causal)
+        explicit = layer(plain, query_mask=tokens != 0, use_causal_mask=causal)
+        unmasked = layer(plain, use_causal_mask=causal)
     np.testing.assert_array_equal(with_keras_mask, explicit)
+    # The masks matter here: a layer that ignored them would differ.
+    assert not np.allclose(unmasked, explicit, atol=1e-4)
     # Without the mask, real tokens would attend to the padded keys.
     masked = layer(plain, query_mask=tokens != 0)
-    unmasked = layer(plain)
-    assert not np.allclose(unmasked[0, :3], masked[0, :3], atol=1e-4)
+    assert not np.allclose(layer(plain)[0, :3], masked[0, :3], atol=1e-4)
 
 
 def test_no_causal_leakage():
