@@ -4,9 +4,11 @@ import math
 
 import keras
 from keras import ops
-from keras.src.backend import get_keras_mask
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
+from tfformer.layers.mha_from_keras import mha_from_keras
+from tfformer.layers.padding import keras_mask
+from tfformer.layers.per_head_initializer import PerHeadInitializer
 from tfformer.layers.rotary_embedding import RotaryEmbedding
 from tfformer.layers.validation import check_positive_int, check_rate, static_dim
 
@@ -21,66 +23,6 @@ def _check_rank3(name, tensor):
 
 # How far below a row's lowest score masked scores are put (see `_attend`).
 MASK_MARGIN = 30.0
-
-
-@keras.saving.register_keras_serializable(package="tfformer")
-class _PerHeadInitializer(keras.initializers.Initializer):
-    """Draws a 2-D projection kernel as head-split 3-D kernel(s), then
-    flattens and concatenates them along the last axis.
-
-    A fan-based initializer (Glorot, He, LeCun) then counts fans as Keras
-    does for any kernel of rank > 2 (`compute_fans`: the leading axes are a
-    receptive field): a `(features, heads, head_dim)` query/key/value kernel
-    has fan_in = features * heads and fan_out = features * head_dim, a
-    `(heads, head_dim, features)` output kernel fan_in = heads * head_dim
-    and fan_out = heads * features. That is the draw of tf.keras 2's
-    `MultiHeadAttention`, whose `EinsumDense` kernels had those shapes;
-    Keras 3.15's `EinsumDense` passes its input/output axes and draws the
-    larger 2-D one. At d_model 256 and 8 heads the Glorot limit is 0.024
-    (query/key/value) and 0.051 (output) instead of 0.108.
-
-    Measured, not assumed: the Multi30k `translate_de_en` model reaches a
-    validation loss of 3.86 after one epoch with this draw, 4.16 with the
-    2-D one (same seed; BENCHMARKS.md). Initializers without fans
-    (`RandomNormal`, `TruncatedNormal`, ...) draw the same distribution
-    either way.
-    """
-
-    def __init__(self, base, shapes, heads_first=False):
-        self.base = base
-        self.shapes = tuple(tuple(int(d) for d in shape) for shape in shapes)
-        self.heads_first = heads_first
-
-    def __call__(self, shape, dtype=None):
-        parts = []
-        for part_shape in self.shapes:
-            kernel = self.base.clone()(part_shape, dtype=dtype)
-            if self.heads_first:
-                # (heads, head_dim, features) -> (heads * head_dim, features)
-                parts.append(ops.reshape(kernel, (-1, part_shape[-1])))
-            else:
-                # (features, heads, head_dim) -> (features, heads * head_dim)
-                parts.append(ops.reshape(kernel, (part_shape[0], -1)))
-        kernel = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
-        if tuple(kernel.shape) != tuple(shape):
-            raise ValueError(
-                f"Internal: per-head kernel shapes {self.shapes} do not make "
-                f"a {tuple(shape)} kernel."
-            )
-        return kernel
-
-    def get_config(self):
-        return {
-            "base": keras.initializers.serialize(self.base),
-            "shapes": [list(s) for s in self.shapes],
-            "heads_first": self.heads_first,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["base"] = keras.initializers.deserialize(config["base"])
-        return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
@@ -119,7 +61,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer, bias_initializer: initializers of the projections.
             Kernels are drawn per head, `(features, heads, head_dim)`, so a
             fan-based initializer counts the fans of tf.keras 2's layer
-            (see `_PerHeadInitializer`).
+            (see `PerHeadInitializer`).
         seed: seed of the attention dropout.
 
     Call arguments:
@@ -130,26 +72,30 @@ class MultiHeadAttention(keras.layers.Layer):
             from a Keras mask on `query` (e.g. `Embedding(mask_zero=True)`).
         value_mask, key_mask: `(batch, S)`; `True` for real key positions.
             Filled in from Keras masks. In self-attention without a cache,
-            `value_mask` defaults to `query_mask`; with a cache it is
-            `(batch, max_length)` over the cache slots.
+            `value_mask` defaults to `query_mask`; with a cache it covers the
+            cache slots, `(batch, max_length)`.
         attention_mask: `(batch, T, S)`; `True` where attention is allowed.
         use_causal_mask: forbid query t to attend to keys after t.
         return_attention_scores: also return the `(batch, H, T, S)` weights.
         training: whether dropout is active.
-        cache: `(batch, 2, max_length, num_key_value_heads, key_dim)` key/value
-            cache, or None. With `cache_update_index`, the new keys and values
-            of the T query tokens are written at that index and attention runs
-            over the whole cache (positions after the written ones are hidden by
-            the causal mask). Without `cache_update_index` the cache is taken as
-            precomputed keys/values (cross-attention) and `value`/`key` are
-            ignored. Cache slots after the last written one are always masked.
+        cache: key/value cache `(batch, 2, num_key_value_heads, max_length,
+            key_dim)` (keys at `[:, 0]`, values at `[:, 1]`; head-major, see
+            `init_cache`), or None. With a cache, S is `max_length`. With
+            `cache_update_index`, the keys and values of the T query tokens are
+            written at slots `cache_update_index` to `cache_update_index + T - 1`
+            and attention runs over the whole cache; the slots after the last
+            written one are always masked, with or without `use_causal_mask`.
+            Without `cache_update_index` the cache holds precomputed keys and
+            values (cross-attention, from `compute_key_value_cache`): every
+            slot is attended unless a mask hides it, and `value`/`key` are
+            ignored.
         cache_update_index: int or scalar int tensor, the cache position of
             the first query token.
 
     Returns:
         `(batch, T, output_dim)`, followed by the attention weights if
-        `return_attention_scores`, followed by the updated cache if `cache` was
-        given.
+        `return_attention_scores`, followed by the cache if `cache` was given
+        (updated when `cache_update_index` was given, unchanged otherwise).
 
     Example:
     >>> mha = MultiHeadAttention(num_heads=4, key_dim=16)
@@ -211,7 +157,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=_PerHeadInitializer(
+            kernel_initializer=PerHeadInitializer(
                 self.kernel_initializer, kernel_shapes, heads_first
             ),
             bias_initializer=self.bias_initializer.clone(),
@@ -232,7 +178,7 @@ class MultiHeadAttention(keras.layers.Layer):
         v_units = self._kv_heads * self._value_dim
         # Kernels are drawn with head-split shapes ((features, heads,
         # head_dim) in, (heads, head_dim, features) out), so fan-based
-        # initializers see tf.keras 2's fans (see _PerHeadInitializer).
+        # initializers see tf.keras 2's fans (see PerHeadInitializer).
         q_shape = (query_shape[-1], self.num_heads, self.key_dim)
         k_shape = (key_shape[-1], self._kv_heads, self.key_dim)
         v_shape = (value_shape[-1], self._kv_heads, self._value_dim)
@@ -395,74 +341,27 @@ class MultiHeadAttention(keras.layers.Layer):
         cache=None,
         cache_update_index=None,
     ):
-        _check_rank3("query", query)
-        # Keras fills `*_mask` from attached masks only when several tensors
-        # are passed; read them here so `layer(x)` honours `mask_zero` too.
-        if query_mask is None:
-            query_mask = get_keras_mask(query)
-        if value is not None and value_mask is None:
-            value_mask = get_keras_mask(value)
-        if key is not None and key_mask is None:
-            key_mask = get_keras_mask(key)
-        self_attention = value is None or value is query
-        if value is None:
-            value = query
-            if value_mask is None and cache is None:
-                # Self-attention: padded tokens are padded keys too. (With a
-                # cache the keys are the cache slots, which T tokens cannot
-                # describe.)
-                value_mask = query_mask
-        key = value if key is None else key
-        _check_rank3("value", value)
-        _check_rank3("key", key)
-        if self.fused_qkv and not (self_attention and key is value):
-            raise ValueError(
-                "fused_qkv=True projects the query into keys and values, so it "
-                "only supports self-attention. Received a separate value/key."
-            )
-        cached_cross = cache is not None and cache_update_index is None
-        if cache is not None:
-            self._check_cacheable()
-            if len(cache.shape) != 5 or cache.shape[1] != 2:
-                raise ValueError(
-                    "cache must have shape (batch, 2, num_key_value_heads, "
-                    f"max_length, key_dim). Received: cache with shape "
-                    f"{cache.shape}"
-                )
-
-        if cached_cross:
-            q = self._split_heads(
-                self._project_query(query), self.num_heads, self.key_dim
-            )
-            k, v = ops.unstack(cache, 2, axis=1)
-        else:
-            q, k, v = self._project(query, value, key)
+        value, key, query_mask, value_mask, key_mask = self._resolve_inputs(
+            query, value, key, query_mask, value_mask, key_mask, cache
+        )
         start_index = 0 if cache_update_index is None else cache_update_index
-        if self.rotary is not None:
-            q = self.rotary(q, start_index=start_index)
-            if not cached_cross:
-                k = self.rotary(k, start_index=start_index)
-        q = self._heads_first(q)
-        if not cached_cross:
-            k, v = self._heads_first(k), self._heads_first(v)
-        written_mask = None
-        if cache is not None and not cached_cross:
-            new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)
-            zero = ops.zeros((), "int32")
-            index = ops.cast(cache_update_index, "int32")
-            cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
-            k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
-            # Slots after the last written one hold zeros, never keys: hide
-            # them even without `use_causal_mask`.
-            written_mask = ops.less(
-                ops.arange(ops.shape(k)[2], dtype="int32"),
-                index + ops.shape(q)[2],
+        # The modes differ only in where the keys and values come from; each
+        # helper returns q `(B, H, T, d)` and k, v `(B, KV, S, d)`.
+        if cache is None:
+            # Self-attention (value omitted: `_resolve_inputs` made it the
+            # query) or cross-attention.
+            q, k, v = self._project_inputs(query, value, key, start_index)
+            written_mask = None
+        elif cache_update_index is None:
+            q, k, v = self._read_cache(query, cache)
+            written_mask = None
+        else:
+            q, k, v, cache, written_mask = self._write_cache(
+                query, value, key, cache, cache_update_index
             )
-            written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
 
-        key_length = static_dim(k.shape[2])
         mask = merge_attention_masks(
-            key_length=key_length,
+            key_length=static_dim(k.shape[2]),
             query_mask=query_mask,
             key_padding_masks=[
                 ("value_mask", value_mask),
@@ -486,13 +385,104 @@ class MultiHeadAttention(keras.layers.Layer):
             outputs += (cache,)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _project_query(self, query):
+    def _resolve_inputs(
+        self, query, value, key, query_mask, value_mask, key_mask, cache
+    ):
+        """Checks the inputs and fills in what was omitted.
+
+        Returns `(value, key, query_mask, value_mask, key_mask)`: `value`
+        defaults to the query (self-attention), `key` to `value`, and masks to
+        the Keras masks attached to the tensors.
+        """
+        _check_rank3("query", query)
+        # Keras fills `*_mask` from attached masks only when several tensors
+        # are passed; read them here so `layer(x)` honours `mask_zero` too.
+        if query_mask is None:
+            query_mask = keras_mask(query)
+        if value is not None and value_mask is None:
+            value_mask = keras_mask(value)
+        if key is not None and key_mask is None:
+            key_mask = keras_mask(key)
+        self_attention = value is None or value is query
+        if value is None:
+            value = query
+            if value_mask is None and cache is None:
+                # Self-attention: padded tokens are padded keys too. (With a
+                # cache the keys are the cache slots, which T tokens cannot
+                # describe.)
+                value_mask = query_mask
+        key = value if key is None else key
+        _check_rank3("value", value)
+        _check_rank3("key", key)
+        if self.fused_qkv and not (self_attention and key is value):
+            raise ValueError(
+                "fused_qkv=True projects the query into keys and values, so it "
+                "only supports self-attention. Received a separate value/key."
+            )
+        if cache is not None:
+            self._check_cacheable()
+            # A cache in the length-major layout that this docstring once
+            # described would otherwise fail deep inside a matmul, or, with
+            # max_length == kv_heads, run on scrambled keys.
+            expected = (2, self._kv_heads, None, self.key_dim)
+            if len(cache.shape) != 5 or any(
+                want is not None and static_dim(got) not in (None, want)
+                for got, want in zip(cache.shape[1:], expected, strict=True)
+            ):
+                raise ValueError(
+                    "cache must have shape (batch, 2, num_key_value_heads, "
+                    f"max_length, key_dim). Received: cache with shape "
+                    f"{cache.shape}"
+                )
+        return value, key, query_mask, value_mask, key_mask
+
+    def _project_inputs(self, query, value, key, start_index):
+        """Self- or cross-attention: queries, keys and values projected from
+        the inputs, rotated to positions from `start_index`, heads first."""
+        q, k, v = self._project(query, value, key)
+        if self.rotary is not None:
+            q = self.rotary(q, start_index=start_index)
+            k = self.rotary(k, start_index=start_index)
+        return self._heads_first(q), self._heads_first(k), self._heads_first(v)
+
+    def _write_cache(self, query, value, key, cache, cache_update_index):
+        """Decoding step: the T new keys/values are written into the cache at
+        `cache_update_index`, and attention runs over the whole cache.
+
+        Returns `(q, k, v, cache, written_mask)`: k and v are the updated
+        cache's, `written_mask` `(1, max_length)` hides the slots after the
+        last written one.
+        """
+        q, k, v = self._project_inputs(query, value, key, cache_update_index)
+        new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)  # (B, 2, KV, T, d)
+        zero = ops.zeros((), "int32")
+        index = ops.cast(cache_update_index, "int32")
+        cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
+        k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
+        # Slots after the last written one hold zeros, never keys: hide
+        # them even without `use_causal_mask`.
+        written_mask = ops.less(
+            ops.arange(ops.shape(k)[2], dtype="int32"),
+            index + ops.shape(q)[2],
+        )
+        written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
+        return q, k, v, cache, written_mask
+
+    def _read_cache(self, query, cache):
+        """Cross-attention over keys/values precomputed by
+        `compute_key_value_cache`: only the query is projected."""
         if self.fused_qkv:
             raise ValueError(
                 "A precomputed (cross-attention) cache needs separate "
                 "projections; this layer was built with fused_qkv=True."
             )
-        return self.query_dense(query)
+        q = self._split_heads(self.query_dense(query), self.num_heads, self.key_dim)
+        if self.rotary is not None:
+            # Without a cache_update_index the queries sit at positions from
+            # 0; the cached keys were stored unrotated.
+            q = self.rotary(q, start_index=0)
+        k, v = ops.unstack(cache, 2, axis=1)  # (B, KV, S, d) each
+        return self._heads_first(q), k, v
 
     # -------------------------------------------------------------- migration
 
@@ -500,77 +490,9 @@ class MultiHeadAttention(keras.layers.Layer):
     def from_keras(cls, keras_mha):
         """Build an equivalent layer from a built `keras.layers.MultiHeadAttention`.
 
-        The projections' weights are reshaped from Keras's
-        `(features, heads, head_dim)` einsum layout into dense matrices, so the
-        result gives the same outputs on the same inputs and masks.
+        Same outputs on the same inputs and masks; see `mha_from_keras`.
         """
-        if not isinstance(keras_mha, keras.layers.MultiHeadAttention):
-            raise TypeError(
-                "from_keras expects a keras.layers.MultiHeadAttention. "
-                f"Received: keras_mha of type {type(keras_mha).__name__}"
-            )
-        if not keras_mha.built:
-            raise ValueError(
-                "from_keras needs a built layer (call it once first). "
-                f"Received: keras_mha={keras_mha.name!r} with no weights"
-            )
-        config = keras_mha.get_config()
-        if config.get("attention_axes") not in (None, (1,), [1]):
-            raise ValueError(
-                "from_keras supports attention over the sequence axis only. "
-                f"Received: attention_axes={config['attention_axes']}"
-            )
-        for unsupported in ("use_gate", "sliding_window"):
-            if config.get(unsupported):
-                raise ValueError(
-                    f"from_keras does not support {unsupported}. Received: "
-                    f"{unsupported}={config[unsupported]}"
-                )
-        q_kernel = keras_mha.query_dense.kernel  # (features, H, d)
-        k_kernel = keras_mha.key_dense.kernel
-        v_kernel = keras_mha.value_dense.kernel
-        o_kernel = keras_mha.output_dense.kernel  # (H, dv, out)
-        if len(q_kernel.shape) != 3 or len(o_kernel.shape) != 3:
-            raise ValueError(
-                "from_keras supports rank-3 inputs (batch, length, features). "
-                f"Received: a layer with query kernel shape {q_kernel.shape}"
-            )
-        layer = cls(
-            num_heads=config["num_heads"],
-            key_dim=config["key_dim"],
-            value_dim=config["value_dim"],
-            dropout=config["dropout"],
-            use_bias=config["use_bias"],
-            output_dim=int(o_kernel.shape[-1]),
-            seed=config.get("seed"),
-            dtype=keras_mha.dtype_policy,
-            name=keras_mha.name,
-        )
-        layer.build(
-            (None, None, q_kernel.shape[0]),
-            (None, None, v_kernel.shape[0]),
-            (None, None, k_kernel.shape[0]),
-        )
-
-        def numpy(weight):
-            return keras.ops.convert_to_numpy(weight)
-
-        # Inputs: (features, H, d) -> (features, H*d); output: (H, dv, out) ->
-        # (H*dv, out). Biases flatten the same way.
-        for ours, theirs in [
-            (layer.query_dense, keras_mha.query_dense),
-            (layer.key_dense, keras_mha.key_dense),
-            (layer.value_dense, keras_mha.value_dense),
-            (layer.output_dense, keras_mha.output_dense),
-        ]:
-            kernel = numpy(theirs.kernel)
-            if theirs is keras_mha.output_dense:
-                ours.kernel.assign(kernel.reshape(-1, kernel.shape[-1]))
-            else:
-                ours.kernel.assign(kernel.reshape(kernel.shape[0], -1))
-            if layer.use_bias:
-                ours.bias.assign(numpy(theirs.bias).reshape(-1))
-        return layer
+        return mha_from_keras(cls, keras_mha)
 
     def get_config(self):
         config = super().get_config()

@@ -1,9 +1,35 @@
-"""Resolving a padding mask from an explicit argument or a Keras mask."""
+"""Padding masks: the Keras-attached one, or an explicit argument."""
 
+import keras
 from keras import ops
-from keras.src.backend import get_keras_mask
 
 from tfformer.layers.validation import static_dim
+
+# Keras 3 (through 3.15) exports no reader for the mask that
+# `Embedding(mask_zero=True)` attaches to its output: it exists only as
+# `keras.src.backend.get_keras_mask`. Reading the `_keras_mask` attribute
+# instead would be just as private and would miss masks on tensors that refuse
+# attributes (JAX arrays and tracers), which Keras keeps in a table of its own,
+# so padding would be silently ignored there; keras-hub reads masks through the
+# same private function for that reason. It is imported here and nowhere else,
+# and `keras_mask` fails with the Keras version if it goes.
+try:
+    from keras.src.backend import get_keras_mask as _get_keras_mask
+except ImportError:
+    _get_keras_mask = None
+
+
+def keras_mask(x):
+    """The mask Keras attached to `x` (e.g. by `mask_zero=True`), or None."""
+    if _get_keras_mask is None:
+        raise RuntimeError(
+            "tfformer reads the masks Keras attaches to tensors (e.g. "
+            "Embedding(mask_zero=True)) with keras.src.backend.get_keras_mask, "
+            f"which Keras {keras.version()} does not have. Install the Keras "
+            "version tfformer supports (setup.cfg: keras>=3.15,<4) or update "
+            "tfformer.layers.padding.keras_mask."
+        )
+    return _get_keras_mask(x)
 
 
 def resolve_padding_mask(inputs, padding_mask, name):
@@ -13,7 +39,7 @@ def resolve_padding_mask(inputs, padding_mask, name):
     `inputs` (from `mask_zero=True` embeddings) is used, so both ways of
     passing padding give the same result.
     """
-    mask = get_keras_mask(inputs) if padding_mask is None else padding_mask
+    mask = keras_mask(inputs) if padding_mask is None else padding_mask
     if mask is None:
         return None
     if len(mask.shape) != 2:

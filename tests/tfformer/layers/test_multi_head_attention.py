@@ -87,6 +87,18 @@ def test_from_keras_matches_keras_with_masks(causal):
     np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)
 
 
+def test_from_keras_builds_the_class_it_is_called_on():
+    class Subclass(MultiHeadAttention):
+        pass
+
+    theirs = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3)
+    x = _normal(2, 4, 6)
+    want = theirs(x, x)
+    ours = Subclass.from_keras(theirs)
+    assert type(ours) is Subclass
+    np.testing.assert_allclose(ours(x), want, atol=1e-5)
+
+
 def test_from_keras_matches_keras_with_keras_masks_in_a_model():
     """Masks attached by `mask_zero=True` reach both layers the same way."""
     ids = keras.Input((None,), dtype="int32")
@@ -107,19 +119,36 @@ def test_from_keras_matches_keras_with_keras_masks_in_a_model():
     np.testing.assert_array_equal(ours_out[~real], 0.0)
 
 
-def test_keras_mask_and_explicit_mask_give_identical_results():
+@pytest.mark.parametrize("case", ["causal_self", "self", "cross"])
+def test_keras_mask_and_explicit_mask_give_identical_results(case):
     embedding = keras.layers.Embedding(30, 16, mask_zero=True)
     layer = MultiHeadAttention(num_heads=4, key_dim=4)
     tokens = np.array([[5, 6, 7, 0, 0], [1, 2, 3, 4, 0]], "int32")
+    memory_tokens = np.array([[8, 9, 0], [1, 0, 0]], "int32")
     embedded = embedding(tokens)  # carries a Keras mask
-    with_keras_mask = layer(embedded, use_causal_mask=True)
     plain = keras.ops.convert_to_tensor(np.asarray(embedded))  # no mask attached
-    explicit = layer(plain, query_mask=tokens != 0, use_causal_mask=True)
+    causal = case == "causal_self"
+    if case == "cross":
+        memory = embedding(memory_tokens)
+        plain_memory = keras.ops.convert_to_tensor(np.asarray(memory))
+        with_keras_mask = layer(embedded, memory)
+        explicit = layer(
+            plain,
+            plain_memory,
+            query_mask=tokens != 0,
+            value_mask=memory_tokens != 0,
+        )
+        unmasked = layer(plain, plain_memory)
+    else:
+        with_keras_mask = layer(embedded, use_causal_mask=causal)
+        explicit = layer(plain, query_mask=tokens != 0, use_causal_mask=causal)
+        unmasked = layer(plain, use_causal_mask=causal)
     np.testing.assert_array_equal(with_keras_mask, explicit)
+    # The masks matter here: a layer that ignored them would differ.
+    assert not np.allclose(unmasked, explicit, atol=1e-4)
     # Without the mask, real tokens would attend to the padded keys.
     masked = layer(plain, query_mask=tokens != 0)
-    unmasked = layer(plain)
-    assert not np.allclose(unmasked[0, :3], masked[0, :3], atol=1e-4)
+    assert not np.allclose(layer(plain)[0, :3], masked[0, :3], atol=1e-4)
 
 
 def test_no_causal_leakage():
@@ -190,6 +219,26 @@ def test_cached_steps_equal_full_causal_pass(kwargs):
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
     assert cache.shape == (2, 2, layer._kv_heads, 10, 8)
     assert np.all(np.asarray(cache)[:, :, :, 7:] == 0)  # nothing written past index
+
+
+def test_cache_layout_is_head_major_keys_then_values():
+    """The documented layout, (batch, 2, kv_heads, max_length, key_dim),
+    against keys and values projected by hand."""
+    layer = MultiHeadAttention(num_heads=4, key_dim=8, num_key_value_heads=2)
+    x = _normal(2, 3, 16)
+    _, cache = layer(x, cache=layer.init_cache(2, 6), cache_update_index=2)
+    cache = np.asarray(cache)
+    assert cache.shape == (2, 2, 2, 6, 8)
+
+    def heads(dense):
+        kernel, bias = (keras.ops.convert_to_numpy(w) for w in dense.weights)
+        projected = (x @ kernel + bias).reshape(2, 3, 2, 8)  # (B, T, KV, d)
+        return projected.transpose(0, 2, 1, 3)  # (B, KV, T, d)
+
+    np.testing.assert_allclose(cache[:, 0, :, 2:5], heads(layer.key_dense), atol=1e-5)
+    np.testing.assert_allclose(cache[:, 1, :, 2:5], heads(layer.value_dense), atol=1e-5)
+    assert np.all(cache[:, :, :, :2] == 0) and np.all(cache[:, :, :, 5:] == 0)
+    np.testing.assert_array_equal(layer.compute_key_value_cache(x), cache[..., 2:5, :])
 
 
 def test_unwritten_cache_slots_are_never_attended():
@@ -326,6 +375,11 @@ def test_bad_call_arguments():
         layer(x, attention_mask=np.ones((5, 5), bool))
     with pytest.raises(ValueError, match="cache must have shape"):
         layer(x, cache=np.zeros((2, 5, 2, 4), "float32"), cache_update_index=0)
+    with pytest.raises(ValueError, match="cache must have shape"):
+        # Length-major (batch, 2, max_length, heads, key_dim) is refused.
+        layer(x, cache=np.zeros((2, 2, 6, 2, 4), "float32"), cache_update_index=0)
+    with pytest.raises(ValueError, match="cache must have shape"):
+        layer(x, cache=np.zeros((2, 2, 2, 6, 3), "float32"), cache_update_index=0)
     fused = MultiHeadAttention(num_heads=2, key_dim=4, fused_qkv=True)
     with pytest.raises(ValueError, match="only supports self-attention"):
         fused(x, _normal(2, 6, 8))
@@ -404,3 +458,66 @@ def test_projection_initializer_round_trips_through_its_config():
     copy = keras.initializers.deserialize(keras.initializers.serialize(initializer))
     assert copy.get_config() == initializer.get_config()
     assert copy((64, 64)).shape == (64, 64)
+
+
+# Verbatim `keras.initializers.serialize(...)` of the fused and output kernel
+# initializers, produced when the class lived in multi_head_attention.py: a
+# config written before the move must keep deserializing to the same draw.
+OLD_PER_HEAD_CONFIGS = [
+    {
+        "module": "tfformer.layers.multi_head_attention",
+        "class_name": "_PerHeadInitializer",
+        "config": {
+            "base": {
+                "module": "keras.initializers",
+                "class_name": "GlorotUniform",
+                "config": {"seed": None, "input_axes": None, "output_axes": None},
+                "registered_name": None,
+            },
+            "shapes": [[8, 2, 4], [8, 1, 4], [8, 1, 4]],
+            "heads_first": False,
+        },
+        "registered_name": "tfformer>_PerHeadInitializer",
+    },
+    {
+        "module": "tfformer.layers.multi_head_attention",
+        "class_name": "_PerHeadInitializer",
+        "config": {
+            "base": {
+                "module": "keras.initializers",
+                "class_name": "GlorotUniform",
+                "config": {"seed": None, "input_axes": None, "output_axes": None},
+                "registered_name": None,
+            },
+            "shapes": [[2, 4, 8]],
+            "heads_first": True,
+        },
+        "registered_name": "tfformer>_PerHeadInitializer",
+    },
+]
+
+
+@pytest.mark.parametrize(
+    "old, sublayer, shape",
+    [
+        (OLD_PER_HEAD_CONFIGS[0], "query_key_value_dense", (8, 16)),
+        (OLD_PER_HEAD_CONFIGS[1], "output_dense", (8, 8)),
+    ],
+    ids=["fused_gqa", "output"],
+)
+def test_per_head_initializer_configs_saved_before_the_move_still_load(
+    old, sublayer, shape
+):
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, num_key_value_heads=1, fused_qkv=True
+    )
+    layer(_normal(1, 3, 8))
+    current = getattr(layer, sublayer).kernel_initializer
+    loaded = keras.initializers.deserialize(old)
+    assert type(loaded) is type(current)
+    assert loaded.get_config() == current.get_config()
+    # Same seed, same kernel: the loaded initializer draws per head as before.
+    keras.utils.set_random_seed(11)
+    want = keras.ops.convert_to_numpy(current(shape))
+    keras.utils.set_random_seed(11)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(shape)), want)

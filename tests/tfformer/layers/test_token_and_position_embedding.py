@@ -7,6 +7,7 @@ import pytest
 from tests import numpy_reference as ref
 from tests.testing import run_layer_test
 from tfformer.layers import TokenAndPositionEmbedding
+from tfformer.layers.padding import keras_mask
 
 IDS = np.array([[4, 9, 1, 0], [7, 7, 2, 3]], "int32")
 
@@ -50,7 +51,7 @@ def test_untied_reverse_has_its_own_matrix():
 
 def test_mask_zero_attaches_the_padding_mask():
     layer = TokenAndPositionEmbedding(12, 6, mask_zero=True)
-    mask = keras.src.backend.get_keras_mask(layer(IDS))
+    mask = keras_mask(layer(IDS))
     np.testing.assert_array_equal(mask, IDS != 0)
 
 

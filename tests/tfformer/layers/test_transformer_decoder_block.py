@@ -1,5 +1,6 @@
 """TransformerDecoderBlock: NumPy reference, causality, caches."""
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -7,6 +8,7 @@ from keras import ops
 from tests import numpy_reference as ref
 from tests.testing import ffn_weights, norm_weights, reference_attention, run_layer_test
 from tfformer.layers import TransformerDecoderBlock
+from tfformer.layers.padding import keras_mask
 
 RNG = np.random.default_rng(13)
 
@@ -73,6 +75,37 @@ def test_encoder_padding_invariance():
     np.testing.assert_allclose(
         block(x, padded, encoder_padding_mask=mask), short, atol=1e-5
     )
+
+
+def test_keras_masks_equal_explicit_padding_masks():
+    embedding = keras.layers.Embedding(20, 16, mask_zero=True)
+    block = TransformerDecoderBlock(num_heads=4, intermediate_dim=32)
+    decoder_tokens = np.array([[3, 4, 0, 0], [5, 6, 7, 8]], "int32")
+    encoder_tokens = np.array([[9, 0, 0, 0, 0], [1, 2, 3, 4, 0]], "int32")
+    decoder, encoder = embedding(decoder_tokens), embedding(encoder_tokens)
+    with_keras_masks = block(decoder, encoder)
+
+    def plain(x):  # the same values, no Keras mask attached
+        return ops.convert_to_tensor(np.asarray(x))
+
+    decoder_mask, encoder_mask = decoder_tokens != 0, encoder_tokens != 0
+    explicit = block(
+        plain(decoder),
+        plain(encoder),
+        decoder_padding_mask=decoder_mask,
+        encoder_padding_mask=encoder_mask,
+    )
+    np.testing.assert_array_equal(with_keras_masks, explicit)
+    np.testing.assert_array_equal(keras_mask(with_keras_masks), decoder_mask)
+    # Each mask matters here: dropping either one changes the outputs.
+    without_decoder_mask = block(
+        plain(decoder), plain(encoder), encoder_padding_mask=encoder_mask
+    )
+    without_encoder_mask = block(
+        plain(decoder), plain(encoder), decoder_padding_mask=decoder_mask
+    )
+    assert not np.allclose(without_decoder_mask, explicit, atol=1e-4)
+    assert not np.allclose(without_encoder_mask, explicit, atol=1e-4)
 
 
 @pytest.mark.parametrize("with_encoder", [True, False], ids=["seq2seq", "decoder_only"])
