@@ -65,7 +65,8 @@ def parser():
 
 def parse_args(argv=None):
     """Parses `--checkpoint` first, then everything with the run's task's
-    options. Returns (args, exporter); exits 2 on a bad run directory."""
+    options. Returns (args, exporter); ValueError for a bad run directory or
+    a task without an exporter."""
     from tfformer.export.tasks import get_exporter
     from tfformer.rundir.run import RunDirectory
 
@@ -75,17 +76,14 @@ def parse_args(argv=None):
     p = parser()
     exporter = None
     if known.checkpoint:
-        try:
-            exporter = get_exporter(RunDirectory(known.checkpoint).task)
-        except ValueError as e:
-            p.error(str(e))
+        exporter = get_exporter(RunDirectory(known.checkpoint).task)
         exporter.add_arguments(p)
     return p.parse_args(argv), exporter
 
 
 def main(argv=None):
-    args, exporter = parse_args(argv)
     try:
+        args, exporter = parse_args(argv)
         path = export(args, exporter)
     except ValueError as e:
         print(f"tfformer-export: error: {e}", file=sys.stderr)

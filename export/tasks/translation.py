@@ -73,6 +73,7 @@ class TranslationRun:
     source_length: int  # sources are cut to this many tokens
     max_length: int  # the decoder's length: start token, output, end token
     source_vocabulary_size: int  # ids the encoder embedding accepts
+    vocabulary_size: int  # target ids the decoder writes
 
     @property
     def tokenizer(self):
@@ -111,6 +112,7 @@ def read_run(run_dir, checkpoint="model.keras"):
         source_length=length,
         max_length=length,
         source_vocabulary_size=int(source_embedding.vocabulary_size),
+        vocabulary_size=int(model.get_layer("decoder_embedding").vocabulary_size),
     )
 
 

@@ -211,6 +211,26 @@ def test_bad_run_directory(tmp_path):
         export_saved_model(str(tmp_path), str(tmp_path / "out"))
 
 
+def test_invalid_utf8_becomes_the_replacement_character(loaded):
+    tokenize = loaded.signatures["tokenize"]
+    bad = tokenize(text=tf.constant([b"nine \xff\xfe hundred"]))["token_ids"]
+    replaced = tokenize(text=tf.constant(["nine \ufffd\ufffd hundred"]))["token_ids"]
+    dropped = tokenize(text=tf.constant([b"nine hundred"]))["token_ids"]
+    np.testing.assert_array_equal(bad.numpy(), replaced.numpy())
+    # The replacement characters are tokens, not silently dropped.
+    assert np.count_nonzero(bad.numpy()) > np.count_nonzero(dropped.numpy())
+
+
+def test_inputs_are_cut_at_16_kib_before_tokenizing(loaded):
+    tokenize = loaded.signatures["tokenize"]
+    limit = 16384
+    fits = b" " * (limit - len(b"nine")) + b"nine"  # exactly 16 KiB
+    cut = b" " * limit + b"nine"  # "nine" starts after 16 KiB
+    ids = tokenize(text=tf.constant([fits, cut, b"nine"]))["token_ids"].numpy()
+    np.testing.assert_array_equal(ids[0], ids[2])
+    assert not ids[1].any()  # nothing left but spaces: all padding
+
+
 # Raw bytes of any kind: empty, not UTF-8, long (cut to 32 tokens).
 inputs = st.one_of(
     st.binary(max_size=64),

@@ -183,14 +183,21 @@ def test_quantized_variants_from_the_command_line(run_dir, tmp_path):
     assert sizes["float16"] < sizes["none"]
     assert sizes["int8"] < sizes["float16"]
     assert sizes["full_int8"] < sizes["none"]
-    # Quantized models translate (nearly) as the float one does: at least 90%
-    # of the generated tokens agree. (Before masked attention scores got a
-    # data-sized floor, full int8 agreed on almost none.)
+    # Agreement with the float model over the generated tokens only: the
+    # positions where either model has not yet ended (trailing padding would
+    # count as agreement). float16 rounds weights only, so it must give the
+    # same tokens. int8 and full int8 change the logits of this barely
+    # trained model, whose top choices are near ties: they get a measured
+    # floor. (Before masked attention scores got a data-sized floor, full int8
+    # agreed on almost none.)
     reference = np.array(outputs["none"])
-    for variant in ("float16", "int8", "full_int8"):
-        agreement = np.mean(np.array(outputs[variant]) == reference)
+    floors = {"float16": 1.0, "int8": 0.9, "full_int8": 0.8}
+    for variant, floor in floors.items():
+        got = np.array(outputs[variant])
+        generated = (reference[:, 1:] != 0) | (got[:, 1:] != 0)
+        agreement = np.mean((got[:, 1:] == reference[:, 1:])[generated])
         print(variant, agreement)
-        assert agreement >= 0.9, (variant, agreement)
+        assert agreement >= floor, (variant, agreement)
 
 
 def test_command_line_errors_are_named(run_dir, tmp_path, capsys):

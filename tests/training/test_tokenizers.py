@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-from tfformer.training.text.byte import ByteTokenizer
+from tfformer.rundir.text import ByteTokenizer
 from tfformer.training.text.wordpiece import RESERVED_TOKENS, WordPieceTokenizer
 
 SENTENCES = [

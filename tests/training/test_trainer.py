@@ -17,6 +17,7 @@ from tfformer.training.fit.trainer import (
     compile_model,
     train,
 )
+from tfformer.training.tasks.translation import Translator
 
 from .tiny import TINY_NUMBER_WORDS
 
@@ -76,7 +77,19 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     assert metrics["real_tokens_per_second"] > 0
     # Real tokens counted = the non-pad labels of the 4 batches of epoch 2.
     assert report["epochs"][1]["real_tokens"] > 4 * 16
-    assert 0.0 <= metrics["test_exact_match"] <= 1.0
+    # The end-of-run exact match is the saved model's greedy translations of
+    # the test split, against references as the tokenizer writes them.
+    translator = Translator.from_run(out, search="greedy")
+    pairs = result.data.raw["test"][:16]
+    target = result.data.tokenizers["target"]
+    references = [
+        r.decode()
+        for r in target.detokenize(target.tokenize([t for _, t in pairs])).numpy()
+    ]
+    hypotheses = translator.translate([s for s, _ in pairs])
+    expected = np.mean([h == r for h, r in zip(hypotheses, references, strict=True)])
+    assert metrics["test_exact_match"] == pytest.approx(expected)
+    assert [h for _, _, h in metrics["test_examples"]] == hypotheses[:5]
     # The saved model reloads and predicts what the trained one predicts.
     reloaded = keras.saving.load_model(os.path.join(out, "model.keras"))
     batch = next(

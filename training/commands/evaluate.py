@@ -16,13 +16,17 @@ def add_common(parser):
 
 
 def main(argv=None):
-    args, run, task = parse_with_task(
-        "tfformer-evaluate",
-        __doc__.split("\n")[0],
-        add_common,
-        lambda task, parser: task.add_evaluate_arguments(parser),
-        argv,
-    )
+    try:
+        args, run, task = parse_with_task(
+            "tfformer-evaluate",
+            __doc__.split("\n")[0],
+            add_common,
+            lambda task, parser: task.add_evaluate_arguments(parser),
+            argv,
+        )
+    except ValueError as e:
+        print(f"tfformer-evaluate: error: {e}", file=sys.stderr)
+        return 2
     try:
         results = task.evaluate(
             run.path, args, progress=lambda m: print(m, file=sys.stderr)

@@ -12,15 +12,19 @@ from tfformer.training.commands.run_arguments import parse_with_task
 
 
 def main(argv=None, prog="tfformer-predict"):
-    args, run, task = parse_with_task(
-        prog,
-        __doc__.split("\n")[0],
-        lambda parser: parser.add_argument(
-            "inputs", nargs="*", help="inputs (default: one per line on stdin)"
-        ),
-        lambda task, parser: task.add_predict_arguments(parser),
-        argv,
-    )
+    try:
+        args, run, task = parse_with_task(
+            prog,
+            __doc__.split("\n")[0],
+            lambda parser: parser.add_argument(
+                "inputs", nargs="*", help="inputs (default: one per line on stdin)"
+            ),
+            lambda task, parser: task.add_predict_arguments(parser),
+            argv,
+        )
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     inputs = args.inputs or [line.rstrip("\n") for line in sys.stdin]
     try:
         for line in task.predict(run.path, args, inputs):

@@ -11,7 +11,12 @@ from tfformer.training.tasks import get_task
 def parse_with_task(prog, description, add_common, add_task, argv):
     """(args, run directory, task): parses `--checkpoint` alone first, then
     everything with the options the run's task adds (`add_task(task,
-    parser)`). Raises ValueError for a bad run directory."""
+    parser)`).
+
+    Raises:
+        ValueError: `--checkpoint` is not a readable run directory (the
+            message names the file and what is wrong).
+    """
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--checkpoint")
     known, _ = first.parse_known_args(argv)
@@ -21,11 +26,8 @@ def parse_with_task(prog, description, add_common, add_task, argv):
     add_common(parser)
     run = task = None
     if known.checkpoint:
-        try:
-            run = RunDirectory(known.checkpoint)
-            task = get_task(run.task)
-        except ValueError as e:
-            parser.error(str(e))  # exit 2, after --help had its chance
+        run = RunDirectory(known.checkpoint)
+        task = get_task(run.task)
         add_task(task, parser)
     args = parser.parse_args(argv)
     return args, run, task
