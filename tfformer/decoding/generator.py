@@ -44,7 +44,7 @@ class Generator:
             whose prompt comes first).
         end_id: the token that ends a sequence.
         pad_id: written after a sequence has ended; also marks padding in
-            sources and prompts.
+            sources and prompts. Never generated.
         beam_width: beams per example ("beam").
         length_penalty: GNMT alpha ("beam"): hypotheses are ranked by
             log P / ((5 + length) / 6) ** alpha; 0 ranks by log P.
@@ -177,6 +177,20 @@ class Generator:
             cross,
         )
 
+    def _without_padding(self, log_probs):
+        """`log_probs` `(batch, vocab)` with `pad_id` ruled out (NEG_INF).
+
+        Padding is never generated. The models mask id 0 wherever they read
+        it (`mask_zero`), and the output writes `pad_id` after the end token:
+        a generated pad would be attended to by the cached steps but skipped
+        by the model's own forward pass, and read back as padding. The other
+        tokens keep their log-probabilities (the softmax spans the whole
+        vocabulary), so scores stay the model's log P of the sequence.
+        """
+        vocabulary = ops.shape(log_probs)[-1]
+        is_pad = ops.arange(vocabulary, dtype="int32") == self.pad_id
+        return ops.where(is_pad[None, :], NEG_INF, log_probs)
+
     def __call__(self, inputs):
         if self.search == "beam":
             return self._beam_search(inputs)
@@ -227,10 +241,16 @@ class Generator:
         if self.search == "greedy":
             # top_k rather than argmax: Keras's TF argmax adds a bitwise op
             # (for -0.0) that TFLite has no builtin for. Ties go to the
-            # lowest id either way.
-            return ops.cast(ops.top_k(log_probs, 1)[1][:, 0], "int32")
+            # lowest id either way. The runner-up stands in for padding
+            # (see `_without_padding`), with no NEG_INF in the graph: a
+            # full-int8 export calibrates this tensor's range.
+            best = ops.cast(ops.top_k(log_probs, 2)[1], "int32")
+            return ops.where(best[:, 0] == self.pad_id, best[:, 1], best[:, 0])
         logits = filter_logits(
-            log_probs, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p
+            self._without_padding(log_probs),
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
         )
         draw = keras.random.categorical(logits, 1, seed=step_seed, dtype="int32")
         return draw[:, 0]
@@ -347,7 +367,9 @@ class Generator:
                 0.0,
                 NEG_INF,
             )
-            step_scores = ops.where(forced[:, None], forced_scores, log_probs)
+            step_scores = ops.where(
+                forced[:, None], forced_scores, self._without_padding(log_probs)
+            )
             # (batch, width * vocab): total log P of every extension.
             totals = ops.reshape(
                 ops.reshape(alive, (-1, 1)) + step_scores, (batch, width * vocabulary)

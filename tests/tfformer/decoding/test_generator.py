@@ -76,6 +76,11 @@ def sources(batch=3, length=7, vocabulary=24, seed=0):
     return ids
 
 
+def best_but_padding(logits):
+    """Greedy's choice: the most likely token that is not padding."""
+    return np.where(np.arange(logits.shape[-1]) == PAD, -np.inf, logits).argmax(-1)
+
+
 def recompute_greedy_seq2seq(model, source, max_length):
     """Greedy by re-running the whole model on the prefix for every token."""
     tokens = np.zeros((len(source), max_length), "int32")
@@ -85,7 +90,7 @@ def recompute_greedy_seq2seq(model, source, max_length):
         logits = model.predict(
             {"encoder_token_ids": source, "decoder_token_ids": tokens[:, :i]}, verbose=0
         )
-        nxt = np.where(done, PAD, logits[:, i - 1].argmax(-1))
+        nxt = np.where(done, PAD, best_but_padding(logits[:, i - 1]))
         tokens[:, i] = nxt
         done |= nxt == END
         if done.all():
@@ -100,7 +105,7 @@ def recompute_greedy_gpt(model, prompts, max_length):
     done = np.zeros(len(prompts), bool)
     for i in range(1, max_length):
         logits = model.predict({"token_ids": tokens[:, :i]}, verbose=0)
-        nxt = np.where(done, PAD, logits[:, i - 1].argmax(-1))
+        nxt = np.where(done, PAD, best_but_padding(logits[:, i - 1]))
         nxt = np.where(i < lengths, tokens[:, i], nxt)
         tokens[:, i] = nxt
         done |= (nxt == END) & (i >= lengths)

@@ -1,0 +1,61 @@
+"""Padding is never generated, even where the model ranks it first.
+
+The models mask id 0 wherever they read it, and `Generator` writes `pad_id`
+after the end token: a generated pad would be attended to by the cached steps
+but not by the model's own forward pass (so the score would not be the
+model's log P of the output), and would read back as the end of the output.
+"""
+
+import numpy as np
+import pytest
+from keras import ops
+
+from tfformer.decoding import Generator
+
+from .test_generator import END, PAD, START, A, MarkovDecoder, table
+
+# After START, padding is the most likely token (0.5), then A (0.3), then END
+# (0.2); after A, padding (0.6), then END (0.4); after padding, END. Allowed
+# padding, greedy would return START PAD PAD ..., and beam search START PAD
+# END (log P -0.69, the most likely sequence).
+CHAIN = {START: {PAD: 0.5, A: 0.3, END: 0.2}, A: {PAD: 0.6, END: 0.4}, PAD: {END: 1.0}}
+
+
+def generate(**kwargs):
+    out = Generator(MarkovDecoder(table(CHAIN)), max_length=6, **kwargs)(
+        np.full((8, 1), START, "int32")
+    )
+    return ops.convert_to_numpy(out["token_ids"]), ops.convert_to_numpy(out["scores"])
+
+
+def test_greedy_takes_the_best_token_that_is_not_padding():
+    tokens, scores = generate()
+    np.testing.assert_array_equal(tokens, [[START, A, END, PAD, PAD, PAD]] * 8)
+    # The model's log-probabilities, not renormalized without padding.
+    np.testing.assert_allclose(scores, np.log(0.3 * 0.4), rtol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 2.0])
+def test_beam_search_never_extends_with_padding(alpha):
+    # log P: START END -1.61 (1 token), START A END -2.12 (2 tokens); alpha 2
+    # divides by 1 and (7/6)^2 = 1.36: -1.61 against -1.56, the long one wins.
+    tokens, scores = generate(search="beam", beam_width=3, length_penalty=alpha)
+    if alpha == 0.0:
+        expected, score = [START, END], np.log(0.2)
+    else:
+        expected, score = [START, A, END], np.log(0.3 * 0.4) / (7 / 6) ** 2
+    np.testing.assert_array_equal(tokens, [expected + [PAD] * (6 - len(expected))] * 8)
+    np.testing.assert_allclose(scores, score, rtol=1e-5)
+
+
+def test_sampling_never_draws_padding():
+    tokens, scores = generate(search="sample", seed=0)
+    # Without the rule, half the first draws would be padding.
+    for row, score in zip(tokens, scores, strict=True):
+        assert row[1] in (A, END), row
+        if row[1] == END:
+            np.testing.assert_array_equal(row, [START, END, PAD, PAD, PAD, PAD])
+            np.testing.assert_allclose(score, np.log(0.2), rtol=1e-5)
+        else:
+            np.testing.assert_array_equal(row, [START, A, END, PAD, PAD, PAD])
+            np.testing.assert_allclose(score, np.log(0.3 * 0.4), rtol=1e-5)
