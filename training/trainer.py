@@ -288,6 +288,7 @@ def train(config, *, progress=print):
             }
     report = TrainingReport(report_path, write=chief, initial=previous_report)
     budget = TimeBudget(t.time_budget_minutes)
+    averaged = [AveragedWeights()] if t.ema_momentum else []
     callbacks = [
         budget,
         ResumableBackup(
@@ -298,7 +299,7 @@ def train(config, *, progress=print):
         ),
         # After the backup (raw weights), before everything that validates or
         # saves the model (averaged weights).
-        *([AveragedWeights()] if t.ema_momentum else []),
+        *averaged,
         best,
         report,
     ]
@@ -328,6 +329,9 @@ def train(config, *, progress=print):
         for begin, end, n, skip_steps in segments:
             if budget.exhausted:
                 break
+            for callback in averaged:
+                # Only the last `fit` leaves the average in the model.
+                callback.keep_average = end == t.epochs
             model.fit(
                 train_data(begin, skip_steps),
                 initial_epoch=begin,

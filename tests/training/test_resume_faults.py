@@ -1,0 +1,211 @@
+"""Interrupted runs resume to the result of a run that was never interrupted.
+
+The runs train a tiny translator with weight averaging in executions of 3
+steps; each compares the final backup (raw weights, the optimizer's state and
+moving averages) and the final, averaged, model with the uninterrupted run's.
+"""
+
+import functools
+import os
+
+import h5py
+import keras
+import numpy as np
+import pytest
+
+from training import trainer
+from training.callbacks import (
+    AveragedWeights,
+    TimeBudget,
+    read_backup_state,
+)
+from training.config import load_config
+
+from .tiny import TINY_MODEL
+
+# 2 epochs of 12 steps, in executions of 3 steps.
+RESUMABLE = [
+    *TINY_MODEL,
+    "data.tokenizer=byte",
+    "data.max_length=16",
+    "data.bucket_lengths=[16]",
+    "data.train_size=600",
+    "data.validation_size=16",
+    "data.test_size=16",
+    "model.dropout=0.0",
+    "train.batch_size=16",
+    "train.steps_per_epoch=12",
+    "train.epochs=2",
+    "train.warmup_steps=10",
+    "train.ema_momentum=0.9",
+    "train.steps_per_execution=3",
+    "train.checkpoint_every_steps=4",
+    "train.jit_compile=false",
+    "train.verbose=0",
+    "train.evaluate_exact_match=false",
+]
+
+
+def resumable_config(out, *extra):
+    return load_config(overrides=[*RESUMABLE, f"train.output_dir={out}", *extra])
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted")
+    result = trainer.train(resumable_config(out), progress=quiet)
+    return str(out), result
+
+
+def backup_arrays(out):
+    """Every array of the backup's weights file: the model's raw weights, the
+    optimizer's iterations, moments and moving averages, the metrics."""
+    arrays = {}
+    with h5py.File(os.path.join(out, "backup", "latest.weights.h5"), "r") as f:
+        f.visititems(
+            lambda name, item: (
+                arrays.update({name: item[()]})
+                if isinstance(item, h5py.Dataset)
+                else None
+            )
+        )
+    return arrays
+
+
+def assert_same_run(out, result, reference):
+    reference_out, reference_result = reference
+    assert result.metrics["global_step"] == 24
+    expected, actual = backup_arrays(reference_out), backup_arrays(out)
+    assert sorted(actual) == sorted(expected)
+    assert any(name.startswith("optimizer/") for name in expected)
+    for name in expected:
+        np.testing.assert_allclose(
+            actual[name], expected[name], atol=1e-5, err_msg=name
+        )
+    # And the finished model holds the same averages.
+    for a, b in zip(
+        result.model.trainable_variables,
+        reference_result.model.trainable_variables,
+        strict=True,
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights(
+    tmp_path, monkeypatch, uninterrupted
+):
+    """The cut (after step 9, mid-epoch 1) is saved with the average in the
+    model; the re-run finishes epoch 1 in one `fit` and trains epoch 2 in
+    another. It must go on from the raw weights, not from their average."""
+    now = [0.0]
+
+    def clock():
+        now[0] += 600.0  # ten minutes a call: the 30 run out after 3 executions
+        return now[0]
+
+    out = tmp_path / "cut"
+    config = resumable_config(out, "train.time_budget_minutes=30")
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer, "TimeBudget", functools.partial(TimeBudget, clock=clock))
+        cut = trainer.train(config, progress=quiet)
+    assert cut.metrics["global_step"] == 9
+    assert read_backup_state(out / "backup")["global_step"] == 9
+    messages = []
+    resumed = trainer.train(config, progress=messages.append)
+    assert "Resuming from step 9: epoch 1, batch 10" in messages
+    assert_same_run(str(out), resumed, uninterrupted)
+
+
+class RawKernels(keras.callbacks.Callback):
+    """Records the kernel that each optimizer step leaves (the raw weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.kernels = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.kernels.append(keras.ops.convert_to_numpy(self.model.layers[0].kernel))
+
+
+def averaging_model():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8)])
+    model.compile(keras.optimizers.Adam(0.05, use_ema=True, ema_momentum=0.5), "mse")
+    return model
+
+
+def averaging_data():
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    return x, (x @ np.ones((3, 8), "float32")).astype("float32")
+
+
+def test_a_fit_that_keeps_no_average_hands_the_next_fit_the_raw_weights():
+    """Epochs 1-3 in one `fit` or in two (as a resumed run does) train the
+    same raw weights, and both end with the same average in the model."""
+    x, y = averaging_data()
+    whole, whole_raw = averaging_model(), RawKernels()
+    whole.fit(
+        x,
+        y,
+        batch_size=4,
+        epochs=3,
+        callbacks=[whole_raw, AveragedWeights()],
+        verbose=0,
+    )
+    split, split_raw = averaging_model(), RawKernels()
+    averaged = AveragedWeights(keep_average=False)
+    split.fit(x, y, batch_size=4, epochs=1, callbacks=[split_raw, averaged], verbose=0)
+    averaged.keep_average = True
+    split.fit(
+        x,
+        y,
+        batch_size=4,
+        initial_epoch=1,
+        epochs=3,
+        callbacks=[split_raw, averaged],
+        verbose=0,
+    )
+    assert len(split_raw.kernels) == len(whole_raw.kernels) == 12
+    for a, b in zip(split_raw.kernels, whole_raw.kernels, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(
+        split.layers[0].kernel.numpy(), whole.layers[0].kernel.numpy()
+    )
+    assert not np.allclose(whole.layers[0].kernel.numpy(), whole_raw.kernels[-1])
+
+
+def test_the_average_for_validation_leaves_the_raw_weights_bit_for_bit():
+    """Putting the average in the model for validation and the epoch-end
+    callbacks, and taking it out, must not round the raw weights: else a
+    resumed run, which does it a different number of times, drifts from an
+    uninterrupted one (Adam turns float rounding into 1e-4 differences)."""
+    x, y = averaging_data()
+    runs = []
+    for callbacks in ([], [AveragedWeights()]):
+        model, raw = averaging_model(), RawKernels()
+        model.fit(
+            x,
+            y,
+            batch_size=4,
+            epochs=4,
+            validation_data=(x, y),
+            callbacks=[raw, *callbacks],
+            verbose=0,
+        )
+        runs.append(raw.kernels)
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_averaged_weights_refuses_an_optimizer_without_averages():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8)])
+    model.compile(keras.optimizers.Adam(0.05), "mse")
+    x, y = averaging_data()
+    with pytest.raises(
+        ValueError, match=r"use_ema=True\. Received: Adam\(use_ema=False\)"
+    ):
+        model.fit(x, y, callbacks=[AveragedWeights()], verbose=0)
