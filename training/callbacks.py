@@ -79,6 +79,11 @@ class ResumableBackup(keras.callbacks.Callback):
     Files are replaced atomically. Only the chief writes (`write=False` on
     other workers of a multi-worker run).
 
+    With `steps_per_execution > 1` Keras returns to the callbacks only after
+    each execution, so the backup for a multiple of `every_steps` is taken at
+    the end of the first execution that reaches or passes it (every 4 steps,
+    in executions of 3: at steps 6, 9, 12, 18, ...), and records that step.
+
     Args:
         directory: where `latest.weights.h5` and `state.json` go.
         every_steps: optimizer steps between backups.
@@ -93,18 +98,24 @@ class ResumableBackup(keras.callbacks.Callback):
         self.write = write
         self.extra_state = extra_state
         self._epoch_start = 0
+        self._backed_up = 0  # multiples of every_steps covered by a backup
         self._last_saved = None
 
     def on_train_begin(self, logs=None):
         self._epoch_start = int(self.model.optimizer.iterations.numpy())
+        self._backed_up = self._epoch_start // self.every_steps
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._epoch_start + batch + 1
-        if step % self.every_steps == 0:
-            self.save(step)
+        # `batch` is the index of the execution's last step; a short last
+        # execution (data that ends) reports past the epoch's `steps`.
+        steps = self.params.get("steps")
+        step = self._epoch_start + (min(batch + 1, steps) if steps else batch + 1)
+        if step // self.every_steps > self._backed_up:
+            # The true step, in case the estimate above is off.
+            self.save(int(self.model.optimizer.iterations.numpy()))
 
     def on_epoch_end(self, epoch, logs=None):
         self.save(int(self.model.optimizer.iterations.numpy()))
@@ -117,6 +128,7 @@ class ResumableBackup(keras.callbacks.Callback):
         with save_target(path, self.write) as tmp:
             self.model.save_weights(tmp)
         self._last_saved = step
+        self._backed_up = max(self._backed_up, step // self.every_steps)
         if not self.write:
             return
         state = {"global_step": step, "time": time.time()}

@@ -170,7 +170,8 @@ class InputLayout:
 
 
 def steps_per_epoch(config, data, layout):
-    """Configured steps, or the full steps of one pass over the smallest shard."""
+    """Configured steps, or the full steps of one pass over the smallest shard,
+    rounded down to whole executions of `train.steps_per_execution` steps."""
     t = config.train
     if t.steps_per_epoch:
         return t.steps_per_epoch
@@ -187,7 +188,14 @@ def steps_per_epoch(config, data, layout):
             f"The training split ({len(lengths)} examples) gives no full batch of "
             f"train.batch_size={t.batch_size} in any length bucket."
         )
-    return per_shard
+    # Keras runs whole executions: a partial last one would train on into the
+    # next epoch's batches.
+    if per_shard < t.steps_per_execution:
+        raise ValueError(
+            f"The training split gives {per_shard} steps per epoch, fewer than "
+            f"train.steps_per_execution={t.steps_per_execution}."
+        )
+    return per_shard - per_shard % t.steps_per_execution
 
 
 @dataclasses.dataclass
@@ -242,10 +250,9 @@ def train(config, *, progress=print):
             f"batch {skip + 1}"
         )
 
-    def train_data(start_epoch, skip_steps):
-        return layout.dataset(
-            strategy,
-            lambda shards, index: pipeline.training_stream(
+    def train_data(start_epoch, skip_steps, limit_steps=None):
+        def build(shards, index):
+            stream = pipeline.training_stream(
                 data.examples["train"],
                 batch_size=layout.batch_size,
                 bucket_lengths=data.bucket_lengths,
@@ -255,8 +262,12 @@ def train(config, *, progress=print):
                 skip_steps=skip_steps * layout.batches_per_step,
                 num_shards=shards,
                 shard_index=index,
-            ),
-        )
+            )
+            if limit_steps is None:
+                return stream
+            return stream.take(limit_steps * layout.batches_per_step)
+
+        return layout.dataset(strategy, build)
 
     def eval_data(split):
         # Under multi-worker every worker evaluates the whole split (the mean
@@ -320,6 +331,8 @@ def train(config, *, progress=print):
     )
     with fit_context:
         # A resumed run first finishes its interrupted epoch, then goes on.
+        # That epoch's data stops at its end: a backup made with another
+        # train.steps_per_execution may leave a partial last execution.
         segments = []
         if skip and first_epoch < t.epochs:
             segments.append((first_epoch, first_epoch + 1, steps - skip, skip))
@@ -333,7 +346,7 @@ def train(config, *, progress=print):
                 # Only the last `fit` leaves the average in the model.
                 callback.keep_average = end == t.epochs
             model.fit(
-                train_data(begin, skip_steps),
+                train_data(begin, skip_steps, n if skip_steps else None),
                 initial_epoch=begin,
                 epochs=end,
                 steps_per_epoch=n,

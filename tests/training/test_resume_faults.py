@@ -6,24 +6,29 @@ moving averages) and the final, averaged, model with the uninterrupted run's.
 """
 
 import functools
+import json
 import os
+import shutil
 
 import h5py
 import keras
 import numpy as np
 import pytest
 
-from training import trainer
+from training import pipeline, trainer
 from training.callbacks import (
     AveragedWeights,
+    ResumableBackup,
     TimeBudget,
     read_backup_state,
 )
 from training.config import load_config
+from training.data import build_dataset
 
 from .tiny import TINY_MODEL
 
-# 2 epochs of 12 steps, in executions of 3 steps.
+# 2 epochs of 12 steps in executions of 3: with backups every 4 steps, at the
+# first execution end at or past each multiple of 4 (6, 9, 12, 18, 21, 24).
 RESUMABLE = [
     *TINY_MODEL,
     "data.tokenizer=byte",
@@ -98,9 +103,10 @@ def assert_same_run(out, result, reference):
 def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights(
     tmp_path, monkeypatch, uninterrupted
 ):
-    """The cut (after step 9, mid-epoch 1) is saved with the average in the
-    model; the re-run finishes epoch 1 in one `fit` and trains epoch 2 in
-    another. It must go on from the raw weights, not from their average."""
+    """The cut run (after step 9, mid-epoch 1) ends with the average in its
+    model and the raw weights in its backup; the re-run finishes epoch 1 in
+    one `fit` and trains epoch 2 in another, which must go on from the raw
+    weights, not from their average."""
     now = [0.0]
 
     def clock():
@@ -118,6 +124,118 @@ def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights
     resumed = trainer.train(config, progress=messages.append)
     assert "Resuming from step 9: epoch 1, batch 10" in messages
     assert_same_run(str(out), resumed, uninterrupted)
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL: nothing after it runs."""
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """A run that died right after the backup callback of the execution that
+    ends at step 9 (mid-epoch 1; steps 7-9 hold the backup multiple 8)."""
+    out = tmp_path_factory.mktemp("killed")
+    original = ResumableBackup.on_train_batch_end
+
+    def on_train_batch_end(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) >= 9:
+            raise Killed("after step 9")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ResumableBackup, "on_train_batch_end", on_train_batch_end)
+        with pytest.raises(Killed):
+            trainer.train(resumable_config(out), progress=quiet)
+    return out
+
+
+def test_a_kill_after_an_execution_past_a_backup_multiple_resumes_there(
+    tmp_path, killed, uninterrupted
+):
+    """Executions of 3 steps never end at step 8: its backup is made at step
+    9, the end of the execution that passed it. The re-run resumes at step 9,
+    not at the start of the epoch, and ends as the uninterrupted run does."""
+    out = tmp_path / "run"
+    shutil.copytree(killed, out)
+    assert read_backup_state(out / "backup")["global_step"] == 9
+    messages = []
+    resumed = trainer.train(resumable_config(out), progress=messages.append)
+    assert "Resuming from step 9: epoch 1, batch 10" in messages
+    assert_same_run(str(out), resumed, uninterrupted)
+
+
+def test_a_backup_resumes_exactly_with_another_steps_per_execution(
+    tmp_path, killed, uninterrupted
+):
+    """Resumed in executions of 2, the 3 steps left of epoch 1 are one
+    execution of 2 and one of 1, not 4 steps that run into epoch 2."""
+    out = tmp_path / "run"
+    shutil.copytree(killed, out)
+    messages = []
+    config = resumable_config(out, "train.steps_per_execution=2")
+    resumed = trainer.train(config, progress=messages.append)
+    assert "Resuming from step 9: epoch 1, batch 10" in messages
+    assert_same_run(str(out), resumed, uninterrupted)
+
+
+def test_backups_in_executions_come_at_the_first_step_past_each_multiple(tmp_path):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), "mse", steps_per_execution=3)
+    backup = ResumableBackup(str(tmp_path), every_steps=4)
+    saved = []
+    original = backup.save
+
+    def save(step):
+        original(step)
+        with open(tmp_path / "state.json") as f:
+            saved.append((step, json.load(f)["global_step"]))
+        assert int(model.optimizer.iterations.numpy()) == step
+
+    backup.save = save
+    x, y = np.ones((48, 3), "float32"), np.zeros((48, 2), "float32")
+    model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    # Steps 4, 8, 16, 20: at the end of the executions that pass them; 12 and
+    # 24 end epochs and executions (an epoch end backed up already is no
+    # second write, hence the de-duplication).
+    assert list(dict.fromkeys(saved)) == [(s, s) for s in (6, 9, 12, 18, 21, 24)]
+
+
+def test_backups_in_executions_record_the_steps_of_a_short_last_one(tmp_path):
+    """10 steps in executions of 4: Keras reports the last as step 12 of 10;
+    multiples of 5 are backed up at steps 8, 10, 18 and 20."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), "mse", steps_per_execution=4)
+    backup = ResumableBackup(str(tmp_path), every_steps=5)
+    saved = []
+    original = backup.save
+    backup.save = lambda step: (saved.append(step), original(step))
+    x, y = np.ones((40, 3), "float32"), np.zeros((40, 2), "float32")
+    model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 20
+    assert list(dict.fromkeys(saved)) == [8, 10, 18, 20]
+
+
+def test_an_epoch_must_be_whole_executions(tmp_path):
+    with pytest.raises(
+        ValueError,
+        match=r"train\.steps_per_epoch must be a multiple of "
+        r"train\.steps_per_execution.*Received: train\.steps_per_epoch=4, "
+        r"train\.steps_per_execution=3",
+    ):
+        resumable_config(tmp_path, "train.steps_per_epoch=4")
+    # One pass over the data is rounded down to whole executions.
+    config = resumable_config(tmp_path, "train.steps_per_epoch=0")
+    data = build_dataset(config.data, None, progress=quiet)
+    layout = trainer.InputLayout(workers=1, batch_size=16, batches_per_step=1)
+    full = pipeline.batches_per_epoch(
+        data.examples["train"].lengths, data.bucket_lengths, 16
+    )
+    assert full % 7
+    config.train.steps_per_execution = 7
+    assert trainer.steps_per_epoch(config, data, layout) == full - full % 7
+    config.train.steps_per_execution = full + 1
+    with pytest.raises(ValueError, match=f"gives {full} steps per epoch, fewer"):
+        trainer.steps_per_epoch(config, data, layout)
 
 
 class RawKernels(keras.callbacks.Callback):
