@@ -9,6 +9,10 @@ import functools
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import h5py
 import keras
@@ -176,6 +180,77 @@ def test_a_backup_resumes_exactly_with_another_steps_per_execution(
     resumed = trainer.train(config, progress=messages.append)
     assert "Resuming from step 9: epoch 1, batch 10" in messages
     assert_same_run(str(out), resumed, uninterrupted)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def training_command(out, *extra):
+    args = [sys.executable, "-m", "training"]
+    for item in [*RESUMABLE, f"train.output_dir={out}", *extra]:
+        args += ["--set", item]
+    return args
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_with_weight_averaging_and_executions(tmp_path):
+    """The same, with a real SIGKILL of `python -m training` at whatever
+    backup it has reached in epoch 1 (of 120 steps, in executions of 3)."""
+    longer = ["train.steps_per_epoch=120", "train.verbose=2"]
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    out = tmp_path / "killed"
+    process = subprocess.Popen(
+        training_command(out, *longer),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def backup_step():
+        try:
+            return read_backup_state(out / "backup")["global_step"]
+        except (TypeError, ValueError, KeyError, OSError):
+            return 0
+
+    deadline = time.time() + 300
+    while backup_step() < 9 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "training ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    backup = backup_step()
+    assert 9 <= backup < 120 and backup % 3 == 0, backup
+    rerun = subprocess.run(
+        training_command(out, *longer),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert f"Resuming from step {backup}: epoch 1, batch {backup + 1}" in rerun.stdout
+    clean = tmp_path / "clean"
+    subprocess.run(
+        training_command(clean, *longer),
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    expected, actual = backup_arrays(str(clean)), backup_arrays(str(out))
+    assert sorted(actual) == sorted(expected)
+    assert int(actual["optimizer/vars/0"]) == 240  # the iterations
+    for name in expected:
+        np.testing.assert_allclose(
+            actual[name], expected[name], atol=1e-5, err_msg=name
+        )
+    resumed_model = keras.saving.load_model(out / "model.keras")
+    clean_model = keras.saving.load_model(clean / "model.keras")
+    for a, b in zip(resumed_model.weights, clean_model.weights, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
 def test_backups_in_executions_come_at_the_first_step_past_each_multiple(tmp_path):
