@@ -168,6 +168,7 @@ def test_a_kill_after_an_execution_past_a_backup_multiple_resumes_there(
     assert_same_run(str(out), resumed, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_backup_resumes_exactly_with_another_steps_per_execution(
     tmp_path, killed, uninterrupted
 ):
