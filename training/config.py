@@ -52,8 +52,14 @@ class TrainConfig:
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     # XLA: "auto" lets Keras decide; true compiles the whole train step.
     jit_compile: Literal["auto", "true", "false"] = "auto"
+    # Optimizer steps per call of the compiled train function. Keras runs
+    # whole executions, so it must divide train.steps_per_epoch (a count
+    # derived from the data is rounded down to a multiple of it).
     steps_per_execution: int = 1
     # Backup for preemption every this many optimizer steps (and each epoch).
+    # Callbacks run only between executions: with train.steps_per_execution
+    # > 1 the backup is taken at the end of the first execution that reaches
+    # or passes each multiple, and records that step (4 with 3: 6, 9, 12, ...).
     checkpoint_every_steps: int = 200
     # Seed of weight initialization and dropout.
     seed: int = 0
@@ -255,6 +261,14 @@ def validate(config):
     positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
     if t.steps_per_epoch is not None:
         positive("train.steps_per_epoch", t.steps_per_epoch)
+        if t.steps_per_epoch % t.steps_per_execution:
+            raise ValueError(
+                "train.steps_per_epoch must be a multiple of "
+                "train.steps_per_execution: Keras runs whole executions, so each "
+                "epoch would train on into the next one. Received: "
+                f"train.steps_per_epoch={t.steps_per_epoch}, "
+                f"train.steps_per_execution={t.steps_per_execution}"
+            )
     if t.clipnorm is not None:
         positive("train.clipnorm", t.clipnorm)
     if t.ema_momentum is not None and not 0.0 < t.ema_momentum < 1.0:

@@ -187,9 +187,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
         "wall_seconds": round(time.perf_counter() - began, 1),
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2))
-    numbers = {k: v for k, v in scores.items() if isinstance(v, int | float)}
-    shown = ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
-    print(f"\nDone in {summary['wall_seconds'] / 60:.1f} min: {shown}.")
+    print(f"\nDone in {summary['wall_seconds'] / 60:.1f} min: {task.headline(scores)}.")
     for name, path in paths.items():
         print(f"  {name:<17} {path}")
     print(f"  (TensorBoard: tensorboard --logdir {paths['tensorboard_logs']})")

@@ -79,6 +79,11 @@ class ResumableBackup(keras.callbacks.Callback):
     Files are replaced atomically. Only the chief writes (`write=False` on
     other workers of a multi-worker run).
 
+    With `steps_per_execution > 1` Keras returns to the callbacks only after
+    each execution, so the backup for a multiple of `every_steps` is taken at
+    the end of the first execution that reaches or passes it (every 4 steps,
+    in executions of 3: at steps 6, 9, 12, 18, ...), and records that step.
+
     Args:
         directory: where `latest.weights.h5` and `state.json` go.
         every_steps: optimizer steps between backups.
@@ -93,18 +98,24 @@ class ResumableBackup(keras.callbacks.Callback):
         self.write = write
         self.extra_state = extra_state
         self._epoch_start = 0
+        self._backed_up = 0  # multiples of every_steps covered by a backup
         self._last_saved = None
 
     def on_train_begin(self, logs=None):
         self._epoch_start = int(self.model.optimizer.iterations.numpy())
+        self._backed_up = self._epoch_start // self.every_steps
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
-        step = self._epoch_start + batch + 1
-        if step % self.every_steps == 0:
-            self.save(step)
+        # `batch` is the index of the execution's last step; a short last
+        # execution (data that ends) reports past the epoch's `steps`.
+        steps = self.params.get("steps")
+        step = self._epoch_start + (min(batch + 1, steps) if steps else batch + 1)
+        if step // self.every_steps > self._backed_up:
+            # The true step, in case the estimate above is off.
+            self.save(int(self.model.optimizer.iterations.numpy()))
 
     def on_epoch_end(self, epoch, logs=None):
         self.save(int(self.model.optimizer.iterations.numpy()))
@@ -117,6 +128,7 @@ class ResumableBackup(keras.callbacks.Callback):
         with save_target(path, self.write) as tmp:
             self.model.save_weights(tmp)
         self._last_saved = step
+        self._backed_up = max(self._backed_up, step // self.every_steps)
         if not self.write:
             return
         state = {"global_step": step, "time": time.time()}
@@ -237,21 +249,74 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-class AveragedWeights(keras.callbacks.SwapEMAWeights):
+class AveragedWeights(keras.callbacks.Callback):
     """Puts the optimizer's moving average of the weights in the model for
     validation and for the epoch-end callbacks after this one (the best model,
     the report), and leaves it there when training ends.
 
-    Keras's `SwapEMAWeights(swap_on_epoch=True)` leaves the average in place
-    only when the last scheduled epoch ends. A run cut short (the time budget,
-    early stopping) ended with the raw weights instead, because `fit`'s final
-    `finalize_variable_values` then copies the swapped-out raw weights back.
+    Needs an optimizer made with `use_ema=True`. The average reaches the model
+    through the optimizer's public `finalize_variable_values`, and the raw
+    weights wait in a host copy until training goes on, so they come back bit
+    for bit. Keras's `SwapEMAWeights` swaps in place by adding and
+    subtracting, which rounds the raw weights at every swap; with it, a run
+    cut short (time budget, early stopping) ended with the raw weights, and a
+    `fit` followed by another trained on from the average.
+
+    Args:
+        keep_average: whether `fit` ends with the average in the model (the
+            trained result) or with the raw weights, the average staying in
+            the optimizer, so that the next `fit` trains on exactly where this
+            one stopped (a resumed run finishes its interrupted epoch in one
+            `fit`, then trains the rest in another). A `fit` stopped by a
+            callback keeps the average either way: stopping ends training.
     """
 
-    def __init__(self):
-        super().__init__(swap_on_epoch=True)
+    def __init__(self, *, keep_average=True):
+        super().__init__()
+        self.keep_average = keep_average
+        self._raw = None  # the raw weights while the average is in the model
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        inner = getattr(optimizer, "inner_optimizer", optimizer)  # loss scaling
+        if not inner.use_ema:
+            raise ValueError(
+                "AveragedWeights needs an optimizer with use_ema=True. "
+                f"Received: {type(inner).__name__}(use_ema={inner.use_ema})"
+            )
+        self._raw = None
+
+    def _average_in(self):
+        if self._raw is None:
+            variables = self.model.trainable_variables
+            self._raw = [keras.ops.convert_to_numpy(v) for v in variables]
+            self.model.optimizer.finalize_variable_values(variables)
+
+    def _raw_back(self):
+        if self._raw is not None:
+            for variable, value in zip(
+                self.model.trainable_variables, self._raw, strict=True
+            ):
+                variable.assign(value)
+            self._raw = None
+
+    def on_test_begin(self, logs=None):
+        self._average_in()
+
+    def on_test_end(self, logs=None):
+        self._raw_back()
 
     def on_epoch_end(self, epoch, logs=None):
-        super().on_epoch_end(epoch, logs)
-        if self.model.stop_training and epoch != self.params["epochs"] - 1:
-            self._finalize_ema_values()
+        self._average_in()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._raw_back()
+
+    def on_train_end(self, logs=None):
+        # `fit` has just put the average in the model itself (its own
+        # `finalize_variable_values`); the raw weights go back only when more
+        # training follows.
+        if self.keep_average or self.model.stop_training:
+            self._raw = None
+        else:
+            self._raw_back()

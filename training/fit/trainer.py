@@ -112,7 +112,8 @@ class InputLayout:
 
 
 def steps_per_epoch(config, data, layout):
-    """Configured steps, or the full steps of one pass over the smallest shard."""
+    """Configured steps, or the full steps of one pass over the smallest shard,
+    rounded down to whole executions of `train.steps_per_execution` steps."""
     t = config.train
     if t.steps_per_epoch:
         return t.steps_per_epoch
@@ -129,7 +130,14 @@ def steps_per_epoch(config, data, layout):
             f"The training split ({len(lengths)} examples) gives no full batch of "
             f"train.batch_size={t.batch_size} in any length bucket."
         )
-    return per_shard
+    # Keras runs whole executions: a partial last one would train on into the
+    # next epoch's batches.
+    if per_shard < t.steps_per_execution:
+        raise ValueError(
+            f"The training split gives {per_shard} steps per epoch, fewer than "
+            f"train.steps_per_execution={t.steps_per_execution}."
+        )
+    return per_shard - per_shard % t.steps_per_execution
 
 
 @dataclasses.dataclass
@@ -179,6 +187,7 @@ class RunCallbacks:
     budget: TimeBudget
     best: BestModel
     report: TrainingReport
+    averaged: list  # the AveragedWeights callback, if the run averages
 
 
 def previous_report(path):
@@ -215,6 +224,7 @@ def build_callbacks(config, state=None, *, write=True):
         initial=previous_report(report_path) if state else None,
     )
     budget = TimeBudget(t.time_budget_minutes)
+    averaged = [AveragedWeights()] if t.ema_momentum else []
     callbacks = [
         budget,
         ResumableBackup(
@@ -225,13 +235,13 @@ def build_callbacks(config, state=None, *, write=True):
         ),
         # After the backup (raw weights), before everything that validates or
         # saves the model (averaged weights).
-        *([AveragedWeights()] if t.ema_momentum else []),
+        *averaged,
         best,
         report,
     ]
     if write:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "logs")))
-    return RunCallbacks(callbacks, budget, best, report)
+    return RunCallbacks(callbacks, budget, best, report, averaged)
 
 
 def end_of_run_results(
@@ -297,10 +307,9 @@ def train(config, *, progress=print):
             f"Resuming from step {global_step}: epoch {epoch + 1}, batch {batch + 1}"
         )
 
-    def train_data(start_epoch, skip_steps):
-        return layout.dataset(
-            strategy,
-            lambda shards, index: pipeline.training_stream(
+    def train_data(start_epoch, skip_steps, limit_steps=None):
+        def build(shards, index):
+            stream = pipeline.training_stream(
                 data.examples["train"],
                 batch_size=layout.batch_size,
                 bucket_lengths=data.bucket_lengths,
@@ -310,8 +319,12 @@ def train(config, *, progress=print):
                 skip_steps=skip_steps * layout.batches_per_step,
                 num_shards=shards,
                 shard_index=index,
-            ),
-        )
+            )
+            if limit_steps is None:
+                return stream
+            return stream.take(limit_steps * layout.batches_per_step)
+
+        return layout.dataset(strategy, build)
 
     def eval_data(split):
         # Under multi-worker every worker evaluates the whole split (the mean
@@ -342,11 +355,21 @@ def train(config, *, progress=print):
         else contextlib.nullcontext()
     )
     with fit_context:
+        # A resumed run first finishes its interrupted epoch, then goes on.
+        # That epoch's data stops at its end: a backup made with another
+        # train.steps_per_execution may leave a partial last execution.
         for segment in segments:
             if budget.exhausted:
                 break
+            for callback in run_callbacks.averaged:
+                # Only the last `fit` leaves the average in the model.
+                callback.keep_average = segment.end == t.epochs
             model.fit(
-                train_data(segment.begin, segment.skip),
+                train_data(
+                    segment.begin,
+                    segment.skip,
+                    segment.steps if segment.skip else None,
+                ),
                 initial_epoch=segment.begin,
                 epochs=segment.end,
                 steps_per_epoch=segment.steps,

@@ -270,6 +270,11 @@ class Task:
         `exported_predictions`."""
         raise NotImplementedError
 
+    def headline(self, scores):
+        """One line of the scores that matter most, for the end of a job."""
+        numbers = {k: v for k, v in scores.items() if isinstance(v, int | float)}
+        return ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
+
     def exported_predictions(self, export_format, path, inputs):
         """Predictions of an exported model (`export_format` "saved_model" or
         "tflite" at `path`) for raw `inputs`, as strings comparable with

@@ -387,11 +387,15 @@ class TranslationTask(Task):
         translator = Translator.from_run(run_dir, search="greedy")
         scores, hypotheses = evaluate_translator(translator, pairs, progress=progress)
         scores.pop("examples")
-        progress(
-            f"  exact match {scores['exact_match']:.1%}, chrF {scores['chrf_cased']}, "
-            f"BLEU {scores['bleu_cased']} (words), {scores['bleu_char']} (characters)"
-        )
+        progress(f"  {self.headline(scores)}")
         return scores, hypotheses
+
+    def headline(self, scores):
+        return (
+            f"exact match {scores['exact_match']:.1%} of {scores['sentences']}, "
+            f"chrF {scores['chrf_cased']}, BLEU {scores['bleu_cased']} (words), "
+            f"{scores['bleu_char']} (characters)"
+        )
 
     def exported_predictions(self, export_format, path, inputs):
         if export_format == "saved_model":
