@@ -55,7 +55,11 @@ def main(argv=None):
         return 0
     from tfformer.training.fit.trainer import train
 
-    results = train(config).metrics
+    try:
+        results = train(config).metrics
+    except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
+        print(f"tfformer-train: error: {e}", file=sys.stderr)
+        return 2
     for source, reference, prediction in results.get("test_examples", []):
         print(f"  {source}\n    reference:  {reference}\n    prediction: {prediction}")
     shown = {k: v for k, v in results.items() if k != "test_examples"}
