@@ -29,22 +29,18 @@ import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# This file is bench/export.py: take its directory off the path, or
-# `import export` would import this script instead of the package.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from tfformer.export.device_tokenizer import DeviceTokenizer  # noqa: E402
-from tfformer.export.saved_model import export_saved_model  # noqa: E402
-from tfformer.export.tasks.translation import LiteRTTranslator  # noqa: E402
-from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name  # noqa: E402
-from tfformer.rundir.run import RunDirectory  # noqa: E402
-from tfformer.training.config import config_from_dict  # noqa: E402
-from tfformer.training.evaluation.translation import score_translations  # noqa: E402
-from tfformer.training.tasks.translation import TASK, Translator  # noqa: E402
+from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.saved_model import export_saved_model
+from tfformer.export.tasks.translation import LiteRTTranslator
+from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name
+from tfformer.rundir.run import RunDirectory
+from tfformer.training.config import config_from_dict
+from tfformer.training.evaluation.translation import score_translations
+from tfformer.training.tasks.translation import TASK, Translator
 
 
 def directory_size(path):

@@ -26,7 +26,12 @@ applies `JOIN_RULES`, the punctuation rewrites training's detokenizer uses
 import numpy as np
 import tensorflow as tf
 
-from tfformer.rundir.text import JOIN_RULES, RESERVED_TOKENS, SUFFIX, UNK_ID
+from tfformer.rundir.text import (
+    RESERVED_TOKENS,
+    SUFFIX,
+    UNK_ID,
+    join_punctuation,
+)
 
 # Code-point classes.
 WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
@@ -271,9 +276,7 @@ class CoreWordPiece(tf.Module):
         )
         text = tf.strings.reduce_join(tokens.with_flat_values(flat), axis=1)
         text = tf.strings.regex_replace(text, "^ ", "")  # before the first word
-        for pattern, rewrite in JOIN_RULES:
-            text = tf.strings.regex_replace(text, pattern, rewrite)
-        return text
+        return join_punctuation(text)
 
 
 def _replace_rows(ragged, rows, value):

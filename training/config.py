@@ -4,8 +4,9 @@ A config file (JSON or YAML) names its `task` and has three sections, `data`,
 `model` and `train`. The task (see `tfformer.training.tasks`) owns the
 dataclasses of `data` and `model`; `train` (`TrainConfig`) is the same for
 every task. Unknown keys and values of the wrong type are rejected with a
-message that names them, before any work starts. Nothing here imports
-TensorFlow, so config errors come back at once.
+message that names them, before any work starts and before TensorFlow is
+imported; the task's cross-field checks (presets, sizes) then import the
+model library.
 """
 
 import dataclasses
@@ -16,6 +17,7 @@ import typing
 from typing import Literal
 
 from tfformer.training.tasks import DEFAULT_TASK, TASK_NAMES, get_task
+from tfformer.training.tasks.base import positive
 
 
 @dataclasses.dataclass
@@ -243,12 +245,6 @@ def load_config(path=None, overrides=()):
     """Reads a config file (or the defaults), applies overrides and validates."""
     values = read_config_file(path) if path else {}
     return config_from_dict(apply_overrides(values, overrides))
-
-
-def positive(where, value):
-    """Raises ValueError naming `where` unless `value` > 0."""
-    if value <= 0:
-        raise ValueError(f"{where} must be positive. Received: {where}={value}")
 
 
 def validate(config):

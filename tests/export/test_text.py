@@ -14,14 +14,13 @@ from hypothesis import strategies as st
 from tfformer.export.device_tokenizer import DeviceTokenizer
 from tfformer.export.wordpiece import (
     DROPPED,
-    JOIN_RULES,
     PUNCT,
     SPACE,
     WORD,
     CoreWordPiece,
     probe_character_classes,
 )
-from tfformer.rundir.text import RESERVED_TOKENS
+from tfformer.rundir.text import JOIN_RULES, RESERVED_TOKENS
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = [

@@ -1,9 +1,11 @@
 """One worker of the multi-worker test: trains a tiny config, saves its weights.
 
-Run as `python distributed_worker.py OUTPUT_DIR WEIGHTS_FILE` with TF_CONFIG
-set; every worker runs the same command, as on a real cluster.
+Run as `python distributed_worker.py OUTPUT_DIR WEIGHTS_FILE [OVERRIDES_JSON]`
+with TF_CONFIG set; every worker runs the same command, as on a real cluster.
+OVERRIDES_JSON (a list of `--set` strings) replaces the default config.
 """
 
+import json
 import os
 import sys
 
@@ -25,13 +27,19 @@ OVERRIDES = [
     "train.epochs=2",
     "train.warmup_steps=10",
     "train.verbose=2",
-    "train.strategy=multi_worker",
     "train.final_evaluation=false",
 ]
 
 
-def main(output_dir, weights_file):
-    config = load_config(overrides=[*OVERRIDES, f"train.output_dir={output_dir}"])
+def main(output_dir, weights_file, overrides=None):
+    overrides = json.loads(overrides) if overrides else OVERRIDES
+    config = load_config(
+        overrides=[
+            *overrides,
+            "train.strategy=multi_worker",
+            f"train.output_dir={output_dir}",
+        ]
+    )
     result = train(config)
     np.savez(
         weights_file,
@@ -43,4 +51,4 @@ def main(output_dir, weights_file):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -101,14 +101,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
-    """MultiWorkerMirroredStrategy, 2 processes on 127.0.0.1 via TF_CONFIG.
-
-    Plain Keras 3 fails here (keras-team/keras#20585); training/multi_worker.py
-    fixes it. Both workers must finish with bit-identical weights and report
-    2 replicas.
-    """
+def run_workers(tmp_path, overrides=None):
+    """Starts 2 workers on 127.0.0.1; returns their saved npz files."""
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     processes = []
@@ -120,21 +114,23 @@ def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
             ),
             PYTHONPATH=ROOT,
         )
+        command = [
+            sys.executable,
+            os.path.join(HERE, "distributed_worker.py"),
+            str(tmp_path / "run"),
+            str(tmp_path / f"worker{index}.npz"),
+        ]
+        if overrides is not None:
+            command.append(json.dumps(overrides))
         processes.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    os.path.join(HERE, "distributed_worker.py"),
-                    str(tmp_path / "run"),
-                    str(tmp_path / f"worker{index}.npz"),
-                ],
+                command,
                 env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
             )
         )
-    outputs = []
     for process in processes:
         try:
             out, _ = process.communicate(timeout=600)
@@ -142,9 +138,81 @@ def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
             for p in processes:
                 p.kill()
             raise
-        outputs.append(out)
         assert process.returncode == 0, out[-3000:]
-    first, second = (np.load(tmp_path / f"worker{i}.npz") for i in range(2))
+    return [np.load(tmp_path / f"worker{i}.npz") for i in range(2)]
+
+
+@pytest.mark.slow
+def test_two_workers_train_on_their_shards_and_average_gradients(tmp_path):
+    """Each worker reads its own shard (every other window), and one step
+    applies the mean of the two workers' gradients: the weights equal one
+    process training on batches that join the two shards' batches. A sum
+    over workers would double the first Adam update (epsilon 1 keeps it
+    nearly linear in the gradient), a worker reading the other's shard or
+    the whole data would change the batches."""
+    from tfformer.training import pipeline
+    from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
+
+    text = tmp_path / "text.txt"
+    rng = np.random.default_rng(0)
+    words = ["to", "be", "or", "not", "that", "is", "the", "question"]
+    text.write_text(" ".join(rng.choice(words, 1500)))
+    overrides = [
+        *LM,
+        f"data.text_path={text}",
+        "train.epsilon=1.0",
+        "train.steps_per_epoch=2",
+        "train.final_evaluation=false",
+    ]
+    first, second = run_workers(tmp_path, overrides)
+    assert int(first["replicas"]) == 2 and int(first["global_step"]) == 2
+    for key in first.files:
+        np.testing.assert_array_equal(first[key], second[key])
+
+    config = load_config(overrides=[*overrides, f"train.output_dir={tmp_path / 'one'}"])
+    data = build_dataset(config, None, progress=lambda *_: None)
+
+    def shard(index):
+        return pipeline.training_stream(
+            data.examples["train"],
+            batch_size=4,  # the global 8 over 2 replicas
+            bucket_lengths=data.bucket_lengths,
+            steps_per_epoch=2,
+            seed=config.data.seed,
+            num_shards=2,
+            shard_index=index,
+        )
+
+    a, b = (next(iter(shard(i)))[0]["token_ids"].numpy() for i in (0, 1))
+    assert not np.array_equal(a, b)  # the shards are different windows
+    joined = tf.data.Dataset.zip(shard(0), shard(1)).map(
+        lambda x, y: (
+            {"token_ids": tf.concat([x[0]["token_ids"], y[0]["token_ids"]], 0)},
+            tf.concat([x[1], y[1]], 0),
+        )
+    )
+    import keras
+
+    keras.utils.set_random_seed(config.train.seed)
+    model = compile_model(build_model(config, data), config)
+    model.fit(joined, epochs=1, steps_per_epoch=2, verbose=0)
+    weights = [k for k in first.files if k.startswith("arr_")]
+    assert len(weights) == len(model.weights)
+    for key, expected in zip(
+        sorted(weights, key=lambda k: int(k[4:])), model.weights, strict=True
+    ):
+        np.testing.assert_allclose(first[key], expected.numpy(), atol=5e-6)
+
+
+@pytest.mark.slow
+def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
+    """MultiWorkerMirroredStrategy, 2 processes on 127.0.0.1 via TF_CONFIG.
+
+    Plain Keras 3 fails here (keras-team/keras#20585); training/fit/multi_worker.py
+    fixes it. Both workers must finish with bit-identical weights and report
+    2 replicas.
+    """
+    first, second = run_workers(tmp_path)
     assert int(first["replicas"]) == int(second["replicas"]) == 2
     assert int(first["global_step"]) == int(second["global_step"]) == 10
     weights = [k for k in first.files if k.startswith("arr_")]

@@ -50,16 +50,17 @@ def test_main_job_trains_evaluates_exports_and_compares(main_job_run, capsys):
         assert starts.count(column) == 3, column
 
     # The figures are the translations file's, recomputed here.
-    with open(summary["paths"]["translations"], encoding="utf-8") as f:
+    with open(summary["paths"]["predictions"], encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    assert len(rows) == summary["comparison"]["sentences"] == 24
+    assert len(rows) == summary["comparison"]["examples"] == 24
     agree = sum(r["saved_model"] == r["keras"] for r in rows) / len(rows)
     lite = sum(r["tflite"] == r["keras"] for r in rows) / len(rows)
     assert summary["comparison"]["saved_model_equals_keras"] == pytest.approx(agree)
     assert summary["comparison"]["tflite_equals_keras"] == pytest.approx(lite)
-    # The same greedy decoding in three runtimes: near-ties in a barely
-    # trained model may flip a token, nothing more.
-    assert agree >= 0.9 and lite >= 0.9
+    # The same greedy decoding in three runtimes, float32 throughout: the
+    # same translations, as the README reports for the full run (measured
+    # here: 24 of 24 for both).
+    assert agree == 1.0 and lite == 1.0
 
     test = summary["test"]
     assert test["sentences"] == 24

@@ -38,7 +38,13 @@ def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
     config = config_from_dict(loaded.directory.read_json("config.json"))
     data = PreparedData(loaded.tokenizers, {}, {"test": pairs}, (32,))
     shown = TASK.final_evaluation(config, model, data, progress=lambda *_: None)
+    # The end-of-training pass (batches of 64) translates exactly as the
+    # translator (batches of 8) does, and its exact match is the share of
+    # those translations equal to the reference (these references are
+    # unchanged by the tokenizer's round trip: single lower-case words).
     assert [p for _, _, p in shown["test_examples"]] == translations
+    expected = sum(t == r for t, (_, r) in zip(translations, pairs, strict=True)) / 3
+    assert shown["test_exact_match"] == expected
     assert translator.translate([]) == []
     with pytest.raises(TypeError, match="list of strings"):
         translator.translate("one string")
@@ -145,3 +151,11 @@ def test_cross_attention_weights_are_distributions_over_the_source(run_dir):
     assert maps[0].shape == (2, 3, len(source_ids))
     np.testing.assert_allclose(maps[0].sum(-1), 1.0, rtol=1e-5)
     assert os.path.isdir(run_dir)
+
+
+def test_translate_refuses_a_run_of_another_task(tmp_path, capsys):
+    (tmp_path / "run.json").write_text(
+        '{"format_version": 1, "task": "causal_lm", "tokenizers": {}, "settings": {}}'
+    )
+    assert translate_cli.main(["--checkpoint", str(tmp_path), "x"]) == 2
+    assert "holds a 'causal_lm' run; use tfformer-predict" in capsys.readouterr().err

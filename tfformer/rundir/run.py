@@ -65,7 +65,7 @@ class RunDirectory:
     def __init__(self, path):
         if not isinstance(path, str | os.PathLike) or not os.path.isdir(path):
             raise ValueError(
-                "--checkpoint must be a tfformer-train run directory. "
+                "The run (--checkpoint) must be a tfformer-train run directory. "
                 f"Received: {path!r} (not a directory)"
             )
         self.path = os.fspath(path)

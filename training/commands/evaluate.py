@@ -11,7 +11,7 @@ from tfformer.training.commands.run_arguments import parse_with_task
 
 
 def add_common(parser):
-    parser.add_argument("--limit", type=int, default=0, help="first N examples only")
+    parser.add_argument("--limit", type=int, help="the first N examples only")
     parser.add_argument("--output", help="JSON file for the results")
 
 
@@ -19,7 +19,7 @@ def main(argv=None):
     try:
         args, run, task = parse_with_task(
             "tfformer-evaluate",
-            __doc__.split("\n")[0],
+            " ".join(__doc__.split("\n\n")[0].split()),
             add_common,
             lambda task, parser: task.add_evaluate_arguments(parser),
             argv,

@@ -70,13 +70,18 @@ def read_all(file):
         return file.read()
 
 
-def run_exports(run_dir, exports, progress=print):
+def run_exports(run_dir, exports, task, progress=print):
     """Runs `python -m tfformer.export` once per format, both at once (each is
     mostly one thread); returns {format: exported path}, read from the JSON
-    each command writes with `--result-json`."""
+    each command writes with `--result-json` (the export function's return
+    value)."""
+    with tempfile.TemporaryDirectory(prefix="tfformer-exports-") as results:
+        return _run_exports(run_dir, exports, task, results, progress)
+
+
+def _run_exports(run_dir, exports, task, results, progress):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     running = {}
-    results = tempfile.mkdtemp(prefix="tfformer-exports-")
     for fmt in FORMATS:
         result = os.path.join(results, f"{fmt}.json")
         command = [
@@ -84,9 +89,7 @@ def run_exports(run_dir, exports, progress=print):
             "--format", fmt, "--out", os.path.join(exports, fmt),
             "--result-json", result,
         ]  # fmt: skip
-        if fmt == "saved_model":
-            # Greedy, as the Keras and TFLite columns are: the three should agree.
-            command += ["--search", "greedy"]
+        command += task.main_job_export_options(fmt)
         progress(f"  $ python {' '.join(command[1:])}")
         # Files, not pipes: a full pipe would block one while we wait on the other.
         logs = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
@@ -134,7 +137,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
     scores, keras_out = task.keras_evaluation(out, pairs, progress=progress)
 
     progress("[3/4] Exporting")
-    exported = run_exports(out, os.path.join(out, "export"), progress)
+    exported = run_exports(out, os.path.join(out, "export"), task, progress)
 
     sample = pairs[:compare]
     sources = [s for s, _ in sample]
@@ -145,25 +148,26 @@ def main_job(config, *, compare=200, show=5, progress=print):
     lite_out = task.exported_predictions("tflite", exported["tflite"], sources)
     rows = [
         (s, r, k, m, t)
-        for (s, r), k, m, t in zip(sample, keras_out, saved_out, lite_out, strict=False)
+        for (s, r), k, m, t in zip(
+            sample, keras_out[: len(sample)], saved_out, lite_out, strict=True
+        )
     ]
     comparison = {
-        "sentences": len(rows),
+        "examples": len(rows),
         "saved_model_equals_keras": sum(r[3] == r[2] for r in rows) / len(rows),
         "tflite_equals_keras": sum(r[4] == r[2] for r in rows) / len(rows),
-        "tflite_exact_match": sum(r[4] == r[1] for r in rows) / len(rows),
     }
-    table = os.path.join(out, "translations.tsv")
+    table = os.path.join(out, "predictions.tsv")
     with atomic_path(table) as tmp, open(tmp, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-        writer.writerow(["source", "reference", "keras", "saved_model", "tflite"])
+        writer.writerow(["input", "reference", "keras", "saved_model", "tflite"])
         writer.writerows(rows)
 
     print(side_by_side(rows, show))
     print(
         f"  Same as Keras: SavedModel {comparison['saved_model_equals_keras']:.1%}, "
         f"TFLite {comparison['tflite_equals_keras']:.1%} of {len(rows)} test "
-        "sentences."
+        "examples."
     )
     paths = {
         "model": os.path.join(out, "model.keras"),
@@ -172,7 +176,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
         "tensorboard_logs": os.path.join(out, "logs"),
         "training_metrics": os.path.join(out, "metrics.json"),
         "training_curves": os.path.join(out, "training_curves.png"),
-        "translations": table,
+        "predictions": table,
         "summary": os.path.join(out, "main_job.json"),
     }
     summary = {

@@ -15,7 +15,7 @@ def main(argv=None, prog="tfformer-predict"):
     try:
         args, run, task = parse_with_task(
             prog,
-            __doc__.split("\n")[0],
+            " ".join(__doc__.split("\n\n")[0].split()),
             lambda parser: parser.add_argument(
                 "inputs", nargs="*", help="inputs (default: one per line on stdin)"
             ),

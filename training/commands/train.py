@@ -60,8 +60,9 @@ def main(argv=None):
     except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
         print(f"tfformer-train: error: {e}", file=sys.stderr)
         return 2
-    for source, reference, prediction in results.get("test_examples", []):
-        print(f"  {source}\n    reference:  {reference}\n    prediction: {prediction}")
+    # (input, reference, prediction) examples of the task's final evaluation.
+    for example in results.get("test_examples", []):
+        print("  " + "\n    ".join(str(part) for part in example))
     shown = {k: v for k, v in results.items() if k != "test_examples"}
     print(json.dumps(shown, indent=2))
     print(f"Model, logs and metrics.json are in {config.train.output_dir}")

@@ -10,7 +10,7 @@ these methods and never look at the task's name.
 import dataclasses
 from typing import Literal
 
-from tfformer.rundir.run import RunDirectory
+from tfformer.rundir.run import CONFIG, RunDirectory
 
 
 @dataclasses.dataclass
@@ -103,7 +103,8 @@ def token_compile_arguments(config):
     }
 
 
-def _positive(where, value):
+def positive(where, value):
+    """Raises ValueError naming `where` unless `value` > 0."""
     if value <= 0:
         raise ValueError(f"{where} must be positive. Received: {where}={value}")
 
@@ -132,7 +133,7 @@ class Task:
         """Cross-field checks of the task's sections (ValueError naming the key)."""
         d = config.data
         for name in ("max_length", "vocabulary_size", "vocabulary_sample_size"):
-            _positive(f"data.{name}", getattr(d, name))
+            positive(f"data.{name}", getattr(d, name))
         if d.max_length < 4:
             raise ValueError(f"data.max_length must be >= 4. Received: {d.max_length}")
         buckets = d.bucket_lengths or (d.max_length,)
@@ -243,7 +244,10 @@ class Task:
             role: load_tokenizer(run.tokenizer(role))
             for role in run.manifest["tokenizers"]
         }
-        config = config_from_dict(run.read_json("config.json"))
+        try:
+            config = config_from_dict(run.read_json(CONFIG))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{run.file(CONFIG)}: {e}") from None
         return LoadedRun(run, config, run.load_model(checkpoint), tokenizers)
 
     def add_predict_arguments(self, parser):
@@ -274,6 +278,12 @@ class Task:
         """One line of the scores that matter most, for the end of a job."""
         numbers = {k: v for k, v in scores.items() if isinstance(v, int | float)}
         return ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
+
+    def main_job_export_options(self, export_format):
+        """Extra `tfformer-export` arguments the main job passes for
+        `export_format`, so the exports predict as `keras_evaluation` does."""
+        del export_format
+        return []
 
     def exported_predictions(self, export_format, path, inputs):
         """Predictions of an exported model (`export_format` "saved_model" or

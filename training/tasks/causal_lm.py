@@ -24,7 +24,7 @@ class CausalLMData(TextDataConfig):
 
     # One plain or .gz UTF-8 file; its last holdout_fraction is validation
     # (first half) and test (second half).
-    text_path: str = ""
+    text_path: str | None = None
     holdout_fraction: float = 0.1
 
 
@@ -124,9 +124,10 @@ class CausalLMTask(Task):
             ]
             ids = ids[-keep:]  # the newest tokens that leave room to generate
             out = generator(np.array([ids], "int32"))["token_ids"].numpy()[0]
-            new = out[len(ids) : len(ids) + args.max_new_tokens]
-            text = tokenizer.detokenize(new[None]).numpy()[0]
-            yield prompt + text.decode("utf-8", "replace")
+            # The prompt's kept tokens and the new ones, detokenized together
+            # (WordPiece joins words with spaces and glues "##" pieces).
+            text = tokenizer.detokenize(out[None, : len(ids) + args.max_new_tokens])
+            yield text.numpy()[0].decode("utf-8", "replace")
 
     def evaluate(self, run_dir, args, progress=print):
         """Test loss in nats per token (the summed negative log-likelihood of
@@ -136,10 +137,9 @@ class CausalLMTask(Task):
         from keras import ops
 
         from tfformer.training import pipeline
-        from tfformer.training.config import config_from_dict
 
         run = self.load(run_dir, args.model)
-        config = config_from_dict(run.directory.read_json("config.json"))
+        config = run.config
         text = self.raw_splits(config.data)["test"]
         tokenizer = run.tokenizers["text"]
         ids = tokenizer.tokenize([text]).flat_values.numpy()

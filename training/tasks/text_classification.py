@@ -160,14 +160,13 @@ class TextClassificationTask(Task):
         """Accuracy, macro-F1 and the confusion matrix on the test split."""
         import numpy as np
 
-        from tfformer.training.config import config_from_dict
-
         run = self.load(run_dir, args.model)
-        config = config_from_dict(run.directory.read_json("config.json"))
-        test = self.raw_splits(config.data)["test"]
+        test = self.raw_splits(run.config.data)["test"]
         if args.limit:
             test = test[: args.limit]
         labels = run.directory.setting("labels")
+        if not test:
+            raise ValueError(f"{run.directory.path}: the test split is empty.")
         truth = np.array([label for _, label in test])
         predicted = self._probabilities(run, [s for s, _ in test]).argmax(-1)
         return classification_scores(truth, predicted, labels)

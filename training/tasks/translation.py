@@ -33,15 +33,16 @@ class TranslationData(TextDataConfig):
     validation_size: int = 1000
     test_size: int = 1000
     # parallel_text: "{split}" is replaced by train / validation / test names.
-    source_path: str = ""
-    target_path: str = ""
+    source_path: str | None = None
+    target_path: str | None = None
     validation_split_name: str = "val"
     test_split_name: str = "test_2016_flickr"
-    # tfds: dataset name, its data_dir, the feature keys of source and target.
-    tfds_name: str = ""
-    tfds_data_dir: str = ""
-    source_key: str = ""
-    target_key: str = ""
+    # tfds: dataset name, its data_dir (None: tfds's default), the feature
+    # keys of source and target.
+    tfds_name: str | None = None
+    tfds_data_dir: str | None = None
+    source_key: str | None = None
+    target_key: str | None = None
 
 
 @dataclasses.dataclass
@@ -236,7 +237,7 @@ class TranslationTask(Task):
                 d.tfds_name,
                 source_key=d.source_key,
                 target_key=d.target_key,
-                data_dir=d.tfds_data_dir or None,
+                data_dir=d.tfds_data_dir,
             )
         from tfformer.training.sources.text_files import read_parallel_text
 
@@ -364,11 +365,7 @@ class TranslationTask(Task):
         if args.source:
             pairs = read_parallel_text(args.source, args.target)
         else:
-            from tfformer.rundir.run import RunDirectory
-            from tfformer.training.config import config_from_dict
-
-            config = config_from_dict(RunDirectory(run_dir).read_json("config.json"))
-            pairs = self.raw_splits(config.data)["test"]
+            pairs = self.raw_splits(self.load(run_dir, args.model).config.data)["test"]
         if args.limit:
             pairs = pairs[: args.limit]
         results, _ = evaluate_translator(translator, pairs, progress=progress)
@@ -396,6 +393,10 @@ class TranslationTask(Task):
             f"chrF {scores['chrf_cased']}, BLEU {scores['bleu_cased']} (words), "
             f"{scores['bleu_char']} (characters)"
         )
+
+    def main_job_export_options(self, export_format):
+        # Greedy, as the Keras and TFLite columns are: the three should agree.
+        return ["--search", "greedy"] if export_format == "saved_model" else []
 
     def exported_predictions(self, export_format, path, inputs):
         if export_format == "saved_model":

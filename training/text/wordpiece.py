@@ -12,7 +12,15 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from tfformer.rundir.files import atomic_write_text
-from tfformer.rundir.text import RESERVED_TOKENS, UNK, join_punctuation
+from tfformer.rundir.text import (
+    END_ID,
+    PAD_ID,
+    RESERVED_TOKENS,
+    START_ID,
+    UNK,
+    UNK_ID,
+    join_punctuation,
+)
 
 
 class WordPieceTokenizer:
@@ -33,7 +41,7 @@ class WordPieceTokenizer:
     >>> tokenizer.detokenize(ids)                  # [b"a dog"]
     """
 
-    pad_id, unk_id, start_id, end_id = 0, 1, 2, 3
+    pad_id, unk_id, start_id, end_id = PAD_ID, UNK_ID, START_ID, END_ID
 
     def __init__(self, vocabulary, *, lower_case=False):
         vocabulary = list(vocabulary)
