@@ -213,6 +213,11 @@ def _reference(case, row, width, alpha, pad_id=PAD):
     )
 
 
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="the seeds were chosen for the TensorFlow backend's weight draws; "
+    "other backends draw other random models (the equality tests still run)",
+)
 def test_the_cases_exercise_the_search(seq2seq, gpt):
     """The seeds give searches where every part of beam search matters, so a
     Generator that got one part wrong cannot agree with the reference."""
