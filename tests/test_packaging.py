@@ -99,3 +99,17 @@ def test_training_and_export_never_import_each_other():
 
     assert not [m for m in imported("training") if m.startswith("tfformer.export")]
     assert not [m for m in imported("export") if m.startswith("tfformer.training")]
+
+
+def test_import_tfformer_is_enough_to_load_a_saved_model(tmp_path):
+    # A fresh process that imports only `tfformer` (not tfformer.layers by
+    # name) must find every registered layer of a saved model.
+    from tfformer.models import gpt_decoder
+
+    path = str(tmp_path / "gpt.keras")
+    gpt_decoder(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16).save(
+        path
+    )
+    code = f"import tfformer, keras; keras.saving.load_model({path!r}, compile=False)"
+    result = _run(code, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]

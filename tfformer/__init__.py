@@ -2,8 +2,8 @@
 
 `tfformer.layers` holds the building blocks, `tfformer.models` the functional
 model builders (encoder-decoder, BERT, GPT, ViT) and their ready-made sizes,
-`tfformer.decoding` KV-cached greedy/beam/sampled generation. These three are
-the backend-neutral model library.
+`tfformer.decoding` KV-cached greedy/beam/sampled generation. These are the
+backend-neutral model library.
 
 `tfformer.training` (from the repository's `training/` folder) and
 `tfformer.export` (from `export/`) are the training program and the
@@ -11,16 +11,10 @@ exporters; `tfformer.rundir` is the run-directory format both of them use.
 None of these is imported by the model library.
 """
 
-import importlib
-
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("layers", "models", "decoding")
-__all__ = list(_SUBPACKAGES)
+# Imported eagerly: importing them registers every layer with Keras, so that
+# `import tfformer` is enough for `keras.saving.load_model` to read a model.
+from tfformer import layers, models
 
-
-def __getattr__(name):
-    # Lazy, so `import tfformer.training.config` does not load Keras.
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"tfformer.{name}")
-    raise AttributeError(f"module 'tfformer' has no attribute {name!r}")
+__all__ = ["layers", "models"]

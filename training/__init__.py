@@ -15,8 +15,7 @@ directory format); never on `tfformer.export`.
     from tfformer.training import load_config, train
     result = train(load_config("training/configs/number_words.json"))
 
-The names below are imported on first use, so `tfformer-train --help` and
-unknown-key or wrong-type config errors come back without loading TensorFlow.
+The names below are imported on first use.
 """
 
 import importlib

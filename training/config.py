@@ -4,9 +4,7 @@ A config file (JSON or YAML) names its `task` and has three sections, `data`,
 `model` and `train`. The task (see `tfformer.training.tasks`) owns the
 dataclasses of `data` and `model`; `train` (`TrainConfig`) is the same for
 every task. Unknown keys and values of the wrong type are rejected with a
-message that names them, before any work starts and before TensorFlow is
-imported; the task's cross-field checks (presets, sizes) then import the
-model library.
+message that names them, before any work starts.
 """
 
 import dataclasses
