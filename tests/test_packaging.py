@@ -113,3 +113,28 @@ def test_import_tfformer_is_enough_to_load_a_saved_model(tmp_path):
     code = f"import tfformer, keras; keras.saving.load_model({path!r}, compile=False)"
     result = _run(code, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_import_tfformer_training_is_enough_to_load_a_compiled_run(tmp_path):
+    from tfformer.rundir.text import ByteTokenizer
+    from tfformer.training.config import load_config
+    from tfformer.training.fit.trainer import build_model, compile_model
+    from tfformer.training.tasks.base import PreparedData
+
+    config = load_config(
+        overrides=[
+            "task=causal_lm",
+            "data.text_path=x",
+            "data.tokenizer=byte",
+            "model.num_layers=1",
+            "model.hidden_dim=8",
+            "model.num_heads=2",
+            "model.intermediate_dim=16",
+        ]
+    )
+    data = PreparedData({"text": ByteTokenizer()}, {}, {}, (64,))
+    path = str(tmp_path / "compiled.keras")
+    compile_model(build_model(config, data), config).save(path)
+    code = f"import tfformer.training, keras; keras.saving.load_model({path!r})"
+    result = _run(code, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]

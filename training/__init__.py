@@ -20,6 +20,10 @@ The names below are imported on first use.
 
 import importlib
 
+# Registered with Keras on import, so that `keras.saving.load_model` can
+# rebuild a saved run's compiled loss, metrics and schedule.
+from tfformer.training.fit import losses, metrics, schedule  # noqa: F401
+
 _EXPORTS = {
     "Config": "tfformer.training.config",
     "load_config": "tfformer.training.config",
