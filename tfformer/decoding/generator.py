@@ -255,50 +255,15 @@ class Generator:
         draw = keras.random.categorical(logits, 1, seed=step_seed, dtype="int32")
         return draw[:, 0]
 
-    def _greedy_or_sample(self, inputs):
+    def _start(self, inputs):
+        """The loop state of greedy and sampled generation after the first
+        step: (i, tokens, cache, log_probs, finished, scores, constants)."""
         tokens, lengths, encoded = self._prompt(inputs)
         batch = ops.shape(tokens)[0]
         cache = self.decoder.init_cache(batch, self.max_length)
         log_probs, cache, cross = self._step(tokens[:, :1], cache, 0, encoded, None)
-        seeds = self._seeds
-        if seeds is not None:
-            seeds.state.assign(self._first_seed)
-        positions = ops.arange(self.max_length, dtype="int32")
-
-        def cond(i, tokens, cache, log_probs, finished, scores, constants):
-            return ops.logical_and(
-                i < self.max_length, ops.logical_not(ops.all(finished))
-            )
-
-        def body(i, tokens, cache, log_probs, finished, scores, constants):
-            encoded, cross = constants if constants else (None, None)
-            chosen = self._choose(log_probs, seeds)
-            # Prompt tokens are copied, not chosen; ended rows get padding.
-            forced = i < lengths
-            prompt_token = ops.take(tokens, i, axis=1)
-            token = ops.where(forced, prompt_token, chosen)
-            token = ops.where(finished, self.pad_id, token)
-            generated = ops.logical_and(
-                ops.logical_not(forced), ops.logical_not(finished)
-            )
-            picked = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-            scores = scores + ops.where(generated, picked, 0.0)
-            # (batch, max_length): the new token written at column i.
-            tokens = ops.where(positions[None, :] == i, token[:, None], tokens)
-            finished = ops.logical_or(
-                finished, ops.logical_and(generated, token == self.end_id)
-            )
-            log_probs, cache, _ = self._step(token[:, None], cache, i, encoded, cross)
-            return (
-                i + 1,
-                tokens,
-                cache,
-                log_probs,
-                finished,
-                scores,
-                self._refresh(constants, i),
-            )
-
+        if self._seeds is not None:
+            self._seeds.state.assign(self._first_seed)
         state = (
             ops.convert_to_tensor(1, "int32"),
             tokens,
@@ -308,8 +273,93 @@ class Generator:
             ops.zeros((batch,), "float32"),
             (encoded, cross) if encoded is not None else (),
         )
+        return state, lengths
+
+    def _advance(self, lengths, i, tokens, cache, log_probs, finished, scores, constants):
+        """One position of greedy or sampled generation: the token at column
+        `i` (copied from the prompt, chosen, or padding after the end) and the
+        step that reads it. Returns the next state and whether each row's
+        token at `i` was generated."""
+        encoded, cross = constants if constants else (None, None)
+        chosen = self._choose(log_probs, self._seeds)
+        # Prompt tokens are copied, not chosen; ended rows get padding.
+        forced = i < lengths
+        prompt_token = ops.take(tokens, i, axis=1)
+        token = ops.where(forced, prompt_token, chosen)
+        token = ops.where(finished, self.pad_id, token)
+        generated = ops.logical_and(ops.logical_not(forced), ops.logical_not(finished))
+        picked = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+        scores = scores + ops.where(generated, picked, 0.0)
+        # (batch, max_length): the new token written at column i.
+        positions = ops.arange(self.max_length, dtype="int32")
+        tokens = ops.where(positions[None, :] == i, token[:, None], tokens)
+        finished = ops.logical_or(
+            finished, ops.logical_and(generated, token == self.end_id)
+        )
+        log_probs, cache, _ = self._step(token[:, None], cache, i, encoded, cross)
+        state = (
+            i + 1,
+            tokens,
+            cache,
+            log_probs,
+            finished,
+            scores,
+            self._refresh(constants, i),
+        )
+        return state, generated
+
+    def _greedy_or_sample(self, inputs):
+        state, lengths = self._start(inputs)
+
+        def cond(i, tokens, cache, log_probs, finished, scores, constants):
+            return ops.logical_and(
+                i < self.max_length, ops.logical_not(ops.all(finished))
+            )
+
+        def body(*state):
+            return self._advance(lengths, *state)[0]
+
         _, tokens, _, _, _, scores, _ = ops.while_loop(cond, body, state)
         return {"token_ids": tokens, "scores": scores}
+
+    def stream(self, inputs, *, compile_step=True):
+        """Greedy or sampled generation, one position at a time, for callers
+        that show tokens as they are made.
+
+        The same steps, tokens and random draws as calling the generator
+        (one seed gives the same samples either way). Beam search decides
+        its hypotheses only at the end and has no stream.
+
+        Args:
+            inputs: as for calling the generator.
+            compile_step: run each step as one `tf.function` (TensorFlow
+                backend; other backends run eagerly).
+
+        Yields:
+            `(position, token_ids, generated)` for positions 1 to
+            `max_length - 1` until every row has ended: numpy `(batch,)` ids
+            written at `position` and whether each was generated (rather than
+            copied from the prompt or padding after the end).
+        """
+        if self.search == "beam":
+            raise ValueError(
+                "stream() needs search 'greedy' or 'sample'; beam search "
+                "chooses its hypotheses at the end. Received: search='beam'"
+            )
+        state, lengths = self._start(inputs)
+        advance = self._advance
+        if compile_step and keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
+
+            advance = tf.function(advance, autograph=False, reduce_retracing=True)
+        while int(state[0]) < self.max_length and not bool(ops.all(state[4])):
+            position = int(state[0])
+            state, generated = advance(lengths, *state)
+            yield (
+                position,
+                ops.convert_to_numpy(ops.take(state[1], position, axis=1)),
+                ops.convert_to_numpy(generated),
+            )
 
     # -- beam search -----------------------------------------------------------
 

@@ -225,6 +225,55 @@ def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
     assert not np.array_equal(ops.convert_to_numpy(other(source)["token_ids"]), first)
 
 
+def streamed(generator, inputs, **kwargs):
+    """The stream's tokens written into the prompt (padding after the end),
+    and the generated flags, as `(batch, max_length)` arrays."""
+    tokens = np.zeros((len(inputs), generator.max_length), "int32")
+    tokens[:, : inputs.shape[1]] = inputs
+    if generator.decoder.is_seq2seq:
+        tokens[:, 0], tokens[:, 1:] = generator.start_id, 0
+    flags = np.zeros_like(tokens, bool)
+    for position, ids, generated in generator.stream(inputs, **kwargs):
+        tokens[:, position], flags[:, position] = ids, generated
+    return tokens, flags
+
+
+@pytest.mark.parametrize("build", [seq2seq, gpt], ids=["seq2seq", "gpt"])
+@pytest.mark.parametrize(
+    "settings",
+    [dict(search="greedy"), dict(search="sample", temperature=1.5, top_p=0.9, seed=5)],
+    ids=["greedy", "sample"],
+)
+def test_stream_yields_the_tokens_and_draws_of_the_whole_search(build, settings):
+    model = build()
+    inputs = sources(batch=3, length=6, seed=2)
+    generator = Generator(model, max_length=14, **settings)
+    whole = ops.convert_to_numpy(generator(inputs)["token_ids"])
+    for compile_step in (True, False):
+        tokens, flags = streamed(generator, inputs, compile_step=compile_step)
+        np.testing.assert_array_equal(tokens, whole)
+    # Generated: after each row's prompt (or start token), up to its end.
+    prompt_lengths = (
+        np.ones(3, int) if build is seq2seq else np.sum(inputs != 0, axis=1)
+    )
+    for row in range(3):
+        ended = np.flatnonzero(whole[row] == END)
+        last = ended[ended >= prompt_lengths[row]]
+        stop = last[0] + 1 if len(last) else generator.max_length
+        expected = np.zeros(generator.max_length, bool)
+        expected[prompt_lengths[row] : stop] = True
+        np.testing.assert_array_equal(flags[row], expected)
+
+
+def test_stream_stops_once_every_row_ended_and_refuses_beam():
+    chain = MarkovDecoder(table({START: {END: 1.0}}))
+    steps = list(Generator(chain, max_length=64).stream(np.array([[START]])))
+    assert [position for position, _, _ in steps] == [1]
+    assert steps[0][1].tolist() == [END] and steps[0][2].tolist() == [True]
+    with pytest.raises(ValueError, match="search='beam'"):
+        next(Generator(gpt(), max_length=8, search="beam").stream(sources()))
+
+
 def test_filter_logits_top_k_and_top_p():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]], "float32"))
     kept = lambda x: (ops.convert_to_numpy(x) > -1e8).tolist()[0]  # noqa: E731
