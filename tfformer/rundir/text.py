@@ -51,7 +51,9 @@ class ByteTokenizer(tf.Module):
         strings = tf.convert_to_tensor(strings, tf.string)
         # bytes_split gives one-byte strings; decode_raw of each is its value.
         pieces = tf.strings.bytes_split(strings)
-        values = tf.io.decode_raw(pieces.flat_values, tf.uint8)[:, 0]
+        # (fixed_length 1 and a reshape: also right when there are no bytes.)
+        values = tf.io.decode_raw(pieces.flat_values, tf.uint8, fixed_length=1)
+        values = tf.reshape(values, [-1])
         return pieces.with_flat_values(tf.cast(values, tf.int32) + self.offset)
 
     def detokenize(self, ids):

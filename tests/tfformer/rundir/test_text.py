@@ -8,6 +8,13 @@ tf = pytest.importorskip("tensorflow")
 from tfformer.rundir.text import ByteTokenizer, join_punctuation  # noqa: E402
 
 
+def test_byte_tokenizer_of_empty_strings_only():
+    # No bytes in the whole batch (an empty prompt) is an empty row, not an
+    # error.
+    assert ByteTokenizer().tokenize([""]).to_list() == [[]]
+    assert ByteTokenizer().tokenize([b"", b""]).to_list() == [[], []]
+
+
 def test_byte_ids_are_the_byte_values_plus_four():
     ids = ByteTokenizer().tokenize([b"AB", "ß".encode(), b"\xff", b""]).to_list()
     # "A" = 65, "B" = 66; "ß" is C3 9F in UTF-8; 0xff is not UTF-8 at all.
