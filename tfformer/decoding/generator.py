@@ -275,7 +275,9 @@ class Generator:
         )
         return state, lengths
 
-    def _advance(self, lengths, i, tokens, cache, log_probs, finished, scores, constants):
+    def _advance(
+        self, lengths, i, tokens, cache, log_probs, finished, scores, constants
+    ):
         """One position of greedy or sampled generation: the token at column
         `i` (copied from the prompt, chosen, or padding after the end) and the
         step that reads it. Returns the next state and whether each row's
