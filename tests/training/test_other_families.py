@@ -64,7 +64,7 @@ def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
     predict_cli.main([*argv, "--max-new-tokens", "8", "that is"])
     assert capsys.readouterr().out == first
     assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "32", "x"]) == 2
-    assert "--max-new-tokens must be in [1, 31]" in capsys.readouterr().err
+    assert "--max-new-tokens must be in [0, 31]" in capsys.readouterr().err
 
     output = tmp_path / "eval.json"
     assert evaluate_cli.main(["--checkpoint", run, "--output", str(output)]) == 0

@@ -109,6 +109,11 @@ def positive(where, value):
         raise ValueError(f"{where} must be positive. Received: {where}={value}")
 
 
+class Piece(str):
+    """Part of a predicted line, printed at once without a newline
+    (`tfformer-predict` streams generated text this way)."""
+
+
 class Task:
     """One kind of training program. Subclasses set the class attributes and
     implement the methods that raise NotImplementedError.
@@ -254,7 +259,9 @@ class Task:
         """Task-specific options of `tfformer-predict`."""
 
     def predict(self, run_dir, args, inputs):
-        """`tfformer-predict`: yields one printable line (or block) per input."""
+        """`tfformer-predict`: yields one printable line (or block) per input,
+        or, to show a result while it is made, `Piece`s of a line (printed
+        as they come, without a newline) ended by a plain str."""
         raise NotImplementedError(f"task {self.name!r} has no predictor yet.")
 
     def add_evaluate_arguments(self, parser):

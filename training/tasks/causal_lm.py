@@ -9,6 +9,8 @@ continues prompts (greedy or sampled).
 import dataclasses
 import math
 
+import numpy as np
+
 from tfformer.training.tasks.base import (
     PreparedData,
     Task,
@@ -87,47 +89,93 @@ class CausalLMTask(Task):
     # -- inference ---------------------------------------------------------------
 
     def add_predict_arguments(self, parser):
-        parser.add_argument("--search", default="greedy", choices=["greedy", "sample"])
-        parser.add_argument("--max-new-tokens", type=int, default=64)
+        parser.add_argument(
+            "--search",
+            default="greedy",
+            choices=["greedy", "sample", "beam"],
+            help="greedy and sample stream their tokens as they are made; "
+            "beam prints its best hypothesis at the end",
+        )
+        parser.add_argument(
+            "--max-new-tokens",
+            type=int,
+            default=64,
+            help="tokens to generate (0 to the context minus one)",
+        )
         parser.add_argument("--temperature", type=float, default=1.0)
-        parser.add_argument("--top-k", type=int)
-        parser.add_argument("--top-p", type=float)
-        parser.add_argument("--seed", type=int)
+        parser.add_argument("--top-k", type=int, help="0 or none: no top-k filter")
+        parser.add_argument("--top-p", type=float, help="in (0, 1]; none: no filter")
+        parser.add_argument(
+            "--seed", type=int, help="sampling seed: the same seed, the same text"
+        )
+        parser.add_argument("--beam-width", type=int, default=4)
+        parser.add_argument("--length-penalty", type=float, default=0.6)
 
     def predict(self, run_dir, args, inputs):
-        import numpy as np
+        """Continues each prompt; greedy and sampled tokens are yielded as
+        `Piece`s while they are made. The prompt's tokens come first (cut
+        from the left, with a warning, to leave `--max-new-tokens` of the
+        context); an empty prompt starts from the start token."""
+        import sys
 
         from tfformer.decoding import Generator
+        from tfformer.decoding.sampling import check_sampling_arguments
 
+        if args.max_new_tokens < 0:
+            raise ValueError(
+                f"--max-new-tokens must be >= 0. Received: {args.max_new_tokens}"
+            )
+        if args.top_k is not None and args.top_k < 0:
+            raise ValueError(f"--top-k must be >= 0. Received: {args.top_k}")
+        top_k = args.top_k or None
+        try:
+            check_sampling_arguments(args.temperature, top_k, args.top_p)
+        except ValueError as e:
+            raise ValueError(f"--{str(e).replace('_', '-')}") from None
         run = self.load(run_dir, args.model)
         tokenizer = run.tokenizers["text"]
         context = run.directory.setting("max_length")
-        if args.max_new_tokens < 1 or args.max_new_tokens >= context:
+        if args.max_new_tokens >= context:
             raise ValueError(
-                f"--max-new-tokens must be in [1, {context - 1}] (the context is "
+                f"--max-new-tokens must be in [0, {context - 1}] (the context is "
                 f"{context} tokens). Received: {args.max_new_tokens}"
             )
-        generator = Generator(
-            run.model,
-            max_length=context,
-            search=args.search,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-            end_id=tokenizer.end_id,
-        )
         keep = context - args.max_new_tokens
         for prompt in inputs:
-            ids = tokenizer.tokenize([prompt])[0].numpy().tolist() or [
-                tokenizer.start_id
-            ]
-            ids = ids[-keep:]  # the newest tokens that leave room to generate
-            out = generator(np.array([ids], "int32"))["token_ids"].numpy()[0]
-            # The prompt's kept tokens and the new ones, detokenized together
-            # (WordPiece joins words with spaces and glues "##" pieces).
-            text = tokenizer.detokenize(out[None, : len(ids) + args.max_new_tokens])
-            yield text.numpy()[0].decode("utf-8", "replace")
+            ids = tokenizer.tokenize([prompt])[0].numpy().tolist()
+            if len(ids) > keep:
+                print(
+                    f"warning: the prompt has {len(ids)} tokens; kept its last "
+                    f"{keep} (the context is {context} tokens, "
+                    f"{args.max_new_tokens} of them for new tokens)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                ids = ids[-keep:]
+            ids = ids or [tokenizer.start_id]
+            if args.max_new_tokens == 0:
+                yield detokenize(tokenizer, ids)
+                continue
+            generator = Generator(
+                run.model,
+                max_length=len(ids) + args.max_new_tokens,
+                search=args.search,
+                temperature=args.temperature,
+                top_k=top_k,
+                top_p=args.top_p,
+                seed=args.seed,
+                beam_width=args.beam_width,
+                length_penalty=args.length_penalty,
+                start_id=tokenizer.start_id,
+                end_id=tokenizer.end_id,
+                pad_id=tokenizer.pad_id,
+            )
+            prompt_ids = np.array([ids], "int32")
+            if args.search == "beam":
+                out = generator(prompt_ids)["token_ids"]
+                yield detokenize(tokenizer, np.asarray(out)[0])
+                continue
+            yield from stream_text(tokenizer, ids, generator.stream(prompt_ids))
 
     def evaluate(self, run_dir, args, progress=print):
         """Test loss in nats per token (the summed negative log-likelihood of
@@ -168,6 +216,65 @@ class CausalLMTask(Task):
             "nats_per_token": round(nats / tokens, 4),
             "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
         }
+
+
+def detokenize(tokenizer, ids):
+    """The text of `ids` (padding and everything after the end token left
+    out; the tokenizers drop their reserved tokens)."""
+    ids = [int(i) for i in ids]
+    if tokenizer.end_id in ids:
+        ids = ids[: ids.index(tokenizer.end_id)]
+    ids = [i for i in ids if i != tokenizer.pad_id]
+    if not ids:
+        return ""
+    text = tokenizer.detokenize(np.array([ids], "int32")).numpy()[0]
+    return text.decode("utf-8", "replace")
+
+
+def stream_text(tokenizer, prompt_ids, steps):
+    """`Piece`s of the text of `prompt_ids` and then of each generated token
+    from `steps` (`Generator.stream` of one prompt), ended by "".
+
+    What is printed is always a prefix of the text of all the tokens so far:
+    a byte token that ends inside a UTF-8 character (U+FFFD for now) waits
+    for the next one, and a WordPiece join that rewrites earlier text is
+    printed once the text agrees again (at the latest at the end).
+    """
+    from tfformer.training.tasks.base import Piece
+
+    ids = list(prompt_ids)
+    shown = ""
+
+    def news(final=False):
+        nonlocal shown
+        text = detokenize(tokenizer, ids)
+        if not final:
+            text = text.rstrip("\ufffd")
+        if not text.startswith(shown) or len(text) == len(shown):
+            return None
+        piece, shown = text[len(shown) :], text
+        return Piece(piece)
+
+    piece = news()
+    if piece:
+        yield piece
+    for _, token, generated in steps:
+        if not generated[0]:  # a prompt token
+            continue
+        ids.append(int(token[0]))
+        piece = news()
+        if piece:
+            yield piece
+        if int(token[0]) == tokenizer.end_id:
+            break
+    piece = news(final=True)
+    text = detokenize(tokenizer, ids)
+    if piece:
+        yield piece
+    elif not text.startswith(shown):
+        # A rewrite that never settled: the whole text on a line of its own.
+        yield Piece("\n" + text)
+    yield ""
 
 
 TASK = CausalLMTask()

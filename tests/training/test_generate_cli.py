@@ -1,0 +1,196 @@
+"""`tfformer-predict` on a causal-LM run: the text it prints is the text of
+`tfformer.decoding.Generator`'s whole search (greedy, seeded sampling, beam),
+streamed piece by piece for greedy and sampling; prompts are cut from the
+left with a warning; bad settings exit 2 naming the option."""
+
+import io
+import sys
+
+import numpy as np
+import pytest
+
+from tfformer.decoding import Generator
+from tfformer.training.commands import predict as predict_cli
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import train
+from tfformer.training.tasks import get_task
+from tfformer.training.tasks.base import Piece
+from tfformer.training.tasks.causal_lm import detokenize
+
+from .tiny import TINY_MODEL
+
+CONTEXT = 32
+LINE = "to be or not to be, that is the question.\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpt")
+    text = root / "text.txt"
+    text.write_text(LINE * 80)
+    config = load_config(
+        overrides=[
+            *TINY_MODEL,
+            "task=causal_lm",
+            f"data.text_path={text}",
+            "data.tokenizer=byte",
+            f"data.max_length={CONTEXT}",
+            "model.preset=gpt_tiny",
+            "train.batch_size=8",
+            "train.steps_per_epoch=6",
+            "train.epochs=3",
+            "train.warmup_steps=5",
+            "train.verbose=0",
+            f"train.output_dir={root / 'run'}",
+        ]
+    )
+    train(config, progress=lambda *_: None)
+    return str(root / "run")
+
+
+@pytest.fixture(scope="module")
+def loaded(run):
+    return get_task("causal_lm").load(run)
+
+
+def reference(loaded, prompt_ids, max_new_tokens, **settings):
+    """The text of the Generator's whole search over `prompt_ids`."""
+    tokenizer = loaded.tokenizers["text"]
+    generator = Generator(
+        loaded.model,
+        max_length=len(prompt_ids) + max_new_tokens,
+        start_id=tokenizer.start_id,
+        end_id=tokenizer.end_id,
+        **settings,
+    )
+    out = np.asarray(generator(np.array([prompt_ids], "int32"))["token_ids"])[0]
+    return detokenize(tokenizer, out)
+
+
+def predict(capsys, run, *argv):
+    capsys.readouterr()
+    code = predict_cli.main(["--checkpoint", run, *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def byte_ids(text):
+    return [b + 4 for b in text.encode()]  # the byte tokenizer's offset
+
+
+@pytest.mark.parametrize(
+    "argv, settings",
+    [
+        ([], dict(search="greedy")),
+        (
+            [
+                "--search",
+                "sample",
+                "--seed",
+                "3",
+                "--temperature",
+                "1.3",
+                "--top-p",
+                "0.95",
+            ],
+            dict(search="sample", seed=3, temperature=1.3, top_p=0.95),
+        ),
+        (
+            ["--search", "beam", "--beam-width", "3", "--length-penalty", "0"],
+            dict(search="beam", beam_width=3, length_penalty=0.0),
+        ),
+    ],
+    ids=["greedy", "sample", "beam"],
+)
+def test_prints_the_text_of_the_whole_search(capsys, run, loaded, argv, settings):
+    code, out, err = predict(capsys, run, *argv, "--max-new-tokens", "12", "that is")
+    assert code == 0, err
+    expected = reference(loaded, byte_ids("that is"), 12, **settings)
+    assert len(expected) > len("that is")
+    assert out == expected + "\n"
+    if settings["search"] == "sample":  # the same seed, the same text
+        assert (
+            predict(capsys, run, *argv, "--max-new-tokens", "12", "that is")[1] == out
+        )
+
+
+def test_greedy_and_sampling_stream_their_tokens(run, loaded):
+    """The predictor yields the prompt, then one piece per generated token
+    (bytes: one character each here), then the line's end."""
+    task = get_task("causal_lm")
+    parser = predict_cli_parser(run)
+    for extra in ([], ["--search", "sample", "--seed", "1"]):
+        args = parser.parse_args(["--checkpoint", run, "--max-new-tokens", "9", *extra])
+        pieces = list(task.predict(run, args, ["to be"]))
+        assert pieces[0] == "to be" and isinstance(pieces[0], Piece)
+        assert pieces[-1] == "" and not isinstance(pieces[-1], Piece)
+        generated = pieces[1:-1]
+        assert all(isinstance(p, Piece) and len(p) == 1 for p in generated)
+        settings = dict(search="sample", seed=1) if extra else {}
+        whole = reference(loaded, byte_ids("to be"), 9, **settings)
+        assert "".join(pieces) == whole
+        # Nine pieces unless the model ended the text sooner.
+        assert len(generated) == len(whole) - len("to be") <= 9
+
+
+def predict_cli_parser(run):
+    """The parser tfformer-predict builds for this run's task."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint")
+    parser.add_argument("--model", default="model.keras")
+    parser.add_argument("inputs", nargs="*")
+    get_task("causal_lm").add_predict_arguments(parser)
+    return parser
+
+
+def test_a_long_prompt_is_cut_from_the_left_with_a_warning(capsys, run, loaded):
+    prompt = LINE.strip() * 2  # 82 bytes, the context is 32
+    code, out, err = predict(capsys, run, "--max-new-tokens", "10", prompt)
+    assert code == 0
+    assert "the prompt has 82 tokens; kept its last 22" in err
+    kept = prompt[-22:]
+    assert out == reference(loaded, byte_ids(kept), 10) + "\n"
+    assert out.startswith(kept)
+
+
+def test_an_empty_prompt_starts_from_the_start_token(capsys, run, loaded):
+    code, out, _ = predict(capsys, run, "--max-new-tokens", "8", "")
+    assert code == 0
+    start = loaded.tokenizers["text"].start_id
+    expected = reference(loaded, [start], 8)
+    assert expected and out == expected + "\n"
+
+
+def test_zero_new_tokens_prints_the_prompt(capsys, run):
+    assert predict(capsys, run, "--max-new-tokens", "0", "to be")[1] == "to be\n"
+
+
+def test_invalid_utf8_on_stdin_becomes_replacement_characters(
+    capsys, run, loaded, monkeypatch
+):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"to \xff be\n")))
+    code, out, _ = predict(capsys, run, "--max-new-tokens", "4")
+    assert code == 0
+    assert out.startswith("to \ufffd be")
+    ids = byte_ids("to \ufffd be")
+    assert out == reference(loaded, ids, 4) + "\n"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--temperature", "0"], "--temperature must be positive"),
+        (["--temperature", "-1"], "--temperature must be positive"),
+        (["--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+        (["--top-k", "-1"], "--top-k must be >= 0. Received: -1"),
+        (["--max-new-tokens", "-1"], "--max-new-tokens must be >= 0"),
+        (["--max-new-tokens", "32"], "--max-new-tokens must be in [0, 31]"),
+    ],
+)
+def test_bad_settings_exit_2_naming_the_option(capsys, run, argv, message):
+    code, out, err = predict(capsys, run, "--search", "sample", *argv, "to be")
+    assert code == 2 and out == ""
+    assert message in err
