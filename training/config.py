@@ -28,9 +28,17 @@ class TrainConfig:
     epochs: int = 10
     # None: one pass over the training split per epoch.
     steps_per_epoch: int | None = None
-    # Paper schedule: lr = scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5).
+    # "paper": lr = scale * d^-0.5 * min(step^-0.5, step * warmup^-1.5).
+    # "cosine": linear warmup to train.learning_rate over warmup_steps, then
+    # a half cosine down to learning_rate * final_learning_rate_fraction at
+    # schedule_steps (None: epochs * steps per epoch), flat after it.
+    schedule: Literal["paper", "cosine"] = "paper"
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
+    # Peak learning rate of "cosine" (unused by "paper").
+    learning_rate: float | None = None
+    final_learning_rate_fraction: float = 0.1
+    schedule_steps: int | None = None
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9
@@ -253,6 +261,26 @@ def validate(config):
         positive(f"train.{name}", getattr(t, name))
     positive("train.learning_rate_scale", t.learning_rate_scale)
     positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
+    if t.schedule == "cosine":
+        if t.learning_rate is None:
+            raise ValueError(
+                "train.schedule='cosine' needs train.learning_rate (its peak). "
+                "Received: train.learning_rate=None"
+            )
+        positive("train.learning_rate", t.learning_rate)
+        if not 0.0 <= t.final_learning_rate_fraction <= 1.0:
+            raise ValueError(
+                "train.final_learning_rate_fraction must be in [0, 1]. Received: "
+                f"{t.final_learning_rate_fraction}"
+            )
+        if t.schedule_steps is not None:
+            positive("train.schedule_steps", t.schedule_steps)
+            if t.schedule_steps <= t.warmup_steps:
+                raise ValueError(
+                    "train.schedule_steps must exceed train.warmup_steps. "
+                    f"Received: train.schedule_steps={t.schedule_steps}, "
+                    f"train.warmup_steps={t.warmup_steps}"
+                )
     if t.steps_per_epoch is not None:
         positive("train.steps_per_epoch", t.steps_per_epoch)
         if t.steps_per_epoch % t.steps_per_execution:

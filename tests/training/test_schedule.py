@@ -1,7 +1,11 @@
 import numpy as np
 import pytest
 
-from tfformer.training.fit.schedule import TransformerSchedule
+from tfformer.training.config import load_config
+from tfformer.training.fit.schedule import TransformerSchedule, WarmupCosineSchedule
+from tfformer.training.fit.trainer import train
+
+from .tiny import TINY_NUMBER_WORDS
 
 
 def test_paper_formula_warmup_peak_and_decay():
@@ -25,3 +29,91 @@ def test_config_round_trip_and_bad_arguments():
         TransformerSchedule(256, 0)
     with pytest.raises(ValueError, match="scale must be positive"):
         TransformerSchedule(256, 10, scale=0.0)
+
+
+def cosine_reference(iteration, peak, warmup, total, fraction):
+    """The warmup + cosine formula, written out for one step."""
+    step = iteration + 1
+    if step <= warmup:
+        return peak * step / warmup
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    floor = peak * fraction
+    return floor + (peak - floor) * 0.5 * (1 + np.cos(np.pi * progress))
+
+
+def test_warmup_cosine_formula():
+    schedule = WarmupCosineSchedule(1e-3, 100, 1100, 0.1)
+    for iteration in (0, 49, 99, 100, 350, 599, 1000, 1099, 5000):
+        np.testing.assert_allclose(
+            float(schedule(iteration)),
+            cosine_reference(iteration, 1e-3, 100, 1100, 0.1),
+            rtol=1e-5,
+        )
+    # Hand-computed points: the peak at the end of the warmup, half way down
+    # the cosine at its middle step, the floor at the end and after it.
+    np.testing.assert_allclose(float(schedule(99)), 1e-3, rtol=1e-6)
+    np.testing.assert_allclose(float(schedule(599)), 0.55e-3, rtol=1e-5)
+    np.testing.assert_allclose(float(schedule(1099)), 1e-4, rtol=1e-5)
+    np.testing.assert_allclose(float(schedule(4000)), 1e-4, rtol=1e-5)
+    again = WarmupCosineSchedule.from_config(schedule.get_config())
+    np.testing.assert_allclose(float(again(300)), float(schedule(300)))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((0.0, 10, 100), "peak must be positive"),
+        ((1e-3, 0, 100), "warmup_steps must be a positive int"),
+        ((1e-3, 100, 100), "total_steps must exceed warmup_steps"),
+        ((1e-3, 10, 100, 1.5), "final_fraction must be in"),
+    ],
+)
+def test_warmup_cosine_bad_arguments(args, message):
+    with pytest.raises(ValueError, match=message):
+        WarmupCosineSchedule(*args)
+
+
+def test_cosine_config_keys_are_checked():
+    with pytest.raises(ValueError, match="needs train.learning_rate"):
+        load_config(overrides=["train.schedule=cosine"])
+    with pytest.raises(ValueError, match="train.schedule_steps must exceed"):
+        load_config(
+            overrides=[
+                "train.schedule=cosine",
+                "train.learning_rate=1e-3",
+                "train.warmup_steps=100",
+                "train.schedule_steps=50",
+            ]
+        )
+    with pytest.raises(ValueError, match="train.schedule"):
+        load_config(overrides=["train.schedule=linear"])
+
+
+def test_a_cosine_run_decays_over_its_own_steps(tmp_path):
+    """The trainer hands the run's epochs x steps to the schedule: the
+    learning rate after the last step is the formula's at that step."""
+    config = load_config(
+        overrides=[
+            *TINY_NUMBER_WORDS,
+            "data.train_size=200",
+            "data.validation_size=32",
+            "data.test_size=32",
+            "train.epochs=2",
+            "train.steps_per_epoch=4",
+            "train.schedule=cosine",
+            "train.learning_rate=2e-3",
+            "train.warmup_steps=3",
+            "train.verbose=0",
+            "train.final_evaluation=false",
+            f"train.output_dir={tmp_path / 'run'}",
+        ]
+    )
+    model = train(config, progress=lambda *_: None).model
+    optimizer = model.optimizer
+    assert int(optimizer.iterations) == 8
+    # The optimizer's learning rate is its schedule at the current iteration.
+    np.testing.assert_allclose(
+        float(optimizer.learning_rate),
+        cosine_reference(8, 2e-3, 3, 8, 0.1),
+        rtol=1e-5,
+    )

@@ -1,4 +1,7 @@
-"""The learning-rate schedule of "Attention Is All You Need" (section 5.3)."""
+"""Learning-rate schedules: the one of "Attention Is All You Need" (section
+5.3), and linear warmup + cosine decay (GPT-2/3, nanoGPT, Chinchilla)."""
+
+import math
 
 import keras
 from keras import ops
@@ -36,4 +39,59 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "hidden_dim": self.hidden_dim,
             "warmup_steps": self.warmup_steps,
             "scale": self.scale,
+        }
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup to `peak`, then a half cosine down to `peak * final_fraction`.
+
+    lr(s) = peak * s / warmup_steps for s <= warmup_steps (steps count from 1,
+    as in `TransformerSchedule`); after it, with p = (s - warmup_steps) /
+    (total_steps - warmup_steps) capped at 1,
+    lr(s) = floor + (peak - floor) * (1 + cos(pi * p)) / 2, floor = peak *
+    final_fraction. Flat at the floor after `total_steps`.
+    """
+
+    def __init__(self, peak, warmup_steps, total_steps, final_fraction=0.1):
+        for name, value in (
+            ("warmup_steps", warmup_steps),
+            ("total_steps", total_steps),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive int. Received: {name}={value!r}"
+                )
+        if total_steps <= warmup_steps:
+            raise ValueError(
+                "total_steps must exceed warmup_steps. Received: "
+                f"total_steps={total_steps}, warmup_steps={warmup_steps}"
+            )
+        if not peak > 0:
+            raise ValueError(f"peak must be positive. Received: peak={peak!r}")
+        if not 0.0 <= final_fraction <= 1.0:
+            raise ValueError(
+                f"final_fraction must be in [0, 1]. Received: {final_fraction!r}"
+            )
+        self.peak = float(peak)
+        self.warmup_steps = warmup_steps
+        self.total_steps = total_steps
+        self.final_fraction = float(final_fraction)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32") + 1.0
+        warm = self.peak * step / self.warmup_steps
+        progress = ops.clip(
+            (step - self.warmup_steps) / (self.total_steps - self.warmup_steps), 0, 1
+        )
+        floor = self.peak * self.final_fraction
+        cosine = floor + (self.peak - floor) * 0.5 * (1 + ops.cos(math.pi * progress))
+        return ops.where(step <= self.warmup_steps, warm, cosine)
+
+    def get_config(self):
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "final_fraction": self.final_fraction,
         }

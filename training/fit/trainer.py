@@ -23,7 +23,7 @@ from tfformer.training.fit.callbacks import (
 )
 from tfformer.training.fit.multi_worker import multi_worker_fit
 from tfformer.training.fit.plots import plot_training_curves
-from tfformer.training.fit.schedule import TransformerSchedule
+from tfformer.training.fit.schedule import TransformerSchedule, WarmupCosineSchedule
 from tfformer.training.fit.strategy import build_strategy, is_chief, is_multi_worker
 from tfformer.training.tasks import get_task
 
@@ -33,12 +33,37 @@ def build_model(config, data):
     return get_task(config.task).build_model(config, data)
 
 
-def compile_model(model, config):
-    """Adam with the paper's schedule; the task's loss and metrics."""
+def learning_rate(config, total_steps=None):
+    """The schedule of `train.schedule`; "cosine" decays over
+    `train.schedule_steps`, else over `total_steps` (the run's steps)."""
     t = config.train
+    if t.schedule == "cosine":
+        steps = t.schedule_steps or total_steps
+        if steps is None:
+            raise ValueError(
+                "train.schedule='cosine' needs train.schedule_steps here (the "
+                "run's total steps are not known). Received: None"
+            )
+        if steps <= t.warmup_steps:
+            raise ValueError(
+                f"train.warmup_steps ({t.warmup_steps}) must be below the "
+                f"cosine schedule's {steps} steps (train.epochs x steps per "
+                "epoch, or train.schedule_steps)."
+            )
+        return WarmupCosineSchedule(
+            t.learning_rate, t.warmup_steps, steps, t.final_learning_rate_fraction
+        )
     hidden_dim = get_task(config.task).model_sizes(config.model)["hidden_dim"]
+    return TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale)
+
+
+def compile_model(model, config, total_steps=None):
+    """Adam with `train.schedule`; the task's loss and metrics. `total_steps`:
+    the run's optimizer steps, which a cosine schedule decays over unless
+    `train.schedule_steps` says otherwise."""
+    t = config.train
     optimizer = keras.optimizers.Adam(
-        TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale),
+        learning_rate(config, total_steps),
         beta_1=t.beta_1,
         beta_2=t.beta_2,
         epsilon=t.epsilon,
@@ -291,15 +316,15 @@ def train(config, *, progress=print):
             run.file("config.json"), json.dumps(config.to_dict(), indent=2)
         )
 
+    steps = steps_per_epoch(config, data, layout)
     with dtype_policy(t.precision), strategy.scope():
-        model = compile_model(build_model(config, data), config)
+        model = compile_model(build_model(config, data), config, t.epochs * steps)
     backup_dir = os.path.join(out, "backup")
     state = None
     if os.path.isdir(backup_dir):
         with strategy.scope():
             state = restore_backup(model, backup_dir)
     global_step = state["global_step"] if state else 0
-    steps = steps_per_epoch(config, data, layout)
     segments = segment_plan(global_step, steps, t.epochs)
     if state:
         epoch, batch = divmod(global_step, steps)
