@@ -74,9 +74,9 @@ def test_warmup_cosine_bad_arguments(args, message):
 
 
 def test_cosine_config_keys_are_checked():
-    with pytest.raises(ValueError, match="needs train.learning_rate"):
+    with pytest.raises(ValueError, match=r"needs train\.learning_rate"):
         load_config(overrides=["train.schedule=cosine"])
-    with pytest.raises(ValueError, match="train.schedule_steps must exceed"):
+    with pytest.raises(ValueError, match=r"train\.schedule_steps must exceed"):
         load_config(
             overrides=[
                 "train.schedule=cosine",
@@ -85,7 +85,7 @@ def test_cosine_config_keys_are_checked():
                 "train.schedule_steps=50",
             ]
         )
-    with pytest.raises(ValueError, match="train.schedule"):
+    with pytest.raises(ValueError, match=r"train\.schedule"):
         load_config(overrides=["train.schedule=linear"])
 
 
