@@ -262,7 +262,8 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=()):
 
 
 def measure(contenders, source, repeats):
-    """Seconds per decode for each contender, alternating within each repeat."""
+    """Seconds per decode for each contender, alternating within each repeat,
+    in reverse order every other repeat."""
     batch = source.shape[0]
     for (name, mode), decode in contenders.items():
         print(f"batch {batch}: compiling {name} ({mode})", flush=True)
@@ -270,7 +271,8 @@ def measure(contenders, source, repeats):
     times = {key: [] for key in contenders}
     for repeat in range(repeats):
         print(f"batch {batch}: repeat {repeat + 1}/{repeats}", flush=True)
-        for name, decode in contenders.items():
+        items = list(contenders.items())
+        for name, decode in items if repeat % 2 == 0 else items[::-1]:
             began = time.perf_counter()
             decode(source).numpy()
             times[name].append(time.perf_counter() - began)

@@ -49,7 +49,7 @@ from tfformer.training.tasks import get_task
 END = 3
 
 
-def build_keras_hub(config, data, dropout=None):
+def build_keras_hub(config, data, dropout=None, **options):
     sizes = get_task(config.task).model_sizes(config.model)
     return KerasHubSeq2Seq(
         data.tokenizers["source"].vocabulary_size,
@@ -60,6 +60,7 @@ def build_keras_hub(config, data, dropout=None):
         intermediate_dim=sizes["intermediate_dim"],
         max_length=config.data.max_length,
         dropout=sizes.get("dropout", 0.1) if dropout is None else dropout,
+        **options,
     )
 
 

@@ -51,8 +51,13 @@ class KerasHubSeq2Seq:
         intermediate_dim,
         max_length,
         dropout=0.0,
+        layer_norm_epsilon=1e-5,
+        embedding_dropout=0.0,
     ):
         self.heads, self.hidden_dim = heads, hidden_dim
+        # keras-hub's blocks have no dropout on the embeddings; a keras-hub
+        # user adds a Dropout layer (0 = none, as in the keras.io example).
+        self.embedding_dropout = keras.layers.Dropout(embedding_dropout)
         self.source_embedding = keras_hub.layers.TokenAndPositionEmbedding(
             source_vocabulary, max_length, hidden_dim
         )
@@ -61,13 +66,19 @@ class KerasHubSeq2Seq:
         )
         self.encoders = [
             keras_hub.layers.TransformerEncoder(
-                intermediate_dim, heads, dropout=dropout
+                intermediate_dim,
+                heads,
+                dropout=dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
             )
             for _ in range(layers)
         ]
         self.decoders = [
             keras_hub.layers.TransformerDecoder(
-                intermediate_dim, heads, dropout=dropout
+                intermediate_dim,
+                heads,
+                dropout=dropout,
+                layer_norm_epsilon=layer_norm_epsilon,
             )
             for _ in range(layers)
         ]
@@ -76,7 +87,7 @@ class KerasHubSeq2Seq:
         self.decode_full(source, source)  # builds every layer
 
     def encode(self, source, training=None):
-        x = self.source_embedding(source)
+        x = self.embedding_dropout(self.source_embedding(source), training=training)
         for block in self.encoders:
             x = block(x, padding_mask=source != 0, training=training)
         return x
@@ -84,7 +95,7 @@ class KerasHubSeq2Seq:
     def decode_full(self, source, target, training=None):
         """Teacher-forced logits `(batch, target_length, vocabulary)`."""
         encoded = self.encode(source, training)
-        y = self.target_embedding(target)
+        y = self.embedding_dropout(self.target_embedding(target), training=training)
         for block in self.decoders:
             y = block(
                 y,
@@ -230,3 +241,60 @@ class KerasHubSeq2Seq:
             )
 
         return tf.function(decode, jit_compile=False, autograph=False)
+
+
+class KerasHubCachedDecoder:
+    """tfformer's `CachedDecoder` interface over a `KerasHubSeq2Seq`'s layers,
+    so that `tfformer.decoding.Generator` (greedy with early exit, beam search
+    with the GNMT length penalty) drives keras-hub's own self- and
+    cross-attention caches: both libraries' models then decode with one
+    search, line for line.
+
+    `step` computes the cross-attention caches when `cross_caches` is None
+    (keras-hub's `cross_attention_cache_update_index=0`) and reuses them
+    after (`None`), as `decoder()` does.
+    """
+
+    is_seq2seq = True
+
+    def __init__(self, hub):
+        self.hub = hub
+        self.head_dim = hub.hidden_dim // hub.heads
+
+    def encode(self, encoder_token_ids):
+        return self.hub.encode(encoder_token_ids), encoder_token_ids != 0
+
+    def _zeros(self, batch, length):
+        return tf.zeros([batch, 2, length, self.hub.heads, self.head_dim])
+
+    def init_cache(self, batch_size, max_length):
+        return tuple(self._zeros(batch_size, max_length) for _ in self.hub.decoders)
+
+    def step(self, token_ids, cache, index, encoded=None, cross_caches=None):
+        encoder_output, encoder_mask = encoded
+        if cross_caches is None:
+            shape = tf.shape(encoder_output)
+            cross_caches = tuple(
+                self._zeros(shape[0], shape[1]) for _ in self.hub.decoders
+            )
+            cross_index = 0
+        else:
+            cross_index = None
+        x = self.hub.target_embedding(token_ids, start_index=index)
+        new_caches, new_cross = [], []
+        for block, layer_cache, layer_cross in zip(
+            self.hub.decoders, cache, cross_caches, strict=True
+        ):
+            x, layer_cache, layer_cross = block(
+                x,
+                encoder_output,
+                encoder_padding_mask=encoder_mask,
+                self_attention_cache=layer_cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=layer_cross,
+                cross_attention_cache_update_index=cross_index,
+            )
+            new_caches.append(layer_cache)
+            new_cross.append(layer_cross)
+        logits = tf.cast(self.hub.output_dense(x), tf.float32)
+        return logits, tuple(new_caches), tuple(new_cross)

@@ -211,12 +211,14 @@ def fit_seconds(entry):
 
 def measure(entries, repeats, progress=print):
     """Compiles each contender (one pass), then times `repeats` passes of
-    each, alternating."""
+    each, alternating: repeat r runs the contenders in order, r + 1 in
+    reverse, so none always follows the same one."""
     for (library, pipe), e in entries.items():
         progress(f"  compiled {library}/{pipe} in {fit_seconds(e)[1]:.0f} s")
         e["seconds"], e["fit_seconds"] = [], []
     for r in range(repeats):
-        for (library, pipe), e in entries.items():
+        items = list(entries.items())
+        for (library, pipe), e in items if r % 2 == 0 else items[::-1]:
             batches, whole = fit_seconds(e)
             e["seconds"].append(batches)
             e["fit_seconds"].append(whole)
