@@ -261,6 +261,16 @@ def validate(config):
         positive(f"train.{name}", getattr(t, name))
     positive("train.learning_rate_scale", t.learning_rate_scale)
     positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
+    if t.schedule == "paper" and (
+        t.learning_rate is not None or t.schedule_steps is not None
+    ):
+        raise ValueError(
+            "train.learning_rate and train.schedule_steps belong to "
+            "train.schedule='cosine'; the paper schedule is scaled with "
+            "train.learning_rate_scale. Received: "
+            f"train.learning_rate={t.learning_rate}, "
+            f"train.schedule_steps={t.schedule_steps}"
+        )
     if t.schedule == "cosine":
         if t.learning_rate is None:
             raise ValueError(

@@ -15,7 +15,7 @@ from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.base import Piece
-from tfformer.training.tasks.causal_lm import detokenize
+from tfformer.training.tasks.causal_lm import detokenize, stream_text
 
 from .tiny import TINY_MODEL
 
@@ -163,6 +163,31 @@ def test_an_empty_prompt_starts_from_the_start_token(capsys, run, loaded):
     assert expected and out == expected + "\n"
 
 
+def test_top_k_zero_means_no_top_k_filter(capsys, run, loaded):
+    argv = ["--search", "sample", "--seed", "4", "--temperature", "2.0"]
+    _, out, _ = predict(
+        capsys, run, *argv, "--top-k", "0", "--max-new-tokens", "10", "to"
+    )
+    assert out == predict(capsys, run, *argv, "--max-new-tokens", "10", "to")[1]
+    expected = reference(
+        loaded, byte_ids("to"), 10, search="sample", seed=4, temperature=2.0
+    )
+    assert out == expected + "\n"
+    narrowed = reference(
+        loaded, byte_ids("to"), 10, search="sample", seed=4, temperature=2.0, top_k=2
+    )
+    assert narrowed != expected  # so the comparison above can tell
+
+
+def test_arguments_that_are_not_utf8_become_replacement_characters():
+    # Python hands undecodable argv bytes over as escaped lone surrogates.
+    assert predict_cli.as_text(b"to \xff be".decode("utf-8", "surrogateescape")) == (
+        "to \ufffd be"
+    )
+    assert predict_cli.as_text("a\ud800b") == "a\ufffdb"
+    assert predict_cli.as_text("plain é") == "plain é"
+
+
 def test_zero_new_tokens_prints_the_prompt(capsys, run):
     assert predict(capsys, run, "--max-new-tokens", "0", "to be")[1] == "to be\n"
 
@@ -188,9 +213,56 @@ def test_invalid_utf8_on_stdin_becomes_replacement_characters(
         (["--top-k", "-1"], "--top-k must be >= 0. Received: -1"),
         (["--max-new-tokens", "-1"], "--max-new-tokens must be >= 0"),
         (["--max-new-tokens", "32"], "--max-new-tokens must be in [0, 31]"),
+        (["--beam-width", "0"], "--beam-width must be >= 1. Received: 0"),
+        (["--length-penalty", "-1"], "--length-penalty must be >= 0"),
     ],
 )
 def test_bad_settings_exit_2_naming_the_option(capsys, run, argv, message):
     code, out, err = predict(capsys, run, "--search", "sample", *argv, "to be")
     assert code == 2 and out == ""
     assert message in err
+
+
+def steps_of(ids):
+    """`Generator.stream`-shaped steps that generate `ids` for one row."""
+    return [(i + 1, np.array([t]), np.array([True])) for i, t in enumerate(ids)]
+
+
+def test_wordpiece_streaming_never_takes_text_back():
+    """The join rules rewrite the last words ("it '" + "s" is "it's", "well
+    -" + "known" is "well-known"): every printed piece extends the text so
+    far, and all of them together are the text of all the tokens."""
+    from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+    vocabulary = [
+        *("[PAD]", "[UNK]", "[START]", "[END]"),
+        *("it", "'", "s", "well", "-", "known", "play", "##ing", ".", "a"),
+    ]
+    tokenizer = WordPieceTokenizer(vocabulary)
+    index = {token: i for i, token in enumerate(vocabulary)}
+    words = "it ' s well - known a play ##ing it ' s .".split()
+    prompt = [index["a"]]
+    generated = [index[w] for w in words] + [index["[END]"]]
+    pieces = list(stream_text(tokenizer, prompt, steps_of(generated)))
+    assert pieces[-1] == ""
+    text = "".join(pieces)
+    assert text == "a it's well-known a playing it's."
+    assert text == detokenize(tokenizer, prompt + generated)
+    # Nothing printed was ever rewritten: each prefix is the start of the
+    # text of all the tokens up to then.
+    printed = ""
+    for piece in pieces[:-1]:
+        printed += piece
+        assert text.startswith(printed)
+    assert len(pieces) > 5  # it streamed, rather than printing at the end
+
+
+def test_byte_streaming_waits_for_whole_characters():
+    """A two-byte character arrives in two tokens: nothing is printed for
+    the first byte, then the whole character."""
+    from tfformer.rundir.text import ByteTokenizer
+
+    tokenizer = ByteTokenizer()
+    generated = byte_ids("aé!")
+    pieces = list(stream_text(tokenizer, byte_ids(">"), steps_of(generated)))
+    assert pieces == [">", "a", "é", "!", ""]

@@ -77,6 +77,15 @@ def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
     assert scores["bits_per_byte"] == pytest.approx(
         scores["nats_per_token"] / math.log(2), rel=1e-3
     )
+    # --split validation scores the other half of the tail: the loss Keras
+    # reported on it after the last epoch.
+    argv = ["--checkpoint", run, "--split", "validation", "--output", str(output)]
+    assert evaluate_cli.main(argv) == 0
+    scores = json.loads(output.read_text())
+    assert scores["split"] == "validation"
+    assert scores["nats_per_token"] == pytest.approx(
+        result.metrics["val_loss"], abs=1e-3
+    )
 
 
 def test_bert_classifier_on_labelled_sentences(tmp_path, capsys):

@@ -87,6 +87,8 @@ def test_cosine_config_keys_are_checked():
         )
     with pytest.raises(ValueError, match=r"train\.schedule"):
         load_config(overrides=["train.schedule=linear"])
+    with pytest.raises(ValueError, match=r"belong to train\.schedule='cosine'"):
+        load_config(overrides=["train.learning_rate=1e-3"])
 
 
 def test_a_cosine_run_decays_over_its_own_steps(tmp_path):
@@ -111,9 +113,15 @@ def test_a_cosine_run_decays_over_its_own_steps(tmp_path):
     model = train(config, progress=lambda *_: None).model
     optimizer = model.optimizer
     assert int(optimizer.iterations) == 8
-    # The optimizer's learning rate is its schedule at the current iteration.
-    np.testing.assert_allclose(
-        float(optimizer.learning_rate),
-        cosine_reference(8, 2e-3, 3, 8, 0.1),
-        rtol=1e-5,
+    # The optimizer's learning rate is its schedule at the current iteration;
+    # half way down the cosine it tells a total of 8 steps from any other.
+    for iteration in (8, 5):
+        optimizer.iterations.assign(iteration)
+        np.testing.assert_allclose(
+            float(optimizer.learning_rate),
+            cosine_reference(iteration, 2e-3, 3, 8, 0.1),
+            rtol=1e-5,
+        )
+    assert not np.isclose(
+        cosine_reference(5, 2e-3, 3, 8, 0.1), cosine_reference(5, 2e-3, 3, 4, 0.1)
     )

@@ -6,6 +6,7 @@ given; bytes that are not UTF-8 become U+FFFD. The run's task adds its own
 options (`--help` with `--checkpoint` lists them).
 """
 
+import re
 import sys
 
 from tfformer.training.commands.run_arguments import parse_with_task
@@ -17,8 +18,8 @@ def as_text(argument):
     bytes over as lone surrogates, which become U+FFFD here."""
     try:
         raw = argument.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # other lone surrogates
-        raw = argument.encode("utf-8", "replace")
+    except UnicodeEncodeError:  # lone surrogates that are not escaped bytes
+        return re.sub("[\ud800-\udfff]", "\ufffd", argument)
     return raw.decode("utf-8", "replace")
 
 

@@ -127,6 +127,12 @@ class CausalLMTask(Task):
             )
         if args.top_k is not None and args.top_k < 0:
             raise ValueError(f"--top-k must be >= 0. Received: {args.top_k}")
+        if args.beam_width < 1:
+            raise ValueError(f"--beam-width must be >= 1. Received: {args.beam_width}")
+        if not args.length_penalty >= 0:
+            raise ValueError(
+                f"--length-penalty must be >= 0. Received: {args.length_penalty}"
+            )
         top_k = args.top_k or None
         try:
             check_sampling_arguments(args.temperature, top_k, args.top_p)
@@ -177,45 +183,63 @@ class CausalLMTask(Task):
                 continue
             yield from stream_text(tokenizer, ids, generator.stream(prompt_ids))
 
+    def add_evaluate_arguments(self, parser):
+        parser.add_argument(
+            "--split",
+            default="test",
+            choices=["validation", "test"],
+            help="which half of the held-out tail to score",
+        )
+
     def evaluate(self, run_dir, args, progress=print):
-        """Test loss in nats per token (the summed negative log-likelihood of
-        every test token over their count), and bits per byte of the text
-        those tokens cover."""
-        import numpy as np
-        from keras import ops
-
-        from tfformer.training import pipeline
-
+        """Loss in nats per token on the test (or validation) half of the
+        held-out tail (the summed negative log-likelihood of every token over
+        their count), and bits per byte of the text those tokens cover."""
         run = self.load(run_dir, args.model)
         config = run.config
-        text = self.raw_splits(config.data)["test"]
-        tokenizer = run.tokenizers["text"]
-        ids = tokenizer.tokenize([text]).flat_values.numpy()
-        examples = pipeline.language_model_examples(
-            ids, sequence_length=config.data.max_length
+        split = getattr(args, "split", "test")
+        text = self.raw_splits(config.data)[split]
+        scores = score_text(
+            run.model,
+            run.tokenizers["text"],
+            text,
+            config.data.max_length,
+            limit=args.limit,
+            progress=progress,
         )
-        inputs = examples.features["token_ids"].to_tensor().numpy()
-        labels = examples.labels.to_tensor().numpy()
-        if args.limit:
-            inputs, labels = inputs[: args.limit], labels[: args.limit]
-        nats = 0.0
-        for start in range(0, len(inputs), 32):
-            logits = run.model(inputs[start : start + 32], training=False)
-            log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
-            picked = np.take_along_axis(
-                log_p, labels[start : start + 32, :, None], axis=-1
-            )
-            nats -= float(picked.sum())
-            progress(f"scored {min(start + 32, len(inputs))}/{len(inputs)} windows")
-        tokens = labels.size
-        # The bytes the scored tokens stand for (their detokenized text).
-        covered = tokenizer.detokenize(labels.reshape(1, -1)).numpy()[0]
-        return {
-            "test_tokens": int(tokens),
-            "test_bytes": len(covered),
-            "nats_per_token": round(nats / tokens, 4),
-            "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
-        }
+        return {"split": split, **scores}
+
+
+def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
+    """Nats per token and bits per byte of `text`, cut into non-overlapping
+    `window`-token pieces as in training (each predicts its tokens after the
+    first from the ones before, within the window)."""
+    from keras import ops
+
+    from tfformer.training import pipeline
+
+    ids = tokenizer.tokenize([text]).flat_values.numpy()
+    examples = pipeline.language_model_examples(ids, sequence_length=window)
+    inputs = examples.features["token_ids"].to_tensor().numpy()
+    labels = examples.labels.to_tensor().numpy()
+    if limit:
+        inputs, labels = inputs[:limit], labels[:limit]
+    nats = 0.0
+    for start in range(0, len(inputs), 32):
+        logits = model(inputs[start : start + 32], training=False)
+        log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
+        picked = np.take_along_axis(log_p, labels[start : start + 32, :, None], axis=-1)
+        nats -= float(picked.sum())
+        progress(f"scored {min(start + 32, len(inputs))}/{len(inputs)} windows")
+    tokens = labels.size
+    # The bytes the scored tokens stand for (their detokenized text).
+    covered = tokenizer.detokenize(labels.reshape(1, -1)).numpy()[0]
+    return {
+        "tokens": int(tokens),
+        "bytes": len(covered),
+        "nats_per_token": round(nats / tokens, 4),
+        "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
+    }
 
 
 def detokenize(tokenizer, ids):
@@ -235,24 +259,32 @@ def stream_text(tokenizer, prompt_ids, steps):
     """`Piece`s of the text of `prompt_ids` and then of each generated token
     from `steps` (`Generator.stream` of one prompt), ended by "".
 
-    What is printed is always a prefix of the text of all the tokens so far:
-    a byte token that ends inside a UTF-8 character (U+FFFD for now) waits
-    for the next one, and a WordPiece join that rewrites earlier text is
-    printed once the text agrees again (at the latest at the end).
+    What is printed is never taken back: it is a prefix of the text of every
+    longer run of tokens. A byte that ends inside a UTF-8 character (U+FFFD
+    for now) waits for the next one; with WordPiece the text of the last two
+    tokens waits, because the join rules can rewrite it ("it" "'" then "s"
+    is "it's"; "well" "-" then "known" is "well-known"); the rest comes at
+    the end.
     """
+    from tfformer.rundir.text import ByteTokenizer
     from tfformer.training.tasks.base import Piece
 
+    hold = 0 if isinstance(tokenizer, ByteTokenizer) else 2
     ids = list(prompt_ids)
     shown = ""
 
     def news(final=False):
         nonlocal shown
         text = detokenize(tokenizer, ids)
-        if not final:
-            text = text.rstrip("\ufffd")
-        if not text.startswith(shown) or len(text) == len(shown):
+        if final:
+            settled = text
+        else:
+            settled = detokenize(tokenizer, ids[: len(ids) - hold]).rstrip("\ufffd")
+        if not (text.startswith(settled) and settled.startswith(shown)):
             return None
-        piece, shown = text[len(shown) :], text
+        if len(settled) == len(shown):
+            return None
+        piece, shown = settled[len(shown) :], settled
         return Piece(piece)
 
     piece = news()
@@ -268,12 +300,11 @@ def stream_text(tokenizer, prompt_ids, steps):
         if int(token[0]) == tokenizer.end_id:
             break
     piece = news(final=True)
-    text = detokenize(tokenizer, ids)
     if piece:
         yield piece
-    elif not text.startswith(shown):
-        # A rewrite that never settled: the whole text on a line of its own.
-        yield Piece("\n" + text)
+    elif not detokenize(tokenizer, ids).startswith(shown):
+        # Cannot happen with the held-back tokens; kept as a guard.
+        yield Piece("\n" + detokenize(tokenizer, ids))
     yield ""
 
 
