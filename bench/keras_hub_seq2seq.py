@@ -115,9 +115,18 @@ class KerasHubSeq2Seq:
         )
 
     def decoder_step(
-        self, position, token, encoded, source_mask, caches, cross, cross_index
+        self,
+        position,
+        token,
+        encoded,
+        source_mask,
+        caches,
+        cross,
+        cross_index,
+        last_only=True,
     ):
-        """One cached `TransformerDecoder` step: last-position logits and the
+        """One cached `TransformerDecoder` step: last-position logits (every
+        position with `last_only=False`) and the
         updated self- and cross-attention caches (`cross_index` 0 computes
         the cross caches, None reuses them)."""
         x = self.target_embedding(token, start_index=position)
@@ -134,7 +143,8 @@ class KerasHubSeq2Seq:
             )
             new_caches.append(cache)
             new_cross.append(cross_cache)
-        return self.output_dense(x)[:, -1], new_caches, new_cross
+        logits = self.output_dense(x)
+        return (logits[:, -1] if last_only else logits), new_caches, new_cross
 
     def _initial_state(self, source, length, start_id):
         """The start tokens `(batch, length)` (start id, then zeros) and zero
@@ -280,21 +290,14 @@ class KerasHubCachedDecoder:
             cross_index = 0
         else:
             cross_index = None
-        x = self.hub.target_embedding(token_ids, start_index=index)
-        new_caches, new_cross = [], []
-        for block, layer_cache, layer_cross in zip(
-            self.hub.decoders, cache, cross_caches, strict=True
-        ):
-            x, layer_cache, layer_cross = block(
-                x,
-                encoder_output,
-                encoder_padding_mask=encoder_mask,
-                self_attention_cache=layer_cache,
-                self_attention_cache_update_index=index,
-                cross_attention_cache=layer_cross,
-                cross_attention_cache_update_index=cross_index,
-            )
-            new_caches.append(layer_cache)
-            new_cross.append(layer_cross)
-        logits = tf.cast(self.hub.output_dense(x), tf.float32)
-        return logits, tuple(new_caches), tuple(new_cross)
+        logits, caches, cross = self.hub.decoder_step(
+            index,
+            token_ids,
+            encoder_output,
+            encoder_mask,
+            cache,
+            cross_caches,
+            cross_index,
+            last_only=False,
+        )
+        return tf.cast(logits, tf.float32), tuple(caches), tuple(cross)
