@@ -7,11 +7,19 @@ TensorFlow backend `Generator.compiled()` wraps it in a
 `tf.function(jit_compile=True)`.
 """
 
+import random
+
 import keras
 from keras import ops
 from keras.tree import map_structure as tree_map
 
-from tfformer.decoding.sampling import NEG_INF, check_sampling_arguments, filter_logits
+from tfformer.decoding.sampling import (
+    NEG_INF,
+    check_sampling_arguments,
+    filter_logits_per_row,
+    sample_inverse_cdf,
+    uniform_stream,
+)
 from tfformer.models.cached_decoder import CachedDecoder
 
 SEARCHES = ("greedy", "beam", "sample")
@@ -49,7 +57,12 @@ class Generator:
         length_penalty: GNMT alpha ("beam"): hypotheses are ranked by
             log P / ((5 + length) / 6) ** alpha; 0 ranks by log P.
         temperature, top_k, top_p: sampling filters ("sample").
-        seed: int seed; the same seed gives the same samples.
+        seed: int seed; the same seed gives the same samples. Row r of a
+            batch samples with seed + r (mod 2**32) from the portable stream
+            of `tfformer.decoding.sampling`, so the SavedModel and the TFLite
+            reference runtime given that seed draw the same tokens. None: a
+            seed drawn from Python's `random` (`keras.utils.set_random_seed`
+            fixes it).
         carry_constants: make the greedy/sampling loop rebuild its loop
             invariants each step (a no-op in value) so TFLite's full-int8
             calibrator can run it; see `_refresh`. Export sets it.
@@ -63,7 +76,10 @@ class Generator:
         A dict: "token_ids" `(batch, max_length)` (the prompt or start token,
         then the generated tokens; `pad_id` after the end token) and "scores"
         `(batch,)`, the sum of the generated tokens' log-probabilities
-        (for "beam": the length-normalized score that ranked it).
+        (for "beam": the length-normalized score that ranked it). Greedy and
+        sampling add "token_log_probs" `(batch, max_length)`: each generated
+        token's log-probability under the model (before temperature and
+        filters), 0 at prompt and padding columns.
 
     Example:
     >>> generator = Generator(model, max_length=32, search="beam", beam_width=4)
@@ -128,12 +144,9 @@ class Generator:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.seed = seed
         self.carry_constants = bool(carry_constants)
-        # Created once (tf.function allows variables only on the first trace)
-        # and rewound at every call, so a seed always gives the same samples.
-        self._seeds = keras.random.SeedGenerator(seed) if search == "sample" else None
-        self._first_seed = (
-            ops.convert_to_numpy(self._seeds.state.value) if self._seeds else None
-        )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None. Received: seed={seed!r}")
+        self.seed = (random.getrandbits(32) if seed is None else seed) % 2**32
 
     # -- shared pieces ---------------------------------------------------------
 
@@ -196,6 +209,68 @@ class Generator:
             return self._beam_search(inputs)
         return self._greedy_or_sample(inputs)
 
+    def generate(
+        self,
+        inputs,
+        *,
+        max_new_tokens=None,
+        temperature=None,
+        top_k=None,
+        top_p=None,
+        seeds=None,
+    ):
+        """Greedy or sampled generation with settings given per row as
+        tensors (what a serving signature passes through), each `(batch,)`:
+        `max_new_tokens` (int, >= 0; the output still ends at `max_length`),
+        `temperature` (> 0), `top_k` (0: none), `top_p` (in (0, 1]; 1: none)
+        and `seeds` (int32 or uint32). None keeps the generator's own
+        setting. Values are not checked here; the caller checks them.
+        Returns what calling the generator returns."""
+        if self.search == "beam":
+            raise ValueError("generate() needs search 'greedy' or 'sample'.")
+        overrides = dict(
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seeds=seeds,
+        )
+        return self._greedy_or_sample(inputs, overrides)
+
+    def _settings(self, batch, lengths, overrides=None):
+        """The per-row sampling settings and end columns, as tensors."""
+        overrides = overrides or {}
+
+        def given(name, default, dtype):
+            value = overrides.get(name)
+            if value is None:
+                return ops.full((batch,), default, dtype)
+            return ops.cast(value, dtype)
+
+        settings = {
+            "temperature": given("temperature", float(self.temperature), "float32"),
+            "top_k": given("top_k", int(self.top_k or 0), "int32"),
+            "top_p": given(
+                "top_p", 1.0 if self.top_p is None else float(self.top_p), "float32"
+            ),
+        }
+        if overrides.get("seeds") is None:
+            # (XLA has no uint32 Range.)
+            rows = ops.cast(ops.arange(batch, dtype="int32"), "uint32")
+            settings["seeds"] = ops.add(
+                ops.convert_to_tensor(self.seed, "uint32"), rows
+            )
+        else:
+            settings["seeds"] = ops.cast(overrides["seeds"], "uint32")
+        new = overrides.get("max_new_tokens")
+        # The first column that is not generated any more.
+        settings["ends"] = (
+            ops.full((batch,), self.max_length, "int32")
+            if new is None
+            else lengths + ops.cast(new, "int32")
+        )
+        return settings
+
     def compiled(self, jit_compile=True):
         """The same search as one `tf.function` (TensorFlow backend only)."""
         if keras.backend.backend() != "tensorflow":
@@ -237,7 +312,7 @@ class Generator:
 
     # -- greedy and sampling -------------------------------------------------
 
-    def _choose(self, log_probs, step_seed):
+    def _choose(self, log_probs, i, settings):
         if self.search == "greedy":
             # top_k rather than argmax: Keras's TF argmax adds a bitwise op
             # (for -0.0) that TFLite has no builtin for. Ties go to the
@@ -246,24 +321,22 @@ class Generator:
             # full-int8 export calibrates this tensor's range.
             best = ops.cast(ops.top_k(log_probs, 2)[1], "int32")
             return ops.where(best[:, 0] == self.pad_id, best[:, 1], best[:, 0])
-        logits = filter_logits(
+        logits = filter_logits_per_row(
             self._without_padding(log_probs),
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
+            temperature=settings["temperature"],
+            top_k=settings["top_k"],
+            top_p=settings["top_p"],
         )
-        draw = keras.random.categorical(logits, 1, seed=step_seed, dtype="int32")
-        return draw[:, 0]
+        return sample_inverse_cdf(logits, uniform_stream(settings["seeds"], i))
 
-    def _start(self, inputs):
+    def _start(self, inputs, overrides=None):
         """The loop state of greedy and sampled generation after the first
-        step: (i, tokens, cache, log_probs, finished, scores, constants)."""
+        step, (i, tokens, cache, log_probs, finished, scores, constants,
+        token_log_probs), and the per-row settings (`_settings`)."""
         tokens, lengths, encoded = self._prompt(inputs)
         batch = ops.shape(tokens)[0]
         cache = self.decoder.init_cache(batch, self.max_length)
         log_probs, cache, cross = self._step(tokens[:, :1], cache, 0, encoded, None)
-        if self._seeds is not None:
-            self._seeds.state.assign(self._first_seed)
         state = (
             ops.convert_to_tensor(1, "int32"),
             tokens,
@@ -272,18 +345,33 @@ class Generator:
             ops.zeros((batch,), "bool"),
             ops.zeros((batch,), "float32"),
             (encoded, cross) if encoded is not None else (),
+            ops.zeros((batch, self.max_length), "float32"),
         )
-        return state, lengths
+        settings = self._settings(batch, lengths, overrides)
+        settings["lengths"] = lengths
+        return state, settings
 
     def _advance(
-        self, lengths, i, tokens, cache, log_probs, finished, scores, constants
+        self,
+        settings,
+        i,
+        tokens,
+        cache,
+        log_probs,
+        finished,
+        scores,
+        constants,
+        token_log_probs,
     ):
         """One position of greedy or sampled generation: the token at column
         `i` (copied from the prompt, chosen, or padding after the end) and the
         step that reads it. Returns the next state and whether each row's
         token at `i` was generated."""
         encoded, cross = constants if constants else (None, None)
-        chosen = self._choose(log_probs, self._seeds)
+        lengths = settings["lengths"]
+        chosen = self._choose(log_probs, i, settings)
+        # Rows past their max_new_tokens have ended.
+        finished = ops.logical_or(finished, i >= settings["ends"])
         # Prompt tokens are copied, not chosen; ended rows get padding.
         forced = i < lengths
         prompt_token = ops.take(tokens, i, axis=1)
@@ -291,10 +379,13 @@ class Generator:
         token = ops.where(finished, self.pad_id, token)
         generated = ops.logical_and(ops.logical_not(forced), ops.logical_not(finished))
         picked = ops.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-        scores = scores + ops.where(generated, picked, 0.0)
+        picked = ops.where(generated, picked, 0.0)
+        scores = scores + picked
         # (batch, max_length): the new token written at column i.
         positions = ops.arange(self.max_length, dtype="int32")
-        tokens = ops.where(positions[None, :] == i, token[:, None], tokens)
+        at_i = positions[None, :] == i
+        tokens = ops.where(at_i, token[:, None], tokens)
+        token_log_probs = ops.where(at_i, picked[:, None], token_log_probs)
         finished = ops.logical_or(
             finished, ops.logical_and(generated, token == self.end_id)
         )
@@ -307,22 +398,29 @@ class Generator:
             finished,
             scores,
             self._refresh(constants, i),
+            token_log_probs,
         )
         return state, generated
 
-    def _greedy_or_sample(self, inputs):
-        state, lengths = self._start(inputs)
+    def _greedy_or_sample(self, inputs, overrides=None):
+        state, settings = self._start(inputs, overrides)
 
-        def cond(i, tokens, cache, log_probs, finished, scores, constants):
+        def cond(i, tokens, cache, log_probs, finished, scores, *_):
             return ops.logical_and(
                 i < self.max_length, ops.logical_not(ops.all(finished))
             )
 
         def body(*state):
-            return self._advance(lengths, *state)[0]
+            return self._advance(settings, *state)[0]
 
-        _, tokens, _, _, _, scores, _ = ops.while_loop(cond, body, state)
-        return {"token_ids": tokens, "scores": scores}
+        _, tokens, _, _, _, scores, _, token_log_probs = ops.while_loop(
+            cond, body, state
+        )
+        return {
+            "token_ids": tokens,
+            "scores": scores,
+            "token_log_probs": token_log_probs,
+        }
 
     def stream(self, inputs, *, compile_step=True):
         """Greedy or sampled generation, one position at a time, for callers
@@ -348,7 +446,7 @@ class Generator:
                 "stream() needs search 'greedy' or 'sample'; beam search "
                 "chooses its hypotheses at the end. Received: search='beam'"
             )
-        state, lengths = self._start(inputs)
+        state, settings = self._start(inputs)
         advance = self._advance
         if compile_step and keras.backend.backend() == "tensorflow":
             import tensorflow as tf
@@ -356,7 +454,7 @@ class Generator:
             advance = tf.function(advance, autograph=False, reduce_retracing=True)
         while int(state[0]) < self.max_length and not bool(ops.all(state[4])):
             position = int(state[0])
-            state, generated = advance(lengths, *state)
+            state, generated = advance(settings, *state)
             yield (
                 position,
                 ops.convert_to_numpy(ops.take(state[1], position, axis=1)),

@@ -1,9 +1,23 @@
-"""Logit filters for sampling: temperature, top-k and top-p (nucleus)."""
+"""Sampling: temperature, top-k and top-p (nucleus) filters, and a portable
+random stream.
+
+Sampled tokens are drawn by inverse transform: the first token whose
+cumulative probability exceeds `u * total`, with `u` from `uniform_stream`,
+a counter-based hash of (seed, position). The same few integer and float
+operations run in `keras.ops` (the Keras generator and the SavedModel) and in
+NumPy (`tfformer/export/device_generator.py`, the reference runtime an app
+ports), so one seed gives the same tokens in every form of the model; a
+backend's own random generator could not be reproduced on a device.
+"""
 
 from keras import ops
 
 # Large but finite: -inf would turn 0 * -inf and -inf - -inf into NaN.
 NEG_INF = -1e9
+# lowbias32 (Chris Wellons' hash-prospector), a 32-bit integer mixer:
+# x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16.
+HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
+HASH_SHIFTS = (16, 15, 16)
 
 
 def check_sampling_arguments(temperature, top_k, top_p):
@@ -29,25 +43,86 @@ def check_sampling_arguments(temperature, top_k, top_p):
 def filter_logits(logits, *, temperature=1.0, top_k=None, top_p=None):
     """Scaled logits `(batch, vocab)` with everything outside top-k/top-p masked.
 
-    top-k keeps the k largest logits. top-p keeps the smallest set of tokens,
-    in order of probability, whose total probability reaches p (the most
-    likely token is always kept). Masked logits become a large negative number.
+    top-k keeps the k largest logits (ties with the k-th are kept). top-p
+    keeps the smallest set of tokens, in order of probability, whose total
+    probability reaches p (the most likely token is always kept). Masked
+    logits become a large negative number. Python numbers, the same for
+    every row; `filter_logits_per_row` takes a setting per row.
     """
-    logits = ops.cast(logits, "float32") / temperature
+    batch = ops.shape(logits)[0]
+    return filter_logits_per_row(
+        logits,
+        temperature=ops.full((batch,), float(temperature), "float32"),
+        top_k=ops.full((batch,), int(top_k or 0), "int32"),
+        top_p=ops.full((batch,), 1.0 if top_p is None else float(top_p), "float32"),
+    )
+
+
+def filter_logits_per_row(logits, *, temperature, top_k, top_p):
+    """`filter_logits` with tensors of one setting per row: `temperature`
+    `(batch,)` > 0, `top_k` `(batch,)` (0: no top-k filter), `top_p`
+    `(batch,)` in (0, 1] (1: no top-p filter). Nothing here checks them; the
+    callers do (`check_sampling_arguments`, the SavedModel's assertions)."""
+    logits = ops.cast(logits, "float32") / ops.cast(temperature, "float32")[:, None]
     vocabulary = ops.shape(logits)[-1]
-    if top_k is not None and top_k < vocabulary:
-        # (batch, 1): the k-th largest logit of each row.
-        kth = ops.min(ops.top_k(logits, top_k, sorted=True)[0], axis=-1, keepdims=True)
-        logits = ops.where(logits < kth, NEG_INF, logits)
-    if top_p is not None and top_p < 1.0:
-        sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
-        probabilities = ops.softmax(sorted_logits, axis=-1)
-        # Probability mass strictly before each sorted position.
-        before = ops.cumsum(probabilities, axis=-1) - probabilities
-        keep = before < top_p
-        # The smallest kept logit is the threshold.
-        threshold = ops.min(
-            ops.where(keep, sorted_logits, -NEG_INF), axis=-1, keepdims=True
+    # Descending, once for both filters.
+    sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+    top_k = ops.cast(top_k, "int32")
+    kth_index = ops.clip(top_k - 1, 0, vocabulary - 1)
+    kth = ops.take_along_axis(sorted_logits, kth_index[:, None], axis=-1)
+    by_k = ops.logical_and(top_k[:, None] > 0, logits < kth)
+    probabilities = ops.softmax(sorted_logits, axis=-1)
+    # Probability mass strictly before each sorted position.
+    before = ops.cumsum(probabilities, axis=-1) - probabilities
+    top_p = ops.cast(top_p, "float32")[:, None]
+    keep = ops.logical_or(before < top_p, top_p >= 1.0)
+    # The smallest kept logit is the threshold.
+    threshold = ops.min(
+        ops.where(keep, sorted_logits, -NEG_INF), axis=-1, keepdims=True
+    )
+    return ops.where(ops.logical_or(by_k, logits < threshold), NEG_INF, logits)
+
+
+def _mix(x):
+    """lowbias32 of a uint32 tensor (wrapping arithmetic)."""
+
+    def shift_xor(x, bits):
+        return ops.bitwise_xor(
+            x, ops.right_shift(x, ops.convert_to_tensor(bits, "uint32"))
         )
-        logits = ops.where(logits < threshold, NEG_INF, logits)
-    return logits
+
+    for multiplier, bits in zip(HASH_MULTIPLIERS, HASH_SHIFTS[:2], strict=True):
+        x = ops.multiply(
+            shift_xor(x, bits), ops.convert_to_tensor(multiplier, "uint32")
+        )
+    return shift_xor(x, HASH_SHIFTS[-1])
+
+
+def uniform_stream(seeds, position):
+    """`(batch,)` float32 uniforms in [0, 1), one per row, for the token at
+    `position`: mix(mix(mix(seed) + position)) >> 8, times 2**-24.
+
+    Args:
+        seeds: `(batch,)` uint32 seeds, or int32 ones (cast with wrapping: -1
+            is 2**32 - 1).
+        position: int or scalar tensor, the column being written.
+    """
+    seeds = ops.cast(seeds, "uint32")
+    position = ops.cast(position, "uint32")
+    x = _mix(ops.add(_mix(seeds), position))
+    x = ops.right_shift(_mix(x), ops.convert_to_tensor(8, "uint32"))
+    return ops.cast(x, "float32") * (2.0**-24)
+
+
+def sample_inverse_cdf(logits, uniforms):
+    """One token per row of `logits` `(batch, vocab)` (masked with NEG_INF):
+    the first whose cumulative probability exceeds `uniforms * total`, never
+    a token of probability 0."""
+    probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+    cumulative = ops.cumsum(probabilities, axis=-1)
+    threshold = uniforms[:, None] * cumulative[:, -1:]
+    index = ops.sum(ops.cast(cumulative <= threshold, "int32"), axis=-1)
+    vocabulary = ops.shape(logits)[-1]
+    ids = ops.arange(vocabulary, dtype="int32")[None, :]
+    last = ops.max(ops.where(probabilities > 0, ids, 0), axis=-1)
+    return ops.minimum(index, last)
