@@ -1,8 +1,11 @@
-r"""On-device tokenize / detokenize for a tfformer TFLite translator, in plain
-Python (standard library only): the reference to port to Kotlin, Swift or C++.
+r"""On-device tokenize / detokenize for a tfformer TFLite model (translator
+or text generator), in plain Python (standard library only): the reference to
+port to Kotlin, Swift or C++.
 
-A TFLite export directory holds `text.json`, `source_vocab.txt` and
-`target_vocab.txt` next to the model. The steps:
+A TFLite export directory holds `text.json` and, for WordPiece, the
+vocabularies it names (`source_vocabulary` and `target_vocabulary`; a
+translator's are `source_vocab.txt` and `target_vocab.txt`, a generator's
+one `text_vocab.txt` for both) next to the model. The steps:
 
 tokenize(sentence) -> source ids
   1. Decode UTF-8 (invalid bytes become U+FFFD); lower-case if
@@ -16,6 +19,7 @@ tokenize(sentence) -> source ids
      with no such split, or longer than `max_bytes_per_word` UTF-8 bytes, is
      one [UNK] (id 1).
   4. Cut to `source_length` ids and pad with 0 (the model's input shape).
+     `ids()` stops before this step (a generator cuts from the left).
 
 detokenize(generated ids) -> text
   1. Drop ids 0-3 ([PAD], [UNK], [START], [END]) and ids outside the
@@ -50,8 +54,12 @@ class DeviceTokenizer:
         self.byte_level = self.settings["tokenizer"] == "byte"
         if self.byte_level:
             return
-        self.source = _read_vocabulary(os.path.join(directory, "source_vocab.txt"))
-        self.target = _read_vocabulary(os.path.join(directory, "target_vocab.txt"))
+        files = (
+            self.settings.get("source_vocabulary", "source_vocab.txt"),
+            self.settings.get("target_vocabulary", "target_vocab.txt"),
+        )
+        self.source = _read_vocabulary(os.path.join(directory, files[0]))
+        self.target = _read_vocabulary(os.path.join(directory, files[1]))
         self.source_ids = {token: i for i, token in enumerate(self.source)}
         classes = self.settings["character_classes"]
         self.starts, self.classes = classes["starts"], classes["class"]
@@ -100,14 +108,17 @@ class DeviceTokenizer:
                 return [UNK]
         return ids
 
-    def tokenize(self, sentence):
-        """Source ids for the model: exactly `source_length` ints (step 4)."""
+    def ids(self, sentence):
+        """All the ids of a sentence (steps 1-3; bytes given to a byte
+        tokenizer are taken as they are)."""
         if self.byte_level:
             data = sentence.encode("utf-8") if isinstance(sentence, str) else sentence
-            ids = [b + 4 for b in data]
-        else:
-            ids = [i for word in self.words(sentence) for i in self.word_pieces(word)]
-        ids = ids[: self.source_length]
+            return [b + 4 for b in data]
+        return [i for word in self.words(sentence) for i in self.word_pieces(word)]
+
+    def tokenize(self, sentence):
+        """Source ids for the model: exactly `source_length` ints (step 4)."""
+        ids = self.ids(sentence)[: self.source_length]
         return ids + [PAD] * (self.source_length - len(ids))
 
     def detokenize(self, ids):

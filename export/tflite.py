@@ -44,8 +44,8 @@ QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
 PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 
 
-def tflite_file_name(quantize):
-    return "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
+def tflite_file_name(quantize, name="model"):
+    return f"{name}.tflite" if quantize == "none" else f"{name}_{quantize}.tflite"
 
 
 def disable_per_channel(converter):
@@ -70,9 +70,13 @@ def disable_per_channel(converter):
     setattr(converter, PER_CHANNEL_SWITCH, True)
 
 
-def convert(saved_model_dir, quantize, calibration=None):
-    """TFLite flatbuffer bytes of the SavedModel's serving signature."""
-    converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
+def convert(saved_model_dir, quantize, calibration=None, signature_keys=None):
+    """TFLite flatbuffer bytes of the SavedModel's `signature_keys` (default:
+    its serving signature). `calibration`: full-int8 samples, each a list of
+    inputs, or `(signature_key, {name: input})` with several signatures."""
+    converter = tf.lite.TFLiteConverter.from_saved_model(
+        saved_model_dir, signature_keys=signature_keys
+    )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "float16":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
@@ -86,7 +90,12 @@ def convert(saved_model_dir, quantize, calibration=None):
         disable_per_channel(converter)
     elif quantize == "full_int8":
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        converter.representative_dataset = lambda: ([x] for x in calibration)
+        keys = set(signature_keys or ["serving_default"])
+        # Samples of several models' signatures: each model takes its own.
+        samples = [x for x in calibration if not isinstance(x, tuple) or x[0] in keys]
+        converter.representative_dataset = lambda: (
+            x if isinstance(x, tuple) else [x] for x in samples
+        )
         # TFLITE_BUILTINS_INT8 alone gives the same bytes with TF 2.21 (the
         # module docstring says which ops stay float); listing TFLITE_BUILTINS
         # says that float fallback is part of the contract.
@@ -121,8 +130,11 @@ def export_tflite(
             the decoder length; defaults to the training max_length).
 
     Returns:
-        The path of the `.tflite` file. It is written to a temporary name and
-        renamed, so a failed conversion leaves no partial model.
+        The path of the (first) `.tflite` file. A task may write more than one
+        (the text generator: `model*.tflite` with `prefill`/`decode` and
+        `model_loop*.tflite`). Every model is converted before any is written,
+        each to a temporary name and renamed, so a failed conversion leaves
+        no partial model.
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(
@@ -141,16 +153,17 @@ def export_tflite(
         calibration = exporter.calibration(task_run, representative_sentences)
     began = time.perf_counter()
     progress(f"Converting {run.path} to TFLite ({quantize})...")
+    models = []
     with tempfile.TemporaryDirectory() as staging:
-        saved = os.path.join(staging, "saved_model")
-        exporter.tflite_source(task_run, saved, **options)
-        flatbuffer = convert(saved, quantize, calibration)
+        for name, saved, keys in exporter.tflite_sources(task_run, staging, **options):
+            models.append((name, convert(saved, quantize, calibration, keys)))
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, tflite_file_name(quantize))
-    atomic_write_bytes(path, flatbuffer)
+    paths = []
+    for name, flatbuffer in models:
+        paths.append(os.path.join(out_dir, tflite_file_name(quantize, name)))
+        atomic_write_bytes(paths[-1], flatbuffer)
     exporter.device_files(task_run, out_dir, **options)
-    progress(
-        f"Wrote {path} ({len(flatbuffer) / 1e6:.2f} MB) in "
-        f"{time.perf_counter() - began:.1f} s."
-    )
-    return path
+    for path, (_, flatbuffer) in zip(paths, models, strict=True):
+        progress(f"Wrote {path} ({len(flatbuffer) / 1e6:.2f} MB).")
+    progress(f"Converted in {time.perf_counter() - began:.1f} s.")
+    return paths[0]

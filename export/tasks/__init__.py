@@ -9,7 +9,10 @@ SavedModel directories, the LiteRT converter and quantization) live in
 
 import importlib
 
-_MODULES = {"translation": "tfformer.export.tasks.translation"}
+_MODULES = {
+    "translation": "tfformer.export.tasks.translation",
+    "causal_lm": "tfformer.export.tasks.causal_lm",
+}
 EXPORTABLE_TASKS = tuple(_MODULES)
 
 

@@ -32,24 +32,18 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
-from tfformer.export.wordpiece import CoreWordPiece, probe_character_classes
+from tfformer.export.tasks.text import (
+    DEVICE_TOKENIZER,
+    MAX_INPUT_BYTES,
+    clamp_ids,
+    device_text_settings,
+    make_tokenizer,
+)
+from tfformer.export.wordpiece import probe_character_classes
 from tfformer.rundir.files import atomic_copy, atomic_write_text
 from tfformer.rundir.run import RunDirectory
-from tfformer.rundir.text import (
-    JOIN_RULES,
-    RESERVED_TOKENS,
-    SUFFIX,
-    UNK_ID,
-    ByteTokenizer,
-)
 
 SEARCHES = ("greedy", "beam")
-# Raw inputs are cut to this many bytes before tokenizing; the first
-# `source_length` tokens of any sentence come from far fewer.
-MAX_INPUT_BYTES = 16384
-DEVICE_TOKENIZER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_tokenizer.py"
-)
 
 SIGNATURES = {
     "serving_default": "text (batch,) string -> translation (batch,) string, "
@@ -114,24 +108,6 @@ def read_run(run_dir, checkpoint="model.keras"):
         source_vocabulary_size=int(source_embedding.vocabulary_size),
         vocabulary_size=int(model.get_layer("decoder_embedding").vocabulary_size),
     )
-
-
-def make_tokenizer(spec, character_classes=None):
-    """The core-op tokenizer of a `TokenizerSpec`."""
-    if spec.kind == "byte":
-        return ByteTokenizer()
-    return CoreWordPiece(
-        spec.path,
-        lower_case=spec.lower_case,
-        character_classes=character_classes or probe_character_classes(),
-    )
-
-
-def clamp_ids(ids, vocabulary_size):
-    """Ids outside `[0, vocabulary_size)` become [UNK]."""
-    ids = tf.cast(ids, tf.int32)
-    inside = tf.logical_and(ids >= 0, ids < vocabulary_size)
-    return tf.where(inside, ids, UNK_ID)
 
 
 class TranslatorGraph(tf.Module):
@@ -291,24 +267,13 @@ def representative_ids(sentences, tokenizer, source_length, limit=200):
 
 
 def text_settings(run, max_length, character_classes):
-    settings = {
-        "tokenizer": run.tokenizer,
-        "lower_case": run.lower_case,
-        "source_length": run.source_length,
-        "max_length": max_length,
-        "reserved_tokens": list(RESERVED_TOKENS),
-        "suffix": SUFFIX,
-        "max_bytes_per_word": 100,
-        "join_rules": [list(rule) for rule in JOIN_RULES],
-    }
-    if run.tokenizer == "wordpiece":
-        starts, classes = character_classes
-        settings["character_classes"] = {
-            "classes": ["word", "space", "punctuation", "dropped"],
-            "starts": [int(s) for s in starts],
-            "class": [int(c) for c in classes],
-        }
-    return settings
+    return device_text_settings(
+        run.tokenizer,
+        run.lower_case,
+        character_classes,
+        source_length=run.source_length,
+        max_length=max_length,
+    )
 
 
 class TranslationExporter:
@@ -360,9 +325,11 @@ class TranslationExporter:
         graph.write(path)
         return graph.settings
 
-    def tflite_source(self, run, path, max_length=None):
-        """Writes the SavedModel the converter reads: one `serving_default`
-        with the greedy decoding loop."""
+    def tflite_sources(self, run, staging, max_length=None):
+        """Writes the SavedModel the converter reads under `staging`: one
+        `serving_default` with the greedy decoding loop. Returns
+        `[(file name stem, SavedModel path, signature keys)]`."""
+        path = os.path.join(staging, "translator")
         archive = keras.export.ExportArchive()
         archive.track(run.model)
         archive.add_endpoint(
@@ -371,6 +338,7 @@ class TranslationExporter:
             [tf.TensorSpec([1, run.source_length], tf.int32, name="source_ids")],
         )
         archive.write_out(path, verbose=False)
+        return [("model", path, None)]
 
     def calibration(self, run, sentences):
         """Full-int8 calibration inputs from raw source sentences."""

@@ -85,9 +85,9 @@ def test_missing_per_channel_switch_raises_naming_the_version(tmp_path, monkeypa
     tf.saved_model.save(module, str(tmp_path), signatures=module.double)
     real = tf.lite.TFLiteConverter.from_saved_model
 
-    def renamed_switch(saved_model_dir):
+    def renamed_switch(saved_model_dir, signature_keys=None):
         # What a TensorFlow that renamed the private attribute looks like.
-        converter = real(saved_model_dir)
+        converter = real(saved_model_dir, signature_keys=signature_keys)
         delattr(converter, PER_CHANNEL_SWITCH)
         return converter
 

@@ -1,0 +1,313 @@
+"""Reference runtime of a tfformer text generator on LiteRT: drives the
+`prefill` and `decode` signatures of `model.tflite` and samples exactly as
+`tfformer.decoding.Generator` does, in Python with NumPy and `ai_edge_litert`
+only. The reference to port to an app (Kotlin, Swift, C++).
+
+The loop, for prompt ids p[0..n-1] (n >= 1; an empty prompt is [START]):
+  1. Zero caches: every `kv_cache_*` input of `decode`, float32, its shape.
+  2. `prefill` p[0..n-2] at positions 0..n-2 (padded with 0 to the
+     signature's length; the padding's cache rows are overwritten later).
+  3. `decode` p[n-1] at position n-1: logits for column n.
+  4. Choose the token of column c from the logits (below); stop after
+     [END] (id 3), after `max_new_tokens` tokens or at the context's end;
+     otherwise `decode` it at position c and go on with c + 1.
+
+Choosing (the Keras generator's rules): log-probabilities = log_softmax(
+logits); [PAD] (id 0) is never chosen. Greedy: the largest, ties to the
+lowest id. Sampling: divide by `temperature`, keep the `top_k` largest
+(0: all) and the smallest set whose probability reaches `top_p` (1: all),
+then inverse transform with u = uniform(seed, c): the first token whose
+cumulative probability exceeds u times the total. uniform() is lowbias32
+hashing (see `uniform`), so the same seed gives the same tokens as the
+Keras generator and the SavedModel's `generate` (row r of a Keras batch
+uses seed + r).
+
+Example:
+>>> runtime = LiteRTGenerator("device/model.tflite")
+>>> runtime.generate_text("ROMEO:", max_new_tokens=40, top_k=20, seed=1)
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+
+PAD, UNK, START, END = 0, 1, 2, 3
+NEG_INF = -1e9
+
+
+def lowbias32(x):
+    """Chris Wellons' lowbias32 on a uint32 array (wrapping arithmetic)."""
+    x = np.asarray(x, np.uint32)
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint32(16))
+        x = x * np.uint32(0x7FEB352D)
+        x = x ^ (x >> np.uint32(15))
+        x = x * np.uint32(0x846CA68B)
+        x = x ^ (x >> np.uint32(16))
+    return x
+
+
+def uniform(seed, position):
+    """The uniform in [0, 1) of `position` for `seed` (an int, taken mod
+    2**32): lowbias32(lowbias32(lowbias32(seed) + position)) >> 8, / 2**24."""
+    with np.errstate(over="ignore"):
+        x = lowbias32(np.uint32(seed % 2**32)) + np.uint32(position)
+    x = lowbias32(lowbias32(x)) >> np.uint32(8)
+    return np.float32(x) * np.float32(2.0**-24)
+
+
+def log_softmax(logits):
+    logits = np.asarray(logits, np.float32)
+    shifted = logits - logits.max()
+    return shifted - np.log(np.exp(shifted).sum(dtype=np.float32))
+
+
+def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
+    """Scaled logits `(vocab,)` with everything outside top-k/top-p at NEG_INF."""
+    logits = np.asarray(logits, np.float32) / np.float32(temperature)
+    descending = -np.sort(-logits)
+    vocabulary = len(logits)
+    masked = np.zeros(vocabulary, bool)
+    if top_k > 0:
+        masked |= logits < descending[min(top_k, vocabulary) - 1]
+    if top_p < 1.0:
+        shifted = np.exp(descending - descending[0])
+        probabilities = shifted / shifted.sum(dtype=np.float32)
+        before = np.cumsum(probabilities, dtype=np.float32) - probabilities
+        threshold = descending[before < np.float32(top_p)].min()
+        masked |= logits < threshold
+    return np.where(masked, np.float32(NEG_INF), logits)
+
+
+def sample(logits, u):
+    """Inverse transform: the first token whose cumulative probability
+    exceeds u * total, never one of probability 0."""
+    shifted = np.exp(logits - logits.max())
+    probabilities = shifted / shifted.sum(dtype=np.float32)
+    cumulative = np.cumsum(probabilities, dtype=np.float32)
+    index = int(np.sum(cumulative <= np.float32(u) * cumulative[-1]))
+    return min(index, int(np.flatnonzero(probabilities > 0)[-1]))
+
+
+def choose(logits, position, *, greedy, temperature, top_k, top_p, seed):
+    """(token, its log-probability) for column `position`."""
+    log_probs = log_softmax(logits)
+    allowed = log_probs.copy()
+    allowed[PAD] = NEG_INF
+    if greedy:
+        token = int(np.argmax(allowed))
+    else:
+        filtered = filter_logits(allowed, temperature, top_k, top_p)
+        token = sample(filtered, uniform(seed, position))
+    return token, float(log_probs[token])
+
+
+def check_settings(max_new_tokens, temperature, top_k, top_p, context):
+    if not 0 <= max_new_tokens <= context - 1:
+        raise ValueError(
+            f"max_new_tokens must be in [0, {context - 1}] (the context is "
+            f"{context} tokens). Received: max_new_tokens={max_new_tokens}"
+        )
+    if not temperature > 0 or not np.isfinite(temperature):
+        raise ValueError(
+            f"temperature must be positive and finite. Received: {temperature}"
+        )
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0: none). Received: top_k={top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1]. Received: top_p={top_p}")
+
+
+class LiteRTGenerator:
+    """A text generator's `.tflite` (prefill/decode signatures) and its
+    tokenizer files, run with the `ai_edge_litert` Interpreter.
+
+    Args:
+        path: the `.tflite` file; `text.json` (and the vocabulary) and
+            `tokenizer.py` are read from its directory when text is used.
+    """
+
+    def __init__(self, path, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        if not os.path.isfile(path):
+            raise ValueError(f"TFLite model not found. Received: path={path!r}")
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        signatures = self.interpreter.get_signature_list()
+        if "decode" not in signatures:
+            raise ValueError(
+                f"{path} has no 'decode' signature (signatures: "
+                f"{sorted(signatures)}); is it model_loop.tflite?"
+            )
+        self.directory = os.path.dirname(os.path.abspath(path))
+        self.decoder = self.interpreter.get_signature_runner("decode")
+        details = self.decoder.get_input_details()
+        self.cache_shapes = {
+            name: tuple(int(d) for d in detail["shape"])
+            for name, detail in details.items()
+            if name.startswith("kv_cache_")
+        }
+        self.context = next(iter(self.cache_shapes.values()))[1]
+        self.prefills = {}
+        for key in signatures:
+            if key == "prefill" or key.startswith("prefill_"):
+                runner = self.interpreter.get_signature_runner(key)
+                length = int(runner.get_input_details()["tokens"]["shape"][1])
+                self.prefills[length] = runner
+        self._tokenizer = None
+
+    # -- the two signatures --------------------------------------------------------
+
+    def new_cache(self):
+        return {n: np.zeros(s, np.float32) for n, s in self.cache_shapes.items()}
+
+    def check_cache(self, cache):
+        for name, shape in self.cache_shapes.items():
+            if name not in cache:
+                raise ValueError(f"cache lacks {name!r} {shape}.")
+            value = np.asarray(cache[name])
+            if value.shape != shape or value.dtype != np.float32:
+                raise ValueError(
+                    f"cache tensor {name!r} must be float32 {shape}. Received: "
+                    f"{value.dtype} {value.shape}"
+                )
+
+    def decode(self, token, position, cache):
+        """Logits `(vocab,)` after `token` at `position`, and the new cache."""
+        self.check_cache(cache)
+        if not 0 <= position < self.context:
+            raise ValueError(
+                f"position must be in [0, {self.context}). Received: {position}"
+            )
+        out = self.decoder(
+            tokens=np.array([[token]], np.int32),
+            input_pos=np.array([position], np.int32),
+            **cache,
+        )
+        logits = out.pop("logits")[0, -1]
+        return logits, out
+
+    def prefill(self, ids, cache, start=0):
+        """The cache after `ids` at positions start, start + 1, ... (in
+        chunks of the prefill lengths; each chunk padded with 0)."""
+        self.check_cache(cache)
+        ids = [int(i) for i in ids]
+        if start + len(ids) > self.context:
+            raise ValueError(
+                f"{len(ids)} ids from position {start} exceed the context "
+                f"({self.context})."
+            )
+        padded = np.zeros(self.context, np.int32)
+        padded[start : start + len(ids)] = ids
+        done, end = start, start + len(ids)
+        while done < end:
+            fits = [n for n in sorted(self.prefills) if n >= end - done]
+            length = fits[0] if fits else max(self.prefills)
+            # A chunk never runs past the cache (the update would be
+            # clamped and shifted); it starts earlier and rewrites real ids.
+            first = min(done, self.context - length)
+            cache = self.prefills[length](
+                tokens=padded[None, first : first + length],
+                input_pos=np.arange(first, first + length, dtype=np.int32),
+                **cache,
+            )
+            done = first + length
+        return cache
+
+    # -- generation ------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt_ids,
+        max_new_tokens=32,
+        *,
+        greedy=False,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        seed=0,
+    ):
+        """(generated ids, their log-probabilities) after `prompt_ids`
+        (its last context - max_new_tokens ids, at most context - 1)."""
+        check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
+        keep = min(self.context - max_new_tokens, self.context - 1)
+        ids = [int(i) for i in prompt_ids][-keep:] or [START]
+        cache = self.prefill(ids[:-1], self.new_cache())
+        logits, cache = self.decode(ids[-1], len(ids) - 1, cache)
+        new, log_probs = [], []
+        for column in range(len(ids), min(len(ids) + max_new_tokens, self.context)):
+            token, log_p = choose(
+                logits,
+                column,
+                greedy=greedy,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                seed=seed,
+            )
+            new.append(token)
+            log_probs.append(log_p)
+            if token == END or column + 1 == self.context:
+                break
+            if len(new) < max_new_tokens:
+                logits, cache = self.decode(token, column, cache)
+        return new, log_probs
+
+    @property
+    def tokenizer(self):
+        """`DeviceTokenizer` of `tokenizer.py` next to the model."""
+        if self._tokenizer is None:
+            spec = importlib.util.spec_from_file_location(
+                "tfformer_device_tokenizer",
+                os.path.join(self.directory, "tokenizer.py"),
+            )
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self._tokenizer = module.DeviceTokenizer(self.directory)
+        return self._tokenizer
+
+    def generate_text(self, prompt, max_new_tokens=32, **settings):
+        """The continuation of `prompt` (str or bytes; invalid UTF-8 becomes
+        U+FFFD, as in the SavedModel)."""
+        if isinstance(prompt, bytes):
+            prompt = prompt.decode("utf-8", "replace")
+        ids = self.tokenizer.ids(prompt)
+        new, _ = self.generate(ids, max_new_tokens, **settings)
+        return self.tokenizer.detokenize(new)
+
+
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("model", help="model.tflite (or a quantized variant)")
+    p.add_argument("prompt")
+    p.add_argument(
+        "--max-new-tokens", type=int, help="default: up to the end of the context"
+    )
+    p.add_argument("--greedy", action="store_true")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    runtime = LiteRTGenerator(args.model)
+    new = runtime.context - 1 if args.max_new_tokens is None else args.max_new_tokens
+    try:
+        text = runtime.generate_text(
+            args.prompt,
+            new,
+            greedy=args.greedy,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
+    except ValueError as e:
+        p.exit(2, f"{p.prog}: error: {e}\n")
+    print(args.prompt + text)
+
+
+if __name__ == "__main__":
+    main()
