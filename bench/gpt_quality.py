@@ -15,7 +15,7 @@ windows.
 Usage:
   python bench/gpt_quality.py [--config training/configs/shakespeare_gpt_10min.json]
       [--minutes 10] [--set key=value ...]
-      [--output bench/results/gpt_shakespeare_10min.json]
+      [--output bench/results/gpt_shakespeare_10min.json] [--keep DIR]
 
 Writes the JSON (model, steps, tokens seen, learning-rate schedule, training
 seconds, validation and test nats per character) and copies the run's
@@ -53,7 +53,14 @@ def main():
         "--output",
         default=os.path.join("bench", "results", "gpt_shakespeare_10min.json"),
     )
+    p.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="copy the trained run directory here (it is deleted otherwise)",
+    )
     args = p.parse_args()
+    if args.keep and os.path.exists(args.keep):
+        p.error(f"--keep must not exist yet. Received: {args.keep}")
     if args.minutes <= 0:
         p.error(f"--minutes must be positive. Received: {args.minutes}")
     work = tempfile.mkdtemp(prefix="gpt_quality_")
@@ -140,6 +147,9 @@ def main():
         )
     )
     print(f"wrote {args.output}")
+    if args.keep:
+        shutil.copytree(config.train.output_dir, args.keep)
+        print(f"kept the run in {args.keep}")
     shutil.rmtree(work, ignore_errors=True)
 
 
