@@ -5,6 +5,8 @@ Examples:
         --out serving/translator
     tfformer-export --checkpoint runs/number_words --format tflite \\
         --quantize int8 --out device/
+    tfformer-export --checkpoint runs/shakespeare_gpt_10min --format tflite \\
+        --prefill-lengths 16,64 --out device/gpt
 
 The run's task adds its own options (`--help` with `--checkpoint` lists
 them). `--result-json FILE` writes `{"path": ...}` of the export, for

@@ -1,12 +1,19 @@
 """Reference runtime of a tfformer text generator on LiteRT: drives the
-`prefill` and `decode` signatures of `model.tflite` and samples exactly as
-`tfformer.decoding.Generator` does, in Python with NumPy and `ai_edge_litert`
-only. The reference to port to an app (Kotlin, Swift, C++).
+`prefill` and `decode` signatures of `model.tflite` and samples by
+`tfformer.decoding.Generator`'s rules, in Python with NumPy and
+`ai_edge_litert` only. The reference to port to an app (Kotlin, Swift, C++).
+On the float32 model it writes the Keras generator's tokens (the tests
+compare them); float rounding could still flip a draw that falls within
+about 1e-6 of a boundary between two tokens, and a quantized model's
+logits move by more.
 
 The loop, for prompt ids p[0..n-1] (n >= 1; an empty prompt is [START]):
   1. Zero caches: every `kv_cache_*` input of `decode`, float32, its shape.
   2. `prefill` p[0..n-2] at positions 0..n-2 (padded with 0 to the
      signature's length; the padding's cache rows are overwritten later).
+     A prefill writes positions input_pos[0] .. input_pos[0] + N - 1, which
+     must lie inside the context (past it the update is clamped and
+     shifted); what does not fit a prefill goes through `decode`.
   3. `decode` p[n-1] at position n-1: logits for column n.
   4. Choose the token of column c from the logits (below); stop after
      [END] (id 3), after `max_new_tokens` tokens or at the context's end;
@@ -20,7 +27,7 @@ then inverse transform with u = uniform(seed, c): the first token whose
 cumulative probability exceeds u times the total. uniform() is lowbias32
 hashing (see `uniform`), so the same seed gives the same tokens as the
 Keras generator and the SavedModel's `generate` (row r of a Keras batch
-uses seed + r).
+uses seed + r), up to float rounding (above).
 
 Example:
 >>> runtime = LiteRTGenerator("device/model.tflite")
@@ -34,6 +41,7 @@ import numpy as np
 
 PAD, UNK, START, END = 0, 1, 2, 3
 NEG_INF = -1e9
+MIN_TEMPERATURE = np.float32(1e-6)  # smaller positive ones act as this
 
 
 def lowbias32(x):
@@ -65,7 +73,11 @@ def log_softmax(logits):
 
 def filter_logits(logits, temperature=1.0, top_k=0, top_p=1.0):
     """Scaled logits `(vocab,)` with everything outside top-k/top-p at NEG_INF."""
-    logits = np.asarray(logits, np.float32) / np.float32(temperature)
+    logits = np.asarray(logits, np.float32)
+    temperature = max(np.float32(temperature), MIN_TEMPERATURE)
+    with np.errstate(over="ignore"):
+        logits = (logits - logits.max()) / temperature
+    logits = np.maximum(logits, np.float32(NEG_INF))
     descending = -np.sort(-logits)
     vocabulary = len(logits)
     masked = np.zeros(vocabulary, bool)
@@ -204,15 +216,18 @@ class LiteRTGenerator:
         while done < end:
             fits = [n for n in sorted(self.prefills) if n >= end - done]
             length = fits[0] if fits else max(self.prefills)
-            # A chunk never runs past the cache (the update would be
-            # clamped and shifted); it starts earlier and rewrites real ids.
-            first = min(done, self.context - length)
+            if done + length > self.context:
+                # The update would be clamped and shifted past the cache's
+                # end: the rest goes one token at a time.
+                for position in range(done, end):
+                    _, cache = self.decode(int(padded[position]), position, cache)
+                break
             cache = self.prefills[length](
-                tokens=padded[None, first : first + length],
-                input_pos=np.arange(first, first + length, dtype=np.int32),
+                tokens=padded[None, done : done + length],
+                input_pos=np.arange(done, done + length, dtype=np.int32),
                 **cache,
             )
-            done = first + length
+            done += length
         return cache
 
     # -- generation ------------------------------------------------------------------
@@ -292,11 +307,15 @@ def main(argv=None):
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    runtime = LiteRTGenerator(args.model)
-    new = runtime.context - 1 if args.max_new_tokens is None else args.max_new_tokens
+    # Bytes that are not UTF-8 arrive as lone surrogates; U+FFFD instead.
+    prompt = os.fsencode(args.prompt).decode("utf-8", "replace")
     try:
+        runtime = LiteRTGenerator(args.model)
+        new = (
+            runtime.context - 1 if args.max_new_tokens is None else args.max_new_tokens
+        )
         text = runtime.generate_text(
-            args.prompt,
+            prompt,
             new,
             greedy=args.greedy,
             temperature=args.temperature,
@@ -306,7 +325,7 @@ def main(argv=None):
         )
     except ValueError as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
-    print(args.prompt + text)
+    print(prompt + text)
 
 
 if __name__ == "__main__":

@@ -143,14 +143,17 @@ def export_tflite(
     if quantize == "full_int8" and representative_sentences is None:
         raise ValueError(
             "quantize='full_int8' needs representative_sentences "
-            "(--representative-data FILE: source sentences, one per line)."
+            "(--representative-data FILE: raw inputs, one per line: source "
+            "sentences or text)."
         )
     run = RunDirectory(run_dir)
     exporter = get_exporter(run.task)
     task_run = exporter.read(run, checkpoint)
     calibration = None
     if quantize == "full_int8":
-        calibration = exporter.calibration(task_run, representative_sentences)
+        calibration = exporter.calibration(
+            task_run, representative_sentences, **options
+        )
     began = time.perf_counter()
     progress(f"Converting {run.path} to TFLite ({quantize})...")
     models = []

@@ -14,10 +14,12 @@ SavedModel (TF Serving), core ops only, loadable with TensorFlow alone:
   `num_tokens` and `prompt_tokens` `(batch,)`. A bad setting fails the call
   with an InvalidArgumentError naming it.
 - `score`: texts `(batch,)` -> `log_likelihood` (the sum of log P of every
-  token after the first, each given up to `context` tokens before it in
-  non-overlapping windows, as `tfformer-evaluate` scores the test split),
-  `num_tokens` (scored tokens) and `token_log_probs` `(batch, tokens)` (0 at
-  the first). Texts are cut to their first 16 KiB.
+  token after the first, each given the tokens before it in its window:
+  windows of `context` + 1 tokens overlapping by one, as training and
+  `tfformer-evaluate` cut the stream, except that a text's last partial
+  window is scored too, where evaluation drops it), `num_tokens` (scored
+  tokens) and `token_log_probs` `(batch, tokens)` (0 at the first). Texts
+  are cut to their first 16 KiB.
 - `logits`: `token_ids (batch, T<=context)` -> `logits (batch, T, vocab)`.
 - `tokenize` / `detokenize`.
 
@@ -36,7 +38,11 @@ generative models so that an app owns the loop and the sampling:
 - `model_loop.tflite`: the convenience form, `token_ids` `(1, context)`
   (the prompt, right-padded with 0) and `max_new_tokens` `(1,)` in,
   `token_ids` `(1, context)` out, the greedy KV-cached loop inside (one
-  WHILE op, which the GPU delegate cannot run).
+  WHILE op, which the GPU delegate cannot run). The app cuts the prompt:
+  the model reads its first context - 1 ids (leave room for the new
+  tokens: at most context - max_new_tokens), clips `max_new_tokens` into
+  [0, context - 1] and generates until [END] or the context ends. An empty
+  prompt (all 0) starts from [START].
 - `text.json`, the vocabulary, `tokenizer.py` (the translator's reference
   tokenizer, reused) and `generate.py` (`export/device_generator.py`, the
   reference runtime that drives prefill/decode and samples exactly as the
@@ -531,6 +537,10 @@ def loop_function(run):
         ids = clamp_ids(token_ids, run.vocabulary_size)
         # The generator needs a free column after the prompt.
         ids = ids[:, : run.context - 1]
+        # An empty prompt starts from the start token, as everywhere else.
+        empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)
+        first = tf.range(run.context - 1)[None, :] == 0
+        ids = tf.where(tf.logical_and(empty, first), START_ID, ids)
         new = tf.clip_by_value(max_new_tokens, 0, run.context - 1)
         return {"token_ids": generator.generate(ids, max_new_tokens=new)["token_ids"]}
 
@@ -597,16 +607,17 @@ class CausalLMExporter:
         archive.write_out(loop, verbose=False)
         return [("model", device, keys), ("model_loop", loop, None)]
 
-    def calibration(self, run, texts, limit=64):
+    def calibration(self, run, texts, prefill_lengths=None, limit=64):
         """Full-int8 samples: caches and tokens of real text for `decode`
-        and `prefill`, and prompts for the loop model."""
+        and each `prefill`, and prompts for the loop model."""
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(
                 "representative_sentences is empty; full_int8 calibrates on "
                 "real text (for example lines of the training file)."
             )
-        return calibration_samples(run, texts)
+        lengths = check_prefill_lengths(prefill_lengths, run.context)
+        return calibration_samples(run, texts, lengths)
 
     def device_files(self, run, out_dir, prefill_lengths=None):
         """The vocabulary, `text.json`, `tokenizer.py` and `generate.py`."""
@@ -635,9 +646,10 @@ class CausalLMExporter:
         atomic_copy(DEVICE_GENERATOR, os.path.join(out_dir, "generate.py"))
 
 
-def calibration_samples(run, texts):
+def calibration_samples(run, texts, lengths):
     """`(signature_key, inputs)` samples: each text's tokens prefilled into
-    real caches, then decode steps and the loop model's prompt."""
+    real caches by every prefill signature, a decode step after them, and
+    the loop model's prompt."""
     tokenizer = make_tokenizer(run.text)
     signatures = DeviceSignatures(run)
     names = list(signatures.cache_shapes())
@@ -647,23 +659,24 @@ def calibration_samples(run, texts):
         ids = ids[: run.context - 1]
         if len(ids) < 2:
             continue
-        caches = [np.zeros(s, np.float32) for s in signatures.cache_shapes().values()]
-        n = len(ids) - 1
-        prefill_tokens = np.zeros((1, run.context), np.int32)
-        prefill_tokens[0, :n] = ids[:n]
-        positions = np.arange(run.context, dtype=np.int32)
-        samples.append(
-            (
-                "prefill",
-                {
-                    "tokens": prefill_tokens,
-                    "input_pos": positions,
-                    **dict(zip(names, caches, strict=True)),
-                },
+        zeros = [np.zeros(s, np.float32) for s in signatures.cache_shapes().values()]
+        for length in lengths:
+            n = min(len(ids) - 1, length)
+            prefill_tokens = np.zeros((1, length), np.int32)
+            prefill_tokens[0, :n] = ids[:n]
+            positions = np.arange(length, dtype=np.int32)
+            samples.append(
+                (
+                    prefill_signature_name(length, lengths),
+                    {
+                        "tokens": prefill_tokens,
+                        "input_pos": positions,
+                        **dict(zip(names, zeros, strict=True)),
+                    },
+                )
             )
-        )
         out = signatures.prefill(
-            tf.constant(prefill_tokens), tf.constant(positions), *caches
+            tf.constant(prefill_tokens), tf.constant(positions), *zeros
         )
         caches = [out[name].numpy() for name in names]
         samples.append(

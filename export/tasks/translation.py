@@ -340,7 +340,7 @@ class TranslationExporter:
         archive.write_out(path, verbose=False)
         return [("model", path, None)]
 
-    def calibration(self, run, sentences):
+    def calibration(self, run, sentences, **_):
         """Full-int8 calibration inputs from raw source sentences."""
         tokenizer = make_tokenizer(run.source)
         return representative_ids(list(sentences), tokenizer, run.source_length)

@@ -508,3 +508,138 @@ def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
         if quantize == "float16":
             got, _ = runtime.generate(byte_ids("to be"), 10, greedy=True)
             assert got == keras_generate(run, byte_ids("to be"), 10)[0]
+
+
+def test_the_numpy_sampling_rules_equal_the_keras_ones():
+    """The runtime's filter and inverse-transform draw against
+    `filter_logits_per_row` and `sample_inverse_cdf`, on random rows with
+    ties and on top-p boundaries."""
+    from keras import ops
+
+    from tfformer.decoding.sampling import (
+        filter_logits_per_row,
+        sample_inverse_cdf,
+        uniform_stream,
+    )
+    from tfformer.export import device_generator as device
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for _ in range(300):
+        logits = rng.normal(size=40).astype(np.float32) * rng.choice([0.5, 3.0])
+        if rng.random() < 0.3:  # ties with the top tokens
+            logits[rng.integers(40, size=5)] = logits.max()
+        rows.append(
+            (
+                logits,
+                float(rng.choice([0.3, 1.0, 1.7])),
+                int(rng.choice([0, 1, 5, 40])),
+                float(rng.choice([1.0, 0.5, 0.9])),
+                int(rng.integers(-(2**31), 2**31)),
+                int(rng.integers(0, 500)),
+            )
+        )
+    logits = np.stack([r[0] for r in rows])
+    keras_filtered = ops.convert_to_numpy(
+        filter_logits_per_row(
+            logits,
+            temperature=np.array([r[1] for r in rows], np.float32),
+            top_k=np.array([r[2] for r in rows], np.int32),
+            top_p=np.array([r[3] for r in rows], np.float32),
+        )
+    )
+    seeds = np.array([r[4] for r in rows], np.int32)
+    uniforms = np.stack(
+        [
+            ops.convert_to_numpy(uniform_stream(seeds[i : i + 1], r[5]))[0]
+            for i, r in enumerate(rows)
+        ]
+    )
+    keras_tokens = ops.convert_to_numpy(sample_inverse_cdf(keras_filtered, uniforms))
+    for i, (row, temperature, top_k, top_p, seed, position) in enumerate(rows):
+        filtered = device.filter_logits(row, temperature, top_k, top_p)
+        np.testing.assert_array_equal(filtered <= -1e8, keras_filtered[i] <= -1e8)
+        np.testing.assert_allclose(filtered, keras_filtered[i], rtol=1e-5, atol=1e-5)
+        assert device.uniform(seed, position) == uniforms[i]
+        assert device.sample(filtered, uniforms[i]) == keras_tokens[i]
+
+
+def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
+    run_dir, run, tmp_path
+):
+    out = str(tmp_path / "f32")
+    path = export_tflite(
+        run_dir, out, prefill_lengths=[8, 16], progress=lambda *_: None
+    )
+    sys.path.insert(0, out)
+    try:
+        import generate
+
+        runtime = generate.LiteRTGenerator(path)
+    finally:
+        sys.path.remove(out)
+    assert sorted(runtime.prefills) == [8, 16]
+    assert "prefill" not in runtime.interpreter.get_signature_list()
+    ids = byte_ids(LINE[:CONTEXT])
+    expected = keras_logits(run, ids)
+    # 29 ids from 0: prefill_16 twice; 5: prefill_8; 9 from position 20:
+    # prefill_16 would pass the context's end, so decode steps instead.
+    for prefilled, start in ((29, 0), (5, 0), (9, 20)):
+        cache = runtime.prefill(ids[:start], runtime.new_cache())
+        cache = runtime.prefill(ids[start : start + prefilled], cache, start=start)
+        for position in range(start + prefilled, CONTEXT):
+            logits, cache = runtime.decode(ids[position], position, cache)
+            np.testing.assert_allclose(logits, expected[position], atol=1e-4, rtol=0)
+    got, _ = runtime.generate(byte_ids("to be or not to be, that is"), 4, greedy=True)
+    assert got == keras_generate(run, byte_ids("to be or not to be, that is"), 4)[0]
+    # full_int8 calibrates every prefill signature under its own name.
+    quantized = export_tflite(
+        run_dir,
+        str(tmp_path / "int8"),
+        quantize="full_int8",
+        prefill_lengths=[8, 16],
+        representative_sentences=[LINE.strip()] * 8,
+        progress=lambda *_: None,
+    )
+    assert os.path.isfile(quantized)
+
+
+def test_the_loop_model_starts_an_empty_prompt_from_the_start_token(device, run):
+    from ai_edge_litert.interpreter import Interpreter
+
+    out, _, _ = device
+    runner = Interpreter(
+        model_path=os.path.join(out, "model_loop.tflite")
+    ).get_signature_runner()
+    got = runner(
+        token_ids=np.zeros((1, CONTEXT), np.int32),
+        max_new_tokens=np.array([6], np.int32),
+    )["token_ids"][0]
+    expected, _ = keras_generate(run, [START], 6)
+    assert got[0] == START and got[1:7].tolist() == expected
+
+
+def test_the_runtime_command_reads_prompts_that_are_not_utf8(device):
+    out, path, _ = device
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(out, "generate.py"),
+            path,
+            b"to \xff be",
+            "--greedy",
+            "--max-new-tokens",
+            "3",
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.decode("utf-8").startswith("to \ufffd be")
+    missing = subprocess.run(
+        [sys.executable, os.path.join(out, "generate.py"), path + ".gone", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2 and "TFLite model not found" in missing.stderr

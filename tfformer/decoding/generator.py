@@ -10,6 +10,7 @@ TensorFlow backend `Generator.compiled()` wraps it in a
 import random
 
 import keras
+import numpy as np
 from keras import ops
 from keras.tree import map_structure as tree_map
 
@@ -30,6 +31,39 @@ def _check_int(name, value, minimum):
         raise ValueError(
             f"{name} must be an int >= {minimum}. Received: {name}={value!r}"
         )
+
+
+def _concrete(value):
+    """`value` as a NumPy array, or None when it is symbolic."""
+    if value is None:
+        return None
+    try:
+        return np.asarray(ops.convert_to_numpy(value))
+    except Exception:  # a symbolic tensor (tf.function, jax.jit)
+        return None
+
+
+def _check_rows(max_length, **settings):
+    """ValueError naming a per-row setting that is out of range."""
+    rules = {
+        "max_new_tokens": (
+            lambda v: (v >= 0) & (v < max_length),
+            f"in [0, {max_length - 1}]",
+        ),
+        "temperature": (lambda v: (v > 0) & np.isfinite(v), "positive and finite"),
+        "top_k": (lambda v: v >= 0, ">= 0 (0: none)"),
+        "top_p": (lambda v: (v > 0) & (v <= 1), "in (0, 1] (1: none)"),
+    }
+    for name, value in settings.items():
+        value = _concrete(value)
+        if value is None:
+            continue
+        ok, wanted = rules[name]
+        if not np.all(ok(value)):
+            raise ValueError(
+                f"{name} must be {wanted} in every row. "
+                f"Received: {name}={value.tolist()}"
+            )
 
 
 def gnmt_length_penalty(length, alpha):
@@ -224,10 +258,19 @@ class Generator:
         `max_new_tokens` (int, >= 0; the output still ends at `max_length`),
         `temperature` (> 0), `top_k` (0: none), `top_p` (in (0, 1]; 1: none)
         and `seeds` (int32 or uint32). None keeps the generator's own
-        setting. Values are not checked here; the caller checks them.
-        Returns what calling the generator returns."""
+        setting. Values given as arrays or eager tensors are checked
+        (ValueError naming the setting); symbolic ones, inside a traced
+        function, cannot be, and the caller checks them (the SavedModel's
+        assertions do). Returns what calling the generator returns."""
         if self.search == "beam":
             raise ValueError("generate() needs search 'greedy' or 'sample'.")
+        _check_rows(
+            self.max_length,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+        )
         overrides = dict(
             max_new_tokens=max_new_tokens,
             temperature=temperature,

@@ -14,6 +14,8 @@ from keras import ops
 
 # Large but finite: -inf would turn 0 * -inf and -inf - -inf into NaN.
 NEG_INF = -1e9
+# Smaller positive temperatures act as this one (greedy but for near-ties).
+MIN_TEMPERATURE = 1e-6
 # lowbias32 (Chris Wellons' hash-prospector), a 32-bit integer mixer:
 # x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16.
 HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
@@ -46,7 +48,8 @@ def filter_logits(logits, *, temperature=1.0, top_k=None, top_p=None):
     top-k keeps the k largest logits (ties with the k-th are kept). top-p
     keeps the smallest set of tokens, in order of probability, whose total
     probability reaches p (the most likely token is always kept). Masked
-    logits become a large negative number. Python numbers, the same for
+    logits become a large negative number; the others are shifted so that
+    the largest is 0 (softmax is unchanged). Python numbers, the same for
     every row; `filter_logits_per_row` takes a setting per row.
     """
     batch = ops.shape(logits)[0]
@@ -60,10 +63,18 @@ def filter_logits(logits, *, temperature=1.0, top_k=None, top_p=None):
 
 def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     """`filter_logits` with tensors of one setting per row: `temperature`
-    `(batch,)` > 0, `top_k` `(batch,)` (0: no top-k filter), `top_p`
-    `(batch,)` in (0, 1] (1: no top-p filter). Nothing here checks them; the
+    `(batch,)` > 0 (below `MIN_TEMPERATURE` taken as it), `top_k`
+    `(batch,)` (0: no top-k filter), `top_p` `(batch,)` in (0, 1] (1: no
+    top-p filter). Nothing here checks them; the
     callers do (`check_sampling_arguments`, the SavedModel's assertions)."""
-    logits = ops.cast(logits, "float32") / ops.cast(temperature, "float32")[:, None]
+    logits = ops.cast(logits, "float32")
+    # Shifted so that the largest is 0 before scaling: a tiny temperature
+    # then sends the others to -inf (clipped to NEG_INF), never to NaN.
+    logits = logits - ops.max(logits, axis=-1, keepdims=True)
+    # Below MIN_TEMPERATURE (subnormal ones flush to 0 on some CPUs: 0 / 0).
+    temperature = ops.maximum(ops.cast(temperature, "float32"), MIN_TEMPERATURE)
+    logits = logits / temperature[:, None]
+    logits = ops.maximum(logits, NEG_INF)
     vocabulary = ops.shape(logits)[-1]
     # Descending, once for both filters.
     sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)

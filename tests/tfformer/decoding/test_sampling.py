@@ -107,7 +107,9 @@ def test_per_row_filters_equal_the_scalar_filters_row_by_row():
     # Row 1 by hand: the 3 largest logits survive, scaled by 1 / 0.5.
     kept = np.flatnonzero(got[1] > -1e8)
     np.testing.assert_array_equal(np.sort(kept), np.sort(np.argsort(logits[1])[-3:]))
-    np.testing.assert_allclose(got[1, kept], logits[1, kept] * 2, rtol=1e-6)
+    np.testing.assert_allclose(
+        got[1, kept], (logits[1, kept] - logits[1].max()) * 2, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_sampled_frequencies_follow_the_model():
@@ -178,3 +180,32 @@ def test_a_scalar_seed_gives_row_r_the_seed_plus_r():
 def test_a_seed_that_is_not_an_int_is_refused(seed):
     with pytest.raises(TypeError, match="seed must be an int"):
         Generator(MarkovDecoder(table({})), max_length=4, search="sample", seed=seed)
+
+
+def test_a_tiny_temperature_picks_the_largest_without_nan():
+    logits = np.array([[0.5, 2.0, -1.0, 1.9]], "float32")
+    filtered = ops.convert_to_numpy(filter_logits(logits, temperature=1e-38))
+    assert np.all(np.isfinite(filtered)) and filtered[0, 1] == 0
+    u = np.array([0.999], "float32")
+    assert ops.convert_to_numpy(sample_inverse_cdf(filtered, u)).tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        (dict(max_new_tokens=[2, -1]), r"max_new_tokens must be in \[0, 7\]"),
+        (dict(max_new_tokens=[8, 1]), r"max_new_tokens must be in \[0, 7\]"),
+        (dict(temperature=[1.0, 0.0]), "temperature must be positive and finite"),
+        (dict(temperature=[np.inf, 1.0]), "temperature must be positive and finite"),
+        (dict(top_k=[-1, 0]), r"top_k must be >= 0"),
+        (dict(top_p=[0.0, 1.0]), r"top_p must be in \(0, 1\]"),
+    ],
+)
+def test_generate_refuses_concrete_settings_out_of_range(setting, message):
+    chain = MarkovDecoder(table({START: {A: 1.0}}))
+    generator = Generator(chain, max_length=8, search="sample", seed=0)
+    with pytest.raises(ValueError, match=message):
+        generator.generate(
+            np.full((2, 1), START, "int32"),
+            **{k: np.array(v) for k, v in setting.items()},
+        )
