@@ -314,8 +314,19 @@ print("LEAKED", leaked)
 prompts = st.one_of(
     st.binary(max_size=80),
     st.text(max_size=60).map(lambda s: s.encode("utf-8", "surrogatepass")),
-    st.integers(1, 2000).map(lambda n: b"to be " * n),
+    # Far past the context (the left cut); the 16 KiB cut has its own test.
+    st.integers(1, 400).map(lambda n: b"to be " * n),
 )
+
+
+def test_inputs_are_cut_at_16_kib(served, run):
+    long = b"to be " * 3000  # 18,000 bytes
+    scored = served.signatures["score"](text=tf.constant([long]))
+    assert scored["num_tokens"].numpy().tolist() == [16384 - 1]
+    out = call_generate(served, [long], 4)
+    assert out["prompt_tokens"].tolist() == [CONTEXT - 4]
+    expected, _ = keras_generate(run, byte_ids(long.decode())[-(CONTEXT - 4) :], 4)
+    assert out["token_ids"][0].tolist() == expected
 
 
 @settings(
@@ -326,7 +337,7 @@ prompts = st.one_of(
 @given(
     st.lists(prompts, max_size=3),
     # Mostly short continuations (the loop's length is not what is fuzzed).
-    st.one_of(st.integers(0, 3), st.just(CONTEXT - 1)),
+    st.sampled_from([0, 1, 2, 3, 5, 8, 13, CONTEXT - 1]),
     st.integers(-(2**31), 2**31 - 1),
 )
 def test_no_prompt_makes_generate_or_score_fail(served, batch, new, seed):
