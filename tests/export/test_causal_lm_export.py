@@ -21,7 +21,7 @@ from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
 
-from ..training.tiny import TINY_MODEL
+from ..training.tiny import train_tiny_gpt
 from .flatbuffer import constant_buffers, ops, read_model
 
 CONTEXT = 32
@@ -31,31 +31,10 @@ START, END = 2, 3
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import train
-
     root = tmp_path_factory.mktemp("gpt_export")
-    text = root / "text.txt"
-    text.write_text(LINE * 80)
-    config = load_config(
-        overrides=[
-            *TINY_MODEL,
-            "model.num_layers=2",
-            "task=causal_lm",
-            f"data.text_path={text}",
-            "data.tokenizer=byte",
-            f"data.max_length={CONTEXT}",
-            "model.preset=gpt_tiny",
-            "train.batch_size=8",
-            "train.steps_per_epoch=6",
-            "train.epochs=2",
-            "train.warmup_steps=5",
-            "train.verbose=0",
-            f"train.output_dir={root / 'run'}",
-        ]
+    return train_tiny_gpt(
+        root, LINE * 80, context=CONTEXT, epochs=2, overrides=["model.num_layers=2"]
     )
-    train(config, progress=lambda *_: None)
-    return str(root / "run")
 
 
 @pytest.fixture(scope="module")

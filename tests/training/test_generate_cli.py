@@ -11,13 +11,11 @@ import pytest
 
 from tfformer.decoding import Generator
 from tfformer.training.commands import predict as predict_cli
-from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.base import Piece
 from tfformer.training.tasks.causal_lm import detokenize, stream_text
 
-from .tiny import TINY_MODEL
+from .tiny import train_tiny_gpt
 
 CONTEXT = 32
 LINE = "to be or not to be, that is the question.\n"
@@ -26,26 +24,7 @@ LINE = "to be or not to be, that is the question.\n"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpt")
-    text = root / "text.txt"
-    text.write_text(LINE * 80)
-    config = load_config(
-        overrides=[
-            *TINY_MODEL,
-            "task=causal_lm",
-            f"data.text_path={text}",
-            "data.tokenizer=byte",
-            f"data.max_length={CONTEXT}",
-            "model.preset=gpt_tiny",
-            "train.batch_size=8",
-            "train.steps_per_epoch=6",
-            "train.epochs=3",
-            "train.warmup_steps=5",
-            "train.verbose=0",
-            f"train.output_dir={root / 'run'}",
-        ]
-    )
-    train(config, progress=lambda *_: None)
-    return str(root / "run")
+    return train_tiny_gpt(root, LINE * 80, context=CONTEXT, epochs=3)
 
 
 @pytest.fixture(scope="module")

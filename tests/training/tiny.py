@@ -40,3 +40,32 @@ def train_tiny_translator(out, steps):
     )
     train(config, progress=lambda *_: None)
     return str(out)
+
+
+def train_tiny_gpt(root, text, *, context, epochs, overrides=()):
+    """Trains a tiny byte-level GPT on `text` (written to `root`) into
+    `root/run`, 6 steps of batch 8 per epoch; returns the run directory."""
+    from tfformer.training.config import load_config
+    from tfformer.training.fit.trainer import train
+
+    path = root / "text.txt"
+    path.write_text(text)
+    config = load_config(
+        overrides=[
+            *TINY_MODEL,
+            *overrides,
+            "task=causal_lm",
+            f"data.text_path={path}",
+            "data.tokenizer=byte",
+            f"data.max_length={context}",
+            "model.preset=gpt_tiny",
+            "train.batch_size=8",
+            "train.steps_per_epoch=6",
+            f"train.epochs={epochs}",
+            "train.warmup_steps=5",
+            "train.verbose=0",
+            f"train.output_dir={root / 'run'}",
+        ]
+    )
+    train(config, progress=lambda *_: None)
+    return str(root / "run")
