@@ -32,13 +32,20 @@ class TrainConfig:
     # "cosine": linear warmup to train.learning_rate over warmup_steps, then
     # a half cosine down to learning_rate * final_learning_rate_fraction at
     # schedule_steps (None: epochs * steps per epoch), flat after it.
-    schedule: Literal["paper", "cosine"] = "paper"
+    # "linear": the same with a straight line down (BERT's fine-tuning
+    # schedule, with final_learning_rate_fraction 0).
+    schedule: Literal["paper", "cosine", "linear"] = "paper"
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0
     # Peak learning rate of "cosine" (unused by "paper").
     learning_rate: float | None = None
     final_learning_rate_fraction: float = 0.1
     schedule_steps: int | None = None
+    # "adamw": Adam with decoupled weight decay (Loshchilov & Hutter) on
+    # every weight but biases and LayerNorm scales and offsets, as BERT.
+    optimizer: Literal["adam", "adamw"] = "adam"
+    # adamw's decay per step, times the learning rate (BERT: 0.01).
+    weight_decay: float = 0.01
     beta_1: float = 0.9
     beta_2: float = 0.98
     epsilon: float = 1e-9
@@ -266,16 +273,20 @@ def validate(config):
     ):
         raise ValueError(
             "train.learning_rate and train.schedule_steps belong to "
-            "train.schedule='cosine'; the paper schedule is scaled with "
+            "train.schedule='cosine' or 'linear'; the paper schedule is scaled with "
             "train.learning_rate_scale. Received: "
             f"train.learning_rate={t.learning_rate}, "
             f"train.schedule_steps={t.schedule_steps}"
         )
-    if t.schedule == "cosine":
+    if not 0.0 <= t.weight_decay < 1.0:
+        raise ValueError(
+            f"train.weight_decay must be in [0, 1). Received: {t.weight_decay}"
+        )
+    if t.schedule in ("cosine", "linear"):
         if t.learning_rate is None:
             raise ValueError(
-                "train.schedule='cosine' needs train.learning_rate (its peak). "
-                "Received: train.learning_rate=None"
+                f"train.schedule={t.schedule!r} needs train.learning_rate (its "
+                "peak). Received: train.learning_rate=None"
             )
         positive("train.learning_rate", t.learning_rate)
         if not 0.0 <= t.final_learning_rate_fraction <= 1.0:

@@ -32,6 +32,13 @@ class Examples:
     features: dict
     labels: object
     lengths: np.ndarray
+    # Applied to each example after it is padded to its bucket's length:
+    # `transform(features, labels, seed) -> (features, labels)`, with `seed`
+    # a (2,) int64 stateless seed, fresh for every visit of a training
+    # example (epoch and pass) and fixed per example in evaluation. Masked
+    # language modelling masks here, so every epoch sees new masks. Its
+    # outputs must have one shape per bucket.
+    transform: object = None
 
     def __len__(self):
         return len(self.lengths)
@@ -104,6 +111,26 @@ def classification_examples(token_ids, labels, *, start_id, end_id, max_length):
     )
 
 
+def rows_examples(features, labels):
+    """Classification examples from lists of id rows: `features` maps input
+    names to lists of int lists (the same lengths row by row), `labels` are
+    class ids."""
+    names = list(features)
+    lengths = np.array([len(row) for row in features[names[0]]], np.int64)
+    for name in names[1:]:
+        if [len(row) for row in features[name]] != lengths.tolist():
+            raise ValueError(
+                f"features[{name!r}] rows differ in length from {names[0]!r}."
+            )
+    ragged = {
+        name: tf.RaggedTensor.from_row_lengths(
+            np.array([i for row in rows for i in row], np.int32), lengths
+        )
+        for name, rows in features.items()
+    }
+    return Examples(ragged, tf.constant(labels, tf.int32), lengths)
+
+
 def bucket_index(lengths, bucket_lengths):
     """Index of the smallest bucket that holds each length (numpy)."""
     lengths = np.asarray(lengths)
@@ -159,11 +186,12 @@ def _last(*parts):
     return parts[-1]
 
 
-def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
-    """Groups elements by bucket and pads each batch to its bucket's length."""
+def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=None):
+    """Groups elements by bucket and pads each batch to its bucket's length
+    (`transform`: see `Examples.transform`)."""
     lengths = tf.constant(bucket_lengths, tf.int64)
 
-    def to_dense(features, labels, bucket):
+    def to_dense(features, labels, bucket, seed):
         # Ragged rows become dense rows padded to the bucket length.
         length = tf.gather(lengths, bucket)
 
@@ -172,12 +200,10 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
                 return x
             return tf.pad(x, [[0, length - tf.shape(x, out_type=tf.int64)[0]]])
 
-        return (
-            tf.nest.map_structure(pad, features),
-            pad(labels),
-            tf.constant(1.0),
-            bucket,
-        )
+        features, labels = tf.nest.map_structure(pad, features), pad(labels)
+        if transform is not None:
+            features, labels = transform(features, labels, seed)
+        return features, labels, tf.constant(1.0), bucket
 
     def batch_bucket(bucket, window):
         window = window.map(_drop_last)
@@ -198,19 +224,33 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder):
 
 
 def _lookup(examples, bucket):
-    """Maps an example index to (features, labels, bucket) tensors."""
+    """Maps (example index, its seed) to (features, labels, bucket, seed)."""
     features = examples.features
     labels = examples.labels
     bucket = tf.constant(bucket)
 
-    def lookup(i):
+    def lookup(i, seed):
         return (
             {name: values[i] for name, values in features.items()},
             labels[i],
             tf.gather(bucket, i),
+            seed,
         )
 
     return lookup
+
+
+# Seeds of `Examples.transform` in evaluation: the same masks every time.
+EVALUATION_SEED = 0x5EED
+
+
+def _with_seed(first):
+    """Pairs an example index i with the stateless seed (first, i)."""
+
+    def pair(i):
+        return i, tf.stack([first, i])
+
+    return pair
 
 
 def training_stream(
@@ -252,14 +292,28 @@ def training_stream(
 
     def epoch(e):
         def one_pass(r):
+            epoch_seed = tf.constant(seed, tf.int64) * 65537 + e
             order = tf.random.experimental.stateless_shuffle(
-                indices, seed=tf.stack([tf.constant(seed, tf.int64) * 65537 + e, r])
+                indices, seed=tf.stack([epoch_seed, r])
             )
-            return tf.data.Dataset.from_tensor_slices(order)
+            # Transform seeds: one per (epoch, pass, example), apart from
+            # the shuffle's (first part negative).
+            return tf.data.Dataset.from_tensor_slices(order + r * len(examples)).map(
+                _with_seed(-epoch_seed - 1)
+            )
 
-        passes = tf.data.Dataset.range(forever).flat_map(one_pass)
+        def index_of(visit, visit_seed):
+            return visit % len(examples), visit_seed
+
+        passes = tf.data.Dataset.range(forever).flat_map(one_pass).map(index_of)
         elements = passes.map(lookup, num_parallel_calls=AUTOTUNE)
-        batches = _bucketed(elements, bucket_lengths, batch_size, drop_remainder=True)
+        batches = _bucketed(
+            elements,
+            bucket_lengths,
+            batch_size,
+            drop_remainder=True,
+            transform=examples.transform,
+        )
         return batches.take(steps_per_epoch)
 
     epochs = tf.data.Dataset.range(first_epoch, forever)
@@ -281,8 +335,18 @@ def evaluation_dataset(examples, *, batch_size, bucket_lengths, repeat=False):
     validation iterator across epochs and reads `validation_steps` from it.
     """
     bucket = bucket_index(examples.lengths, bucket_lengths).astype(np.int64)
-    elements = tf.data.Dataset.range(len(examples)).map(_lookup(examples, bucket))
-    dataset = _bucketed(elements, bucket_lengths, batch_size, drop_remainder=False)
+    elements = (
+        tf.data.Dataset.range(len(examples))
+        .map(_with_seed(tf.constant(EVALUATION_SEED, tf.int64)))
+        .map(_lookup(examples, bucket))
+    )
+    dataset = _bucketed(
+        elements,
+        bucket_lengths,
+        batch_size,
+        drop_remainder=False,
+        transform=examples.transform,
+    )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.DATA

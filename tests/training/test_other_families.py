@@ -146,6 +146,14 @@ def test_bert_classifier_on_labelled_sentences(tmp_path, capsys):
     assert scores["accuracy"] == pytest.approx(
         result.metrics["test_accuracy"], abs=1e-6
     )
+    # The matrix drawn as a PNG in the run directory (or where asked).
+    with open(scores["confusion_plot"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert scores["confusion_plot"] == f"{run}/confusion_matrix.png"
+    plot = tmp_path / "matrix.png"
+    assert evaluate_cli.main(["--checkpoint", run, "--confusion-plot", str(plot)]) == 0
+    assert json.loads(capsys.readouterr().out)["confusion_plot"] == str(plot)
+    assert plot.stat().st_size > 1000
 
 
 def test_classification_scores_by_hand():
@@ -156,3 +164,68 @@ def test_classification_scores_by_hand():
     assert scores["accuracy"] == pytest.approx(3 / 5)
     assert scores["f1"] == pytest.approx({"a": 0.5, "b": 0.8, "c": 0.0})
     assert scores["macro_f1"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+
+
+def test_pairs_are_encoded_longest_first_with_segments():
+    from tfformer.training.tasks.text_classification import encode_texts
+
+    class Words:  # a tokenizer: one id per word, 10 + its length
+        start_id, end_id = 2, 3
+
+        def tokenize(self, texts):
+            import tensorflow as tf
+
+            return tf.ragged.constant([[10 + len(w) for w in t.split()] for t in texts])
+
+    # 4 + 2 tokens cut to 5 (8 minus [START] and two [END]s): the longer a
+    # loses its last token.
+    rows, segments = encode_texts(Words(), [("a bb ccc dddd", "ee f")], 8)
+    assert rows == [[2, 11, 12, 13, 3, 12, 11, 3]]
+    assert segments == [[0, 0, 0, 0, 0, 1, 1, 1]]
+    # 3 + 3 cut to 5: on the tie b loses first.
+    rows, _ = encode_texts(Words(), [("a bb ccc", "dddd ee f")], 8)
+    assert rows == [[2, 11, 12, 13, 3, 14, 12, 3]]
+    rows, segments = encode_texts(Words(), [("a bb ccc dddd eeeee", "f")], 8)
+    assert rows == [[2, 11, 12, 13, 14, 3, 11, 3]]
+    assert segments == [[0, 0, 0, 0, 0, 0, 1, 1]]
+    rows, segments = encode_texts(Words(), ["a bb ccc dddd eeeee ffffff gg"], 6)
+    assert rows == [[2, 11, 12, 13, 14, 3]] and segments == [[0] * 6]
+
+
+def test_a_classifier_of_sentence_pairs_from_a_tsv(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    filler = ["the", "film", "was", "really", "quite", "a", "plot"]
+    lines = []
+    for _ in range(300):
+        label = rng.integers(2)
+        cue = rng.choice(["great", "superb"] if label else ["awful", "dull"])
+        first = " ".join(rng.choice(filler, 3))
+        second = " ".join([*rng.choice(filler, 3).tolist(), cue])
+        lines.append(f"{first}\t{second}\t{['no', 'yes'][label]}")
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("\n".join(lines) + "\n")
+    config = load_config(
+        overrides=[
+            *SMALL,
+            "task=text_classification",
+            f"data.tsv_path={tsv}",
+            "data.vocabulary_size=60",
+            "data.max_length=16",
+            "train.epochs=5",
+            "train.steps_per_epoch=8",
+            "train.warmup_steps=10",
+            "train.learning_rate_scale=0.3",
+            f"train.output_dir={tmp_path / 'run'}",
+        ],
+    )
+    result = train(config, progress=lambda *_: None)
+    assert result.data.labels == ("no", "yes")
+    batch = next(iter(result.data.examples["train"].features["segment_ids"]))
+    assert batch.numpy().tolist() == [0] * 5 + [1] * 5  # [START] 3 [END] | 4 [END]
+    assert result.metrics["val_accuracy"] > 0.8
+    run = str(tmp_path / "run")
+    capsys.readouterr()
+    assert predict_cli.main(["--checkpoint", run, "a plot\tthe film was superb"]) == 0
+    assert capsys.readouterr().out.startswith("yes\t")
+    assert predict_cli.main(["--checkpoint", run, "no tab here"]) == 2
+    assert "give each input as 'text_a<TAB>text_b'" in capsys.readouterr().err

@@ -85,8 +85,12 @@ def test_cosine_config_keys_are_checked():
                 "train.schedule_steps=50",
             ]
         )
-    with pytest.raises(ValueError, match=r"train\.schedule"):
+    with pytest.raises(ValueError, match=r"train\.schedule must be one of"):
+        load_config(overrides=["train.schedule=step"])
+    with pytest.raises(ValueError, match=r"train.schedule='linear' needs"):
         load_config(overrides=["train.schedule=linear"])
+    with pytest.raises(ValueError, match=r"train\.weight_decay must be in"):
+        load_config(overrides=["train.weight_decay=1.5"])
     with pytest.raises(ValueError, match=r"belong to train\.schedule='cosine'"):
         load_config(overrides=["train.learning_rate=1e-3"])
 
@@ -125,3 +129,61 @@ def test_a_cosine_run_decays_over_its_own_steps(tmp_path):
     assert not np.isclose(
         cosine_reference(5, 2e-3, 3, 8, 0.1), cosine_reference(5, 2e-3, 3, 4, 0.1)
     )
+
+
+def test_warmup_linear_decay_by_hand():
+    """BERT's fine-tuning schedule: up to the peak over the warmup, then a
+    straight line to peak x final_fraction."""
+    schedule = WarmupCosineSchedule(1e-4, 10, 110, 0.0, decay="linear")
+    # Steps count from 1: iteration 4 is step 5 of the warmup.
+    for iteration, expected in ((4, 0.5e-4), (9, 1e-4), (59, 0.5e-4), (84, 0.25e-4)):
+        np.testing.assert_allclose(float(schedule(iteration)), expected, rtol=1e-5)
+    assert float(schedule(109)) == pytest.approx(0.0, abs=1e-12)
+    assert float(schedule(500)) == pytest.approx(0.0, abs=1e-12)
+    floor = WarmupCosineSchedule(1e-4, 10, 110, 0.2, decay="linear")
+    np.testing.assert_allclose(float(floor(59)), 0.6e-4, rtol=1e-5)
+    again = WarmupCosineSchedule.from_config(schedule.get_config())
+    np.testing.assert_allclose(float(again(70)), float(schedule(70)))
+    with pytest.raises(ValueError, match="decay must be 'cosine' or 'linear'"):
+        WarmupCosineSchedule(1e-4, 10, 110, decay="step")
+
+
+def test_adamw_decays_kernels_but_not_biases_or_layer_norms():
+    """One step with zero gradients: Adam's update is 0, so only the
+    decoupled decay moves weights: w <- w (1 - lr x weight_decay) for kernels
+    and embeddings, nothing for biases and LayerNorm gamma/beta."""
+    import keras
+
+    from tfformer.models import bert_classifier, from_preset
+    from tfformer.training.fit.trainer import compile_model
+
+    config = load_config(
+        overrides=[
+            "train.optimizer=adamw",
+            "train.weight_decay=0.1",
+            "train.schedule=cosine",
+            "train.learning_rate=0.5",
+            "train.warmup_steps=1",
+            "train.schedule_steps=10",
+        ]
+    )
+    model = bert_classifier(
+        from_preset("bert_tiny", 50, num_layers=1, max_sequence_length=8), 2
+    )
+    compile_model(model, config, 10)
+    assert isinstance(model.optimizer, keras.optimizers.AdamW)
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    model.optimizer.apply_gradients(
+        [(keras.ops.zeros_like(w), w) for w in model.trainable_weights]
+    )
+    lr = 0.5  # iteration 0 is step 1 = the whole 1-step warmup
+    decayed = kept = 0
+    for weight, old in zip(model.trainable_weights, before, strict=True):
+        name = weight.path.split("/")[-1]
+        if name in ("bias", "gamma", "beta"):
+            np.testing.assert_array_equal(weight.numpy(), old)
+            kept += 1
+        else:
+            np.testing.assert_allclose(weight.numpy(), old * (1 - lr * 0.1), rtol=1e-6)
+            decayed += 1
+    assert decayed >= 8 and kept >= 8

@@ -1,4 +1,5 @@
 import gzip
+import re
 
 import pytest
 
@@ -53,3 +54,39 @@ def test_labelled_text_uses_file_order_as_class(tmp_path):
     neg = write(tmp_path / "neg", b"bad\nawful\n")
     pos = write(tmp_path / "pos", b"good\n")
     assert read_labelled_text([neg, pos]) == [("bad", 0), ("awful", 0), ("good", 1)]
+
+
+def test_labelled_tsv_rows_pairs_and_errors(tmp_path):
+    from tfformer.training.sources.text_files import read_labelled_tsv
+
+    single = tmp_path / "single.tsv"
+    single.write_text("a fine film\tpos\na dull one\tneg\ngreat\tpos\n")
+    rows, names = read_labelled_tsv(str(single))
+    assert names == ["neg", "pos"]
+    assert rows == [("a fine film", 1), ("a dull one", 0), ("great", 1)]
+    rows, names = read_labelled_tsv(str(single), ["pos", "neg"])
+    assert names == ["pos", "neg"] and [r[1] for r in rows] == [0, 1, 0]
+
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("a man eats\ta person eats\tyes\na dog runs\ta cat sleeps\tno\n")
+    rows, names = read_labelled_tsv(str(pairs))
+    assert rows == [
+        (("a man eats", "a person eats"), 1),
+        (("a dog runs", "a cat sleeps"), 0),
+    ]
+
+    cases = {
+        "a\tb\tc\td\n": "pairs.tsv:1: expected 2 columns",
+        "a\tx\nb\tc\td\n": "bad.tsv:2: 3 column(s) where line 1 has 2",
+        "a\tx\n\ty\n": "bad.tsv:2: an empty column",
+        "a\tx\nb\tx\n": "needs at least 2 classes",
+    }
+    for text, message in cases.items():
+        path = tmp_path / ("pairs.tsv" if "pairs" in message else "bad.tsv")
+        path.write_text(text)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            read_labelled_tsv(str(path))
+    with pytest.raises(
+        ValueError, match=re.escape("single.tsv:2: unknown label 'neg'")
+    ):
+        read_labelled_tsv(str(single), ["pos", "other"])

@@ -38,3 +38,40 @@ def plot_training_curves(report, path):
         figure.savefig(tmp, format="png", dpi=100)
     plt.close(figure)
     return path
+
+
+def plot_confusion_matrix(matrix, labels, path, *, title="Confusion matrix"):
+    """Draws `matrix` (rows: true class, columns: predicted) with counts and
+    row shares into the PNG `path` (atomically); returns `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    matrix = np.asarray(matrix)
+    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    size = max(4.0, 0.6 * len(labels) + 2.5)
+    figure, axis = plt.subplots(figsize=(size, size * 0.85))
+    image = axis.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    axis.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    axis.set_yticks(range(len(labels)), labels)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    for (row, column), count in np.ndenumerate(matrix):
+        axis.text(
+            column,
+            row,
+            f"{count}\n{shares[row, column]:.0%}",
+            ha="center",
+            va="center",
+            color="white" if shares[row, column] > 0.5 else "black",
+            fontsize=8,
+        )
+    figure.colorbar(image, ax=axis, label="share of the true class")
+    axis.set_title(title)
+    figure.tight_layout()
+    with atomic_path(os.fspath(path)) as tmp:
+        figure.savefig(tmp, format="png", dpi=100)
+    plt.close(figure)
+    return path

@@ -44,16 +44,25 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warmup to `peak`, then a half cosine down to `peak * final_fraction`.
+    """Linear warmup to `peak`, then a half cosine (or a straight line) down
+    to `peak * final_fraction`.
 
     lr(s) = peak * s / warmup_steps for s <= warmup_steps (steps count from 1,
     as in `TransformerSchedule`); after it, with p = (s - warmup_steps) /
     (total_steps - warmup_steps) capped at 1,
-    lr(s) = floor + (peak - floor) * (1 + cos(pi * p)) / 2, floor = peak *
-    final_fraction. Flat at the floor after `total_steps`.
+    lr(s) = floor + (peak - floor) * (1 + cos(pi * p)) / 2 ("cosine") or
+    floor + (peak - floor) * (1 - p) ("linear", BERT's fine-tuning
+    schedule), floor = peak * final_fraction. Flat at the floor after
+    `total_steps`.
     """
 
-    def __init__(self, peak, warmup_steps, total_steps, final_fraction=0.1):
+    def __init__(
+        self, peak, warmup_steps, total_steps, final_fraction=0.1, decay="cosine"
+    ):
+        if decay not in ("cosine", "linear"):
+            raise ValueError(
+                f"decay must be 'cosine' or 'linear'. Received: decay={decay!r}"
+            )
         for name, value in (
             ("warmup_steps", warmup_steps),
             ("total_steps", total_steps),
@@ -77,6 +86,7 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
         self.final_fraction = float(final_fraction)
+        self.decay = decay
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
@@ -85,8 +95,13 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
             (step - self.warmup_steps) / (self.total_steps - self.warmup_steps), 0, 1
         )
         floor = self.peak * self.final_fraction
-        cosine = floor + (self.peak - floor) * 0.5 * (1 + ops.cos(math.pi * progress))
-        return ops.where(step <= self.warmup_steps, warm, cosine)
+        if self.decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1 + ops.cos(math.pi * progress))
+        return ops.where(
+            step <= self.warmup_steps, warm, floor + (self.peak - floor) * shape
+        )
 
     def get_config(self):
         return {
@@ -94,4 +109,5 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
             "final_fraction": self.final_fraction,
+            "decay": self.decay,
         }

@@ -27,6 +27,9 @@ from tfformer.training.fit.schedule import TransformerSchedule, WarmupCosineSche
 from tfformer.training.fit.strategy import build_strategy, is_chief, is_multi_worker
 from tfformer.training.tasks import get_task
 
+# Variable names (substrings) that AdamW leaves undecayed.
+NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
+
 
 def build_model(config, data):
     """The uncompiled Keras model of `config`'s task, sized to `data`."""
@@ -34,36 +37,39 @@ def build_model(config, data):
 
 
 def learning_rate(config, total_steps=None):
-    """The schedule of `train.schedule`; "cosine" decays over
+    """The schedule of `train.schedule`; "cosine" and "linear" decay over
     `train.schedule_steps`, else over `total_steps` (the run's steps)."""
     t = config.train
-    if t.schedule == "cosine":
+    if t.schedule in ("cosine", "linear"):
         steps = t.schedule_steps or total_steps
         if steps is None:
             raise ValueError(
-                "train.schedule='cosine' needs train.schedule_steps here (the "
-                "run's total steps are not known). Received: None"
+                f"train.schedule={t.schedule!r} needs train.schedule_steps here "
+                "(the run's total steps are not known). Received: None"
             )
         if steps <= t.warmup_steps:
             raise ValueError(
                 f"train.warmup_steps ({t.warmup_steps}) must be below the "
-                f"cosine schedule's {steps} steps (train.epochs x steps per "
-                "epoch, or train.schedule_steps)."
+                f"{t.schedule} schedule's {steps} steps (train.epochs x steps "
+                "per epoch, or train.schedule_steps)."
             )
         return WarmupCosineSchedule(
-            t.learning_rate, t.warmup_steps, steps, t.final_learning_rate_fraction
+            t.learning_rate,
+            t.warmup_steps,
+            steps,
+            t.final_learning_rate_fraction,
+            decay=t.schedule,
         )
     hidden_dim = get_task(config.task).model_sizes(config.model)["hidden_dim"]
     return TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale)
 
 
 def compile_model(model, config, total_steps=None):
-    """Adam with `train.schedule`; the task's loss and metrics. `total_steps`:
-    the run's optimizer steps, which a cosine schedule decays over unless
-    `train.schedule_steps` says otherwise."""
+    """Adam or AdamW with `train.schedule`; the task's loss and metrics.
+    `total_steps`: the run's optimizer steps, which a cosine or linear
+    schedule decays over unless `train.schedule_steps` says otherwise."""
     t = config.train
-    optimizer = keras.optimizers.Adam(
-        learning_rate(config, total_steps),
+    arguments = dict(
         beta_1=t.beta_1,
         beta_2=t.beta_2,
         epsilon=t.epsilon,
@@ -71,6 +77,18 @@ def compile_model(model, config, total_steps=None):
         use_ema=t.ema_momentum is not None,
         ema_momentum=t.ema_momentum or 0.99,
     )
+    if t.optimizer == "adamw":
+        optimizer = keras.optimizers.AdamW(
+            learning_rate(config, total_steps),
+            weight_decay=t.weight_decay,
+            **arguments,
+        )
+        # Not biases, LayerNorm scales (gamma) and offsets (beta), as BERT.
+        optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
+    else:
+        optimizer = keras.optimizers.Adam(
+            learning_rate(config, total_steps), **arguments
+        )
     jit = {"auto": "auto", "true": True, "false": False}[t.jit_compile]
     model.compile(
         optimizer=optimizer,
@@ -85,7 +103,7 @@ def build_dataset(config, directory=None, *, progress=print):
     """The raw and tokenized splits of `config`'s task (tokenizers saved in
     `directory` are reused, so a resumed run keeps its vocabulary)."""
     task = get_task(config.task)
-    return task.prepare(config.data, task.raw_splits(config.data), directory, progress)
+    return task.prepare(config, task.raw_splits(config.data), directory, progress)
 
 
 @contextlib.contextmanager

@@ -71,6 +71,53 @@ def read_labelled_text(class_paths):
     return examples
 
 
+def read_labelled_tsv(path, class_names=None):
+    """((text, class_id) or ((text_a, text_b), class_id) rows, class names)
+    of a TSV file of "text<TAB>label" or "text_a<TAB>text_b<TAB>label"
+    lines (every line alike). Labels are `class_names` (in that order; an
+    unknown label is an error) or, without them, the sorted labels found.
+
+    Raises:
+        ValueError: as `read_lines`; a line whose column count differs from
+            the first line's, an empty text or label, or an unknown label
+            (the message names the file and line).
+    """
+    lines = read_lines(path)
+    columns = len(lines[0].split("\t"))
+    if columns not in (2, 3):
+        raise ValueError(
+            f"{path}:1: expected 2 columns (text, label) or 3 (text_a, text_b, "
+            f"label) separated by tabs. Received: {columns} column(s)"
+        )
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split("\t")
+        if len(fields) != columns:
+            raise ValueError(
+                f"{path}:{number}: {len(fields)} column(s) where line 1 has "
+                f"{columns}. Received: {line[:80]!r}"
+            )
+        if not all(f.strip() for f in fields):
+            raise ValueError(
+                f"{path}:{number}: an empty column. Received: {line[:80]!r}"
+            )
+        rows.append(fields)
+    names = list(class_names) if class_names else sorted({r[-1] for r in rows})
+    if len(names) < 2:
+        raise ValueError(f"{path}: needs at least 2 classes. Received: {names}")
+    ids = {name: i for i, name in enumerate(names)}
+    examples = []
+    for number, fields in enumerate(rows, start=1):
+        if fields[-1] not in ids:
+            raise ValueError(
+                f"{path}:{number}: unknown label {fields[-1]!r}; data.class_names "
+                f"are {names}"
+            )
+        text = fields[0] if columns == 2 else (fields[0], fields[1])
+        examples.append((text, ids[fields[-1]]))
+    return examples, names
+
+
 def read_text(path):
     """The whole text of a file (empty lines kept), as one string."""
     return "\n".join(read_lines(path, allow_empty_lines=True)) + "\n"

@@ -18,6 +18,7 @@ _MODULES = {
     "translation": "tfformer.training.tasks.translation",
     "causal_lm": "tfformer.training.tasks.causal_lm",
     "text_classification": "tfformer.training.tasks.text_classification",
+    "masked_lm": "tfformer.training.tasks.masked_lm",
 }
 TASK_NAMES = tuple(_MODULES)
 DEFAULT_TASK = "translation"

@@ -194,9 +194,10 @@ class Task:
         """Untokenized "train", "validation" and "test" splits."""
         raise NotImplementedError
 
-    def prepare(self, data_config, raw, directory, progress=print):
-        """Tokenizers (reused from `directory` if saved there) and tokenized
-        splits: a `PreparedData`."""
+    def prepare(self, config, raw, directory, progress=print):
+        """Tokenizers (reused from `directory` if saved there) and the
+        tokenized `raw` splits of `config` (the whole training `Config`): a
+        `PreparedData`."""
         raise NotImplementedError
 
     def save_preprocessing(self, config, data, run):

@@ -55,10 +55,11 @@ class CausalLMTask(Task):
             "test": text[middle:],
         }
 
-    def prepare(self, data_config, raw, directory, progress=print):
+    def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline
         from tfformer.training.text.vocabulary import learn_or_load
 
+        data_config = config.data
         lines = raw["train"].split("\n")
         tokenizer = learn_or_load(data_config, lines, directory, "text", progress)
         examples = {}

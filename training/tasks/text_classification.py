@@ -1,19 +1,29 @@
 """Text classification: a BERT-style encoder with a classification head.
 
-Data: one file per class, one sentence per line; a seeded shuffle, then the
-holdout split in validation and test halves. Evaluation: accuracy, macro-F1
-and the confusion matrix. Prediction: label and probability.
+Data: one file per class, one sentence per line, or a TSV file of `text
+label` or `text_a text_b label` rows (sentence pairs); a seeded shuffle, then
+the holdout split in validation and test halves. Inputs are BERT's:
+[START] a [END] (segments 0), or [START] a [END] b [END] (a: 0, b: 1), cut
+longest-first to `max_length`. Evaluation: accuracy, macro-F1 and the
+confusion matrix (also as a PNG). Prediction: label and probability (a pair
+is given as "text_a<TAB>text_b").
 """
 
 import dataclasses
 import os
 
 from tfformer.training.tasks.base import (
+    ModelConfig,
     PreparedData,
     Task,
     TextDataConfig,
     check_holdout_fraction,
 )
+
+# The run families whose encoder and vocabulary a classifier can start from.
+INIT_FAMILIES = ("masked_lm", "text_classification")
+# Model keys that must match the initial run's (the rest: see `init_sizes`).
+SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
 
 
 @dataclasses.dataclass
@@ -22,33 +32,98 @@ class ClassificationData(TextDataConfig):
 
     # One file per class, in class-id order.
     class_paths: tuple[str, ...] = ()
-    # Label names, in class-id order; empty: the file names.
+    # Or one TSV file (plain or .gz): "text<TAB>label" rows, or
+    # "text_a<TAB>text_b<TAB>label" for sentence pairs (every row alike).
+    tsv_path: str | None = None
+    # Label names, in class-id order; empty: the file names (class_paths),
+    # or the sorted labels of the TSV. With a TSV, a label not listed here
+    # is an error naming its line.
     class_names: tuple[str, ...] = ()
     # Share of the examples held out; half validation, half test.
     holdout_fraction: float = 0.1
 
 
+@dataclasses.dataclass
+class ClassificationModel(ModelConfig):
+    """`ModelConfig` plus the run to start from."""
+
+    # A masked_lm (pre-training) or text_classification run directory: the
+    # classifier starts from its encoder's weights and uses its vocabulary,
+    # sizes and casing (a new classification head on top). None: random
+    # weights and a vocabulary learned from the training split.
+    init_from: str | None = None
+
+
 def label_names(data_config):
+    """The class names in class-id order (a TSV without `class_names`: its
+    sorted labels, which reads the file)."""
     if data_config.class_names:
         return list(data_config.class_names)
+    if data_config.tsv_path:
+        from tfformer.training.sources.text_files import read_labelled_tsv
+
+        return read_labelled_tsv(data_config.tsv_path)[1]
     return [os.path.basename(p).removesuffix(".gz") for p in data_config.class_paths]
+
+
+def encode_texts(tokenizer, texts, max_length):
+    """BERT inputs of `texts` (strings, or (a, b) pairs): lists of token ids
+    [START] a [END] (b [END]) and of segment ids (0 for a's part, 1 for b's).
+    Pairs are cut longest-first (one token at a time from the longer text,
+    from b on ties, as BERT's `_truncate_seq_pair`) to `max_length`; single
+    texts to `max_length - 2` tokens."""
+    start, end = tokenizer.start_id, tokenizer.end_id
+    if not texts:
+        return [], []
+    pairs = isinstance(texts[0], tuple | list)
+    firsts = tokenizer.tokenize([t[0] if pairs else t for t in texts]).to_list()
+    if not pairs:
+        rows = [[start, *a[: max_length - 2], end] for a in firsts]
+        return rows, [[0] * len(r) for r in rows]
+    seconds = tokenizer.tokenize([t[1] for t in texts]).to_list()
+    rows, segments = [], []
+    for a, b in zip(firsts, seconds, strict=True):
+        while len(a) + len(b) > max_length - 3:
+            (a if len(a) > len(b) else b).pop()
+        rows.append([start, *a, end, *b, end])
+        segments.append([0] * (len(a) + 2) + [1] * (len(b) + 1))
+    return rows, segments
 
 
 class TextClassificationTask(Task):
     name = "text_classification"
     DataConfig = ClassificationData
+    ModelConfig = ClassificationModel
     builder_name = "bert_encoder"
     default_preset = "bert_tiny"
 
     def validate(self, config):
         super().validate(config)
+        if config.model.init_from is not None:
+            self.initial_run(config)
         d = config.data
-        if len(d.class_paths) < 2:
+        if d.tsv_path is not None:
+            if d.class_paths:
+                raise ValueError(
+                    "Give data.class_paths or data.tsv_path, not both. Received: "
+                    f"data.class_paths={list(d.class_paths)}, "
+                    f"data.tsv_path={d.tsv_path!r}"
+                )
+            if d.max_length < 5:
+                raise ValueError(
+                    "data.max_length must be >= 5 for sentence pairs. "
+                    f"Received: {d.max_length}"
+                )
+        elif len(d.class_paths) < 2:
             raise ValueError(
-                f"data.class_paths needs a file per class (>= 2). Received: "
-                f"{list(d.class_paths)}"
+                f"data.class_paths needs a file per class (>= 2), or give "
+                f"data.tsv_path. Received: {list(d.class_paths)}"
             )
-        if d.class_names and len(d.class_names) != len(d.class_paths):
+        if (
+            d.tsv_path is None
+            and d.class_names
+            and len(d.class_names) != len(d.class_paths)
+        ):
             raise ValueError(
                 f"data.class_names must name each of the {len(d.class_paths)} "
                 f"classes. Received: {list(d.class_names)}"
@@ -58,9 +133,17 @@ class TextClassificationTask(Task):
     def raw_splits(self, data_config):
         import numpy as np
 
-        from tfformer.training.sources.text_files import read_labelled_text
+        from tfformer.training.sources.text_files import (
+            read_labelled_text,
+            read_labelled_tsv,
+        )
 
-        examples = read_labelled_text(data_config.class_paths)
+        if data_config.tsv_path:
+            examples, _ = read_labelled_tsv(
+                data_config.tsv_path, data_config.class_names or None
+            )
+        else:
+            examples = read_labelled_text(data_config.class_paths)
         order = np.random.default_rng(data_config.seed).permutation(len(examples))
         examples = [examples[i] for i in order]
         held = int(len(examples) * data_config.holdout_fraction)
@@ -70,23 +153,100 @@ class TextClassificationTask(Task):
             "test": examples[held : 2 * held],
         }
 
-    def prepare(self, data_config, raw, directory, progress=print):
+    # -- starting from another run -----------------------------------------------
+
+    def initial_run(self, config):
+        """(RunDirectory, training Config) of `model.init_from`, checked:
+        a finished run of a family in `INIT_FAMILIES`, whose tokenizer and
+        sizes agree with `config` (ValueError naming the key otherwise)."""
+        from tfformer.rundir.run import CONFIG, RunDirectory
+        from tfformer.training.config import config_from_dict
+
+        where = f"model.init_from={config.model.init_from!r}"
+        try:
+            run = RunDirectory(config.model.init_from)
+            family = run.task
+            if family not in INIT_FAMILIES:
+                raise ValueError(
+                    f"it holds a {family!r} run; a classifier starts from one of "
+                    f"{list(INIT_FAMILIES)} (an encoder with its vocabulary)"
+                )
+            spec = run.tokenizer("text")
+            run.checkpoint_path()
+            initial = config_from_dict(run.read_json(CONFIG))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        d = config.data
+        if d.tokenizer != spec.kind or d.lower_case != spec.lower_case:
+            raise ValueError(
+                f"{where}: its vocabulary is {spec.kind} with lower_case="
+                f"{spec.lower_case}; set data.tokenizer={spec.kind} and "
+                f"data.lower_case={str(spec.lower_case).lower()}. Received: "
+                f"data.tokenizer={d.tokenizer}, data.lower_case={d.lower_case}"
+            )
+        theirs_sizes = {
+            **self.model_sizes(initial.model),
+            "preset": self.preset(initial.model),
+        }
+        for key in SIZE_KEYS:
+            value = getattr(config.model, key)
+            theirs = theirs_sizes.get(key, theirs_sizes.get("num_encoder_layers"))
+            if value is not None and value != theirs:
+                raise ValueError(
+                    f"{where}: model.{key} comes from that run ({theirs!r}); "
+                    f"leave it unset. Received: model.{key}={value!r}"
+                )
+        positions = max(initial.data.max_length, 8)
+        if d.max_length > positions:
+            raise ValueError(
+                f"{where}: its encoder has {positions} positions; data.max_length "
+                f"must be <= {positions}. Received: data.max_length={d.max_length}"
+            )
+        return run, initial
+
+    def initial_tokenizer(self, config, directory):
+        """The vocabulary of `model.init_from`; a run directory that already
+        holds another vocabulary (a run resumed with another init_from) is
+        refused before anything is written."""
+        import os
+
+        from tfformer.rundir.run import tokenizer_file
+        from tfformer.training.text.vocabulary import load_tokenizer
+
+        run, _ = self.initial_run(config)
+        spec = run.tokenizer("text")
+        saved = directory and os.path.join(directory, tokenizer_file(spec.kind, "text"))
+        if saved and os.path.isfile(saved):
+            with open(saved, "rb") as mine, open(spec.path, "rb") as theirs:
+                if mine.read() != theirs.read():
+                    raise ValueError(
+                        f"{saved} differs from the vocabulary of model.init_from="
+                        f"{config.model.init_from!r}: this run directory holds "
+                        "another run's vocabulary. Use a new train.output_dir."
+                    )
+        return load_tokenizer(spec)
+
+    def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline
         from tfformer.training.text.vocabulary import learn_or_load
 
-        tokenizer = learn_or_load(
-            data_config, (s for s, _ in raw["train"]), directory, "text", progress
-        )
-        examples = {
-            split: pipeline.classification_examples(
-                tokenizer.tokenize([s for s, _ in items]),
-                [label for _, label in items],
-                start_id=tokenizer.start_id,
-                end_id=tokenizer.end_id,
-                max_length=data_config.max_length,
+        data_config = config.data
+        if config.model.init_from is not None:
+            tokenizer = self.initial_tokenizer(config, directory)
+            progress(f"Tokenizer (text): from {config.model.init_from}")
+        else:
+            tokenizer = learn_or_load(
+                data_config, (s for s, _ in raw["train"]), directory, "text", progress
             )
-            for split, items in raw.items()
-        }
+        examples = {}
+        for split, items in raw.items():
+            rows, segments = encode_texts(
+                tokenizer, [text for text, _ in items], data_config.max_length
+            )
+            examples[split] = pipeline.rows_examples(
+                {"token_ids": rows, "segment_ids": segments},
+                [label for _, label in items],
+            )
         return PreparedData(
             {"text": tokenizer},
             examples,
@@ -96,17 +256,44 @@ class TextClassificationTask(Task):
         )
 
     def inference_settings(self, config, data):
-        return {"max_length": config.data.max_length, "labels": list(data.labels)}
+        train = data.raw["train"]
+        return {
+            "max_length": config.data.max_length,
+            "labels": list(data.labels),
+            "pairs": bool(train) and isinstance(train[0][0], tuple),
+        }
 
     def build_model(self, config, data):
         from tfformer.models import bert_classifier, from_preset
 
+        if config.model.init_from is not None:
+            return self.initialized_model(config, data)
         sizes = self.model_sizes(config.model)
         encoder = from_preset(
             self.preset(config.model),
             data.tokenizers["text"].vocabulary_size,
             **{**sizes, "max_sequence_length": max(config.data.max_length, 8)},
         )
+        return bert_classifier(
+            encoder, data.num_classes, dropout=sizes.get("dropout", 0.1)
+        )
+
+    def initialized_model(self, config, data):
+        """The classifier on `model.init_from`'s encoder: its sizes and
+        position table, its weights (every encoder layer, pooler included),
+        this config's dropout, and a new head."""
+        from tfformer.models import bert_classifier, from_preset
+
+        run, initial = self.initial_run(config)
+        sizes = self.model_sizes(initial.model)
+        if config.model.dropout is not None:
+            sizes["dropout"] = config.model.dropout
+        encoder = from_preset(
+            self.preset(initial.model),
+            data.tokenizers["text"].vocabulary_size,
+            **{**sizes, "max_sequence_length": max(initial.data.max_length, 8)},
+        )
+        copy_encoder_weights(run.load_model(), encoder)
         return bert_classifier(
             encoder, data.num_classes, dropout=sizes.get("dropout", 0.1)
         )
@@ -133,32 +320,52 @@ class TextClassificationTask(Task):
         out = []
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start : start + batch_size]
-            body = tokenizer.tokenize(chunk)[:, : length - 2].to_list()
+            rows, segments = encode_texts(tokenizer, chunk, length)
             ids = np.zeros((len(chunk), length), "int32")
-            for row, tokens in enumerate(body):
-                ids[row, : len(tokens) + 2] = [
-                    tokenizer.start_id,
-                    *tokens,
-                    tokenizer.end_id,
-                ]
+            segment_ids = np.zeros((len(chunk), length), "int32")
+            for row, (tokens, kinds) in enumerate(zip(rows, segments, strict=True)):
+                ids[row, : len(tokens)] = tokens
+                segment_ids[row, : len(kinds)] = kinds
             logits = run.model(
-                {"token_ids": ids, "segment_ids": np.zeros_like(ids)}, training=False
+                {"token_ids": ids, "segment_ids": segment_ids}, training=False
             )
             out.append(ops.convert_to_numpy(ops.softmax(logits, axis=-1)))
         return np.concatenate(out) if out else np.zeros((0, 0), "float32")
 
     def predict(self, run_dir, args, inputs):
+        """Label, probability and input per line; a run trained on sentence
+        pairs reads each input as "text_a<TAB>text_b"."""
         run = self.load(run_dir, args.model)
         labels = run.directory.setting("labels")
-        for sentence, p in zip(
-            inputs, self._probabilities(run, list(inputs)), strict=True
-        ):
+        texts = list(inputs)
+        if run.directory.settings.get("pairs"):
+            for text in texts:
+                if text.count("\t") != 1:
+                    raise ValueError(
+                        "This classifier reads sentence pairs: give each input as "
+                        f"'text_a<TAB>text_b'. Received: {text!r}"
+                    )
+            texts = [tuple(text.split("\t")) for text in texts]
+        for sentence, p in zip(inputs, self._probabilities(run, texts), strict=True):
             best = int(p.argmax())
             yield f"{labels[best]}\t{p[best]:.4f}\t{sentence}"
 
+    def add_evaluate_arguments(self, parser):
+        parser.add_argument(
+            "--confusion-plot",
+            metavar="PNG",
+            help="where to draw the confusion matrix (default: "
+            "confusion_matrix.png in the run directory)",
+        )
+
     def evaluate(self, run_dir, args, progress=print):
-        """Accuracy, macro-F1 and the confusion matrix on the test split."""
+        """Accuracy, macro-F1 and the confusion matrix on the test split; the
+        matrix is also drawn as a PNG."""
+        import os
+
         import numpy as np
+
+        from tfformer.training.fit.plots import plot_confusion_matrix
 
         run = self.load(run_dir, args.model)
         test = self.raw_splits(run.config.data)["test"]
@@ -169,7 +376,51 @@ class TextClassificationTask(Task):
             raise ValueError(f"{run.directory.path}: the test split is empty.")
         truth = np.array([label for _, label in test])
         predicted = self._probabilities(run, [s for s, _ in test]).argmax(-1)
-        return classification_scores(truth, predicted, labels)
+        scores = classification_scores(truth, predicted, labels)
+        path = getattr(args, "confusion_plot", None) or os.path.join(
+            run.directory.path, "confusion_matrix.png"
+        )
+        scores["confusion_plot"] = plot_confusion_matrix(
+            scores["confusion_matrix"],
+            labels,
+            path,
+            title=f"{os.path.basename(os.path.normpath(run.directory.path))}: "
+            f"accuracy {scores['accuracy']:.1%}",
+        )
+        return scores
+
+
+def copy_encoder_weights(source, encoder):
+    """Sets every weighted layer of `encoder` from the layer of the same name
+    in `source` (a model built on an encoder of the same sizes: the masked-LM
+    model, or a classifier). ValueError naming the layer if one is missing or
+    differs in shape. The pooler is the exception: masked-LM pre-training
+    without next-sentence prediction never uses it, so its model has none
+    and the pooler keeps its fresh initialization (returns the names of the
+    layers left so)."""
+    fresh = []
+    for layer in encoder.layers:
+        if not layer.weights:
+            continue
+        try:
+            theirs = source.get_layer(layer.name)
+        except ValueError:
+            if layer.name == "pooler":
+                fresh.append(layer.name)
+                continue
+            raise ValueError(
+                f"The initial model has no layer {layer.name!r} to copy."
+            ) from None
+        mine = layer.get_weights()
+        values = theirs.get_weights()
+        shapes = [w.shape for w in mine], [v.shape for v in values]
+        if shapes[0] != shapes[1]:
+            raise ValueError(
+                f"Layer {layer.name!r}: the initial model's weights have shapes "
+                f"{shapes[1]}, this encoder's {shapes[0]}."
+            )
+        layer.set_weights(values)
+    return fresh
 
 
 def classification_scores(truth, predicted, labels):

@@ -253,11 +253,11 @@ class TranslationTask(Task):
             for split, name in names.items()
         }
 
-    def prepare(self, data_config, raw, directory, progress=print):
+    def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline
         from tfformer.training.text.vocabulary import learn_or_load
 
-        d = data_config
+        d = config.data
         source = learn_or_load(
             d, (s for s, _ in raw["train"]), directory, "source", progress
         )

@@ -11,12 +11,15 @@ from tfformer.rundir.text import ByteTokenizer
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 
-def learn_or_load(config, sentences, directory, role, progress=print):
+def learn_or_load(
+    config, sentences, directory, role, progress=print, *, extra_tokens=()
+):
     """The `role` tokenizer of `config` (a text task's data config).
 
     Read from `directory` if its file is there, else learned from
-    `sentences` (WordPiece) or made (bytes). `directory` None: always learned
-    (never a file that happens to lie in the working directory).
+    `sentences` (WordPiece, with `extra_tokens` after the reserved ones) or
+    made (bytes). `directory` None: always learned (never a file that
+    happens to lie in the working directory).
     """
     path = directory and os.path.join(directory, tokenizer_file(config.tokenizer, role))
     if config.tokenizer == "byte":
@@ -40,7 +43,10 @@ def learn_or_load(config, sentences, directory, role, progress=print):
     )
     began = time.perf_counter()
     tokenizer = WordPieceTokenizer.learn(
-        sample, config.vocabulary_size, lower_case=config.lower_case
+        sample,
+        config.vocabulary_size,
+        lower_case=config.lower_case,
+        extra_tokens=extra_tokens,
     )
     progress(
         f"Tokenizer ({role}): {tokenizer.vocabulary_size} tokens in "

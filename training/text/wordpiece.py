@@ -69,8 +69,10 @@ class WordPieceTokenizer:
         return len(self.vocabulary)
 
     @classmethod
-    def learn(cls, sentences, vocabulary_size, *, lower_case=False):
-        """Learns a vocabulary of at most `vocabulary_size` tokens from sentences."""
+    def learn(cls, sentences, vocabulary_size, *, lower_case=False, extra_tokens=()):
+        """Learns a vocabulary of at most `vocabulary_size` tokens from
+        sentences. `extra_tokens` (such as "[MASK]") follow the reserved
+        tokens, before the learned ones."""
         from tensorflow_text.tools.wordpiece_vocab import (
             bert_vocab_from_dataset as learner,
         )
@@ -79,9 +81,10 @@ class WordPieceTokenizer:
             raise TypeError(
                 f"vocabulary_size must be an int. Received: {vocabulary_size!r}"
             )
-        if vocabulary_size <= len(RESERVED_TOKENS):
+        reserved = [*RESERVED_TOKENS, *extra_tokens]
+        if vocabulary_size <= len(reserved):
             raise ValueError(
-                f"vocabulary_size must exceed {len(RESERVED_TOKENS)}. "
+                f"vocabulary_size must exceed {len(reserved)}. "
                 f"Received: vocabulary_size={vocabulary_size}"
             )
         sentences = list(sentences)
@@ -95,7 +98,7 @@ class WordPieceTokenizer:
         vocabulary = learner.bert_vocab_from_dataset(
             dataset,
             vocab_size=vocabulary_size,
-            reserved_tokens=list(RESERVED_TOKENS),
+            reserved_tokens=reserved,
             bert_tokenizer_params={"lower_case": False},
             learn_params={},
         )

@@ -1,0 +1,261 @@
+"""The measured effect of masked-LM pre-training on sentence polarity.
+
+1. Pre-training (`training/configs/polarity_mlm.yaml`, `tfformer-train`):
+   masked-LM on the English text in ../shared/data (the polarity sentences
+   without labels, Multi30k's English captions, tinyshakespeare) minus the
+   polarity validation and test sentences, under a wall-clock budget.
+2. For each seed, alternating: the classifier fine-tuned from it
+   (`polarity_finetune.yaml`: AdamW, linear warmup and decay, peak 1e-4)
+   and the same encoder from random weights with the from-scratch recipe
+   (`polarity_bert.yaml` with the pre-trained run's sizes: Adam, the
+   paper's schedule at scale 0.1, its own vocabulary learned from the
+   training split). Both see the same training split for the same 4 epochs
+   and are scored on the same 1,066 test sentences (accuracy and macro-F1,
+   `tfformer-evaluate`'s numbers).
+
+Every run is a `tfformer-train` subprocess; wall seconds and CPU seconds
+(user + system of the child, both cores) are recorded per run. The budget
+the issue sets (60 CPU-minutes in total) is pre-training plus one fine-tune.
+
+Usage:
+  python bench/bert_pretraining.py [--pretrained RUN | --pretrain-minutes 45]
+      [--seeds 0 1 2] [--work ~/.cache/tfformer/bert]
+      [--output bench/results/bert_pretraining.json] [--set-finetune K=V ...]
+
+Writes the JSON and a bar plot (PNG) next to it.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PRETRAIN = os.path.join("training", "configs", "polarity_mlm.yaml")
+FINETUNE = os.path.join("training", "configs", "polarity_finetune.yaml")
+SCRATCH = os.path.join("training", "configs", "polarity_bert.yaml")
+
+
+def child_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_command(argv, log_path):
+    """Runs `argv`, its output to `log_path`; (wall s, CPU s)."""
+    began, cpu = time.perf_counter(), child_cpu_seconds()
+    with open(log_path, "w") as log:
+        code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+    if code:
+        sys.exit(f"{' '.join(argv)} failed ({code}); see {log_path}")
+    return time.perf_counter() - began, child_cpu_seconds() - cpu
+
+
+def train_command(config, output_dir, sets):
+    return [
+        sys.executable,
+        "-m",
+        "tfformer.training",
+        "--config",
+        config,
+        f"--set=train.output_dir={output_dir}",
+        "--set=train.verbose=2",
+        *[f"--set={s}" for s in sets],
+    ]
+
+
+def test_scores(run_dir):
+    """Accuracy and macro-F1 on the test split, as tfformer-evaluate prints."""
+    out = run_dir + ".eval.json"
+    argv = [
+        sys.executable,
+        "-m",
+        "tfformer.training.commands.evaluate",
+        "--checkpoint",
+        run_dir,
+        "--output",
+        out,
+    ]
+    run_command(argv, run_dir + ".eval.log")
+    with open(out) as f:
+        return json.load(f)
+
+
+def final_metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        return json.load(f)["results"]
+
+
+def summary(values):
+    return {
+        "mean": statistics.mean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "values": values,
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--pretrained", help="an existing pre-training run to reuse")
+    p.add_argument("--pretrain-minutes", type=float, default=45.0)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument(
+        "--work",
+        default=os.path.expanduser(os.path.join("~", ".cache", "tfformer", "bert")),
+    )
+    p.add_argument(
+        "--output", default=os.path.join("bench", "results", "bert_pretraining.json")
+    )
+    p.add_argument("--set-finetune", action="append", default=[], metavar="KEY=VALUE")
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+
+    pretrained = args.pretrained
+    pretraining = {}
+    if pretrained is None:
+        pretrained = os.path.join(args.work, "pretrain")
+        if os.path.exists(pretrained):
+            sys.exit(f"{pretrained} exists; pass --pretrained {pretrained} to reuse it")
+        print(f"pre-training for {args.pretrain_minutes} minutes into {pretrained}")
+        wall, cpu = run_command(
+            train_command(
+                PRETRAIN,
+                pretrained,
+                [f"train.time_budget_minutes={args.pretrain_minutes}"],
+            ),
+            pretrained + ".log",
+        )
+        pretraining = {"wall_seconds": wall, "cpu_seconds": cpu}
+    results = final_metrics(pretrained)
+    with open(os.path.join(pretrained, "config.json")) as f:
+        pre_config = json.load(f)
+    pretraining.update(
+        {
+            "run": pretrained,
+            "config": PRETRAIN,
+            "model": pre_config["model"],
+            "steps": results["global_step"],
+            "train_seconds": results.get("train_seconds"),
+            "run_wall_seconds": results.get("wall_seconds"),
+            "val_masked_accuracy": results.get("val_accuracy"),
+            "test_masked_accuracy": results.get("test_accuracy"),
+            "test_masked_loss": results.get("test_loss"),
+        }
+    )
+    print(json.dumps(pretraining, indent=1))
+    sizes = [
+        f"model.{k}={v}"
+        for k, v in pre_config["model"].items()
+        if k in ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
+        and v is not None
+    ]
+
+    runs = []
+    for seed in args.seeds:
+        for kind in ("pretrained", "scratch"):
+            out = os.path.join(args.work, f"{kind}_seed{seed}")
+            if os.path.exists(out):
+                sys.exit(f"{out} exists; remove it or use another --work")
+            if kind == "pretrained":
+                argv = train_command(
+                    FINETUNE,
+                    out,
+                    [
+                        f"model.init_from={pretrained}",
+                        f"train.seed={seed}",
+                        *args.set_finetune,
+                    ],
+                )
+            else:
+                argv = train_command(SCRATCH, out, [f"train.seed={seed}", *sizes])
+            print(f"{kind} seed {seed} ...", flush=True)
+            wall, cpu = run_command(argv, out + ".log")
+            scores = test_scores(out)
+            metrics = final_metrics(out)
+            runs.append(
+                {
+                    "kind": kind,
+                    "seed": seed,
+                    "wall_seconds": wall,
+                    "cpu_seconds": cpu,
+                    "steps": metrics["global_step"],
+                    "val_accuracy": metrics.get("val_accuracy"),
+                    "test_accuracy": scores["accuracy"],
+                    "test_macro_f1": scores["macro_f1"],
+                    "confusion_matrix": scores["confusion_matrix"],
+                }
+            )
+            print(
+                f"  test accuracy {scores['accuracy']:.4f}, macro-F1 "
+                f"{scores['macro_f1']:.4f}, {wall:.0f} s",
+                flush=True,
+            )
+
+    by_kind = {}
+    for kind in ("pretrained", "scratch"):
+        mine = [r for r in runs if r["kind"] == kind]
+        by_kind[kind] = {
+            "test_accuracy": summary([r["test_accuracy"] for r in mine]),
+            "test_macro_f1": summary([r["test_macro_f1"] for r in mine]),
+            "wall_seconds": summary([r["wall_seconds"] for r in mine]),
+            "cpu_seconds": summary([r["cpu_seconds"] for r in mine]),
+        }
+    fine_tune = by_kind["pretrained"]["wall_seconds"]["mean"]
+    report = {
+        "machine": {"cpus": os.cpu_count()},
+        "pretraining": pretraining,
+        "finetune_config": FINETUNE,
+        "finetune_overrides": args.set_finetune,
+        "scratch_config": SCRATCH,
+        "scratch_overrides": sizes,
+        "runs": runs,
+        "summary": by_kind,
+        "budget": {
+            "pretraining_wall_seconds": pretraining.get("wall_seconds"),
+            "one_finetune_wall_seconds": fine_tune,
+            "total_wall_minutes": (
+                (pretraining["wall_seconds"] + fine_tune) / 60
+                if "wall_seconds" in pretraining
+                else None
+            ),
+        },
+    }
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(report, f, indent=1)
+    plot(by_kind, args.output.removesuffix(".json") + ".png")
+    for kind, s in by_kind.items():
+        a = s["test_accuracy"]
+        print(f"{kind}: test accuracy {a['mean']:.4f} +- {a['std']:.4f} {a['values']}")
+
+
+def plot(by_kind, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = list(by_kind)
+    means = [100 * by_kind[k]["test_accuracy"]["mean"] for k in names]
+    stds = [100 * by_kind[k]["test_accuracy"]["std"] for k in names]
+    ax.bar(names, means, yerr=stds, capsize=6, color=["tab:blue", "tab:gray"])
+    for i, k in enumerate(names):
+        for v in by_kind[k]["test_accuracy"]["values"]:
+            ax.plot(i, 100 * v, "k.", zorder=3)
+    ax.axhline(80, ls="--", color="tab:red", lw=1, label="target 80 %")
+    ax.set_ylim(min(means) - 6, max(82, max(means) + 3))
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("Sentence polarity: pre-trained vs from scratch")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()

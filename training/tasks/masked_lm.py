@@ -1,0 +1,363 @@
+"""Masked-language-model pre-training of a BERT-style encoder on plain text.
+
+Data: one or more plain or `.gz` UTF-8 files, one sentence or document per
+line (empty lines are skipped); a seeded shuffle of the lines, then
+`holdout_fraction` of them split in validation and test halves. Each line is
+one example, [START] tokens [END], cut to `max_length`. The WordPiece
+vocabulary (learned from the training lines, or read from
+`data.vocabulary_path`) has a [MASK] token after the reserved ones.
+
+Masking is dynamic: a fresh draw every time an example is visited (BERT's
+15 % and 80/10/10, optionally whole words; `training.text.masking`), made
+by tf.data on the CPU side, with a fixed number of prediction slots per
+bucket length so every batch keeps a static shape. Validation and test use
+one fixed draw, so their figures compare across epochs and runs.
+
+Metrics: masked-token loss and accuracy. `tfformer-predict` fills the
+[MASK]s of a sentence; `tfformer-evaluate` reports masked-token accuracy,
+loss and perplexity on the test split.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tfformer.training.tasks.base import (
+    PreparedData,
+    Task,
+    TextDataConfig,
+    check_holdout_fraction,
+    token_compile_arguments,
+)
+
+MASK = "[MASK]"
+
+
+@dataclasses.dataclass
+class MaskedLMData(TextDataConfig):
+    """The corpus and the masking (plus `TextDataConfig`'s text settings)."""
+
+    # Plain or .gz UTF-8 files, one sentence or document per line.
+    text_paths: tuple[str, ...] = ()
+    # Share of the lines held out; half validation, half test.
+    holdout_fraction: float = 0.05
+    # A text_classification config file: the sentences of its validation
+    # and test splits are left out of the corpus (pre-training on the text
+    # a classifier trains on, never on the text it is tested on).
+    exclude_heldout_of: str | None = None
+    # A vocabulary file to use instead of learning one (one token per line,
+    # tfformer's reserved tokens first, [MASK] among the tokens).
+    vocabulary_path: str | None = None
+    # Share of the candidate tokens to predict (BERT: 0.15).
+    mask_rate: float = 0.15
+    # Of the chosen tokens: replaced by [MASK] / by a random token (BERT:
+    # 0.8 / 0.1; the rest stay unchanged).
+    mask_token_rate: float = 0.8
+    random_token_rate: float = 0.1
+    # Choose whole words (every "##" piece of a chosen word) instead of
+    # single tokens.
+    whole_word_masking: bool = False
+
+
+class MaskedLMTask(Task):
+    name = "masked_lm"
+    DataConfig = MaskedLMData
+    builder_name = "bert_encoder"
+    default_preset = "bert_tiny"
+
+    def validate(self, config):
+        super().validate(config)
+        d = config.data
+        if not d.text_paths:
+            raise ValueError(
+                "task 'masked_lm' needs data.text_paths (one or more text files)."
+            )
+        if d.tokenizer != "wordpiece":
+            raise ValueError(
+                "task 'masked_lm' needs data.tokenizer='wordpiece' (its "
+                f"vocabulary holds the {MASK} token). Received: "
+                f"data.tokenizer={d.tokenizer!r}"
+            )
+        check_holdout_fraction(d)
+        for name in ("mask_rate", "mask_token_rate", "random_token_rate"):
+            value = getattr(d, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(
+                    f"data.{name} must be in [0, 1]. Received: data.{name}={value}"
+                )
+        if d.mask_rate == 0.0:
+            raise ValueError("data.mask_rate must be positive. Received: 0.0")
+        if d.mask_token_rate + d.random_token_rate > 1.0:
+            raise ValueError(
+                "data.mask_token_rate + data.random_token_rate must be <= 1. "
+                f"Received: {d.mask_token_rate} + {d.random_token_rate}"
+            )
+
+    def raw_splits(self, data_config):
+        from tfformer.training.sources.text_files import read_lines
+
+        lines = []
+        for path in data_config.text_paths:
+            lines += [
+                line
+                for line in read_lines(path, allow_empty_lines=True)
+                if line.strip()
+            ]
+        if data_config.exclude_heldout_of:
+            excluded = heldout_sentences(data_config.exclude_heldout_of)
+            lines = [line for line in lines if line not in excluded]
+        order = np.random.default_rng(data_config.seed).permutation(len(lines))
+        held = int(len(lines) * data_config.holdout_fraction)
+        lines = [lines[i] for i in order]
+        return {
+            "train": lines[2 * held :],
+            "validation": lines[:held],
+            "test": lines[held : 2 * held],
+        }
+
+    def tokenizer(self, data_config, lines, directory, progress=print):
+        """The run's WordPiece tokenizer: saved in `directory`, read from
+        `data.vocabulary_path`, or learned with [MASK] reserved."""
+        from tfformer.training.text.vocabulary import learn_or_load
+        from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+        if data_config.vocabulary_path and not (
+            directory and _saved_vocabulary(directory)
+        ):
+            tokenizer = WordPieceTokenizer.load(
+                data_config.vocabulary_path, lower_case=data_config.lower_case
+            )
+        else:
+            tokenizer = learn_or_load(
+                data_config, lines, directory, "text", progress, extra_tokens=(MASK,)
+            )
+        check_mask_token(tokenizer, data_config.vocabulary_path)
+        return tokenizer
+
+    def prepare(self, config, raw, directory, progress=print):
+        data_config = config.data
+        tokenizer = self.tokenizer(data_config, raw["train"], directory, progress)
+        examples = {
+            split: self.prepare_lines(tokenizer, data_config, lines)
+            for split, lines in raw.items()
+        }
+        return PreparedData(
+            {"text": tokenizer}, examples, raw, self.bucket_lengths(data_config)
+        )
+
+    def inference_settings(self, config, data):
+        return {"max_length": config.data.max_length, "mask_token": MASK}
+
+    def build_model(self, config, data):
+        from tfformer.models import bert_masked_lm, from_preset
+
+        encoder = from_preset(
+            self.preset(config.model),
+            data.tokenizers["text"].vocabulary_size,
+            **{
+                **self.model_sizes(config.model),
+                "max_sequence_length": max(config.data.max_length, 8),
+            },
+        )
+        return bert_masked_lm(encoder)
+
+    def compile_arguments(self, config):
+        return token_compile_arguments(config)
+
+    # -- inference ---------------------------------------------------------------
+
+    def add_predict_arguments(self, parser):
+        parser.add_argument(
+            "--top-k", type=int, default=5, help="candidates shown per [MASK]"
+        )
+
+    def predict(self, run_dir, args, inputs):
+        """Fills the [MASK]s of each input: one line per [MASK] with its
+        `--top-k` candidates and their probabilities."""
+        from keras import ops
+
+        if args.top_k < 1:
+            raise ValueError(f"--top-k must be >= 1. Received: {args.top_k}")
+        run = self.load(run_dir, args.model)
+        tokenizer = run.tokenizers["text"]
+        length = run.directory.setting("max_length")
+        mask_id = tokenizer.vocabulary.index(MASK)
+        for text in inputs:
+            ids = masked_sentence_ids(tokenizer, text, mask_id)
+            if mask_id not in ids:
+                raise ValueError(
+                    f"Each input needs at least one {MASK}. Received: {text!r}"
+                )
+            ids = [tokenizer.start_id, *ids[: length - 2], tokenizer.end_id]
+            positions = [i for i, token in enumerate(ids) if token == mask_id]
+            if not positions:
+                raise ValueError(
+                    f"The {MASK} of {text!r} lies past the model's {length} tokens."
+                )
+            logits = run.model(
+                {
+                    "token_ids": np.array([ids], "int32"),
+                    "segment_ids": np.zeros((1, len(ids)), "int32"),
+                    "mask_positions": np.array([positions], "int32"),
+                },
+                training=False,
+            )
+            probabilities = ops.convert_to_numpy(ops.softmax(logits, axis=-1))[0]
+            lines = [text]
+            for number, p in enumerate(probabilities, start=1):
+                best = np.argsort(-p)[: args.top_k]
+                shown = ", ".join(f"{tokenizer.vocabulary[i]} {p[i]:.3f}" for i in best)
+                lines.append(f"  {MASK} {number}: {shown}")
+            yield "\n".join(lines)
+
+    def evaluate(self, run_dir, args, progress=print):
+        """Masked-token accuracy, loss (nats) and perplexity on the test
+        split, with the training run's fixed evaluation masks."""
+        from keras import ops
+
+        from tfformer.training import pipeline
+
+        run = self.load(run_dir, args.model)
+        data_config = run.config.data
+        lines = self.raw_splits(data_config)["test"]
+        if args.limit:
+            lines = lines[: args.limit]
+        if not lines:
+            raise ValueError(f"{run.directory.path}: the test split is empty.")
+        tokenizer = run.tokenizers["text"]
+        examples = self.prepare_lines(tokenizer, data_config, lines)
+        dataset = pipeline.evaluation_dataset(
+            examples,
+            batch_size=32,
+            bucket_lengths=self.bucket_lengths(data_config),
+        )
+        nats, correct, count = 0.0, 0, 0
+        for features, labels in dataset:
+            logits = run.model(features, training=False)
+            log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
+            labels = labels.numpy()
+            real = labels != 0
+            picked = np.take_along_axis(log_p, labels[..., None], axis=-1)[..., 0]
+            nats -= float(picked[real].sum())
+            correct += int((log_p.argmax(-1) == labels)[real].sum())
+            count += int(real.sum())
+            progress(f"scored {count} masked tokens")
+        return {
+            "masked_tokens": count,
+            "masked_accuracy": correct / max(count, 1),
+            "loss": nats / max(count, 1),
+            "perplexity": math.exp(nats / max(count, 1)),
+        }
+
+    def prepare_lines(self, tokenizer, data_config, lines):
+        """`pipeline.Examples` of `lines` with this task's masking."""
+        from tfformer.training import pipeline
+
+        examples = pipeline.classification_examples(
+            tokenizer.tokenize(lines),
+            [0] * len(lines),
+            start_id=tokenizer.start_id,
+            end_id=tokenizer.end_id,
+            max_length=data_config.max_length,
+        )
+        examples.labels = examples.features["token_ids"]
+        examples.transform = masking_transform(tokenizer, data_config)
+        return examples
+
+
+def heldout_sentences(config_path):
+    """The validation and test sentences of a text_classification config."""
+    from tfformer.training.config import load_config
+    from tfformer.training.tasks import get_task
+
+    try:
+        config = load_config(config_path)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"data.exclude_heldout_of={config_path!r}: {e}") from None
+    if config.task != "text_classification":
+        raise ValueError(
+            f"data.exclude_heldout_of must be a text_classification config. "
+            f"Received: {config_path!r} (task {config.task!r})"
+        )
+    splits = get_task(config.task).raw_splits(config.data)
+    return {text for split in ("validation", "test") for text, _ in splits[split]}
+
+
+def check_mask_token(tokenizer, source=None):
+    """The mask token must follow the reserved tokens (id 4): ids above it
+    are the regular tokens that masking chooses and draws."""
+    from tfformer.rundir.text import RESERVED_TOKENS
+
+    vocabulary = tokenizer.vocabulary
+    if len(vocabulary) <= len(RESERVED_TOKENS) + 1 or (
+        vocabulary[len(RESERVED_TOKENS)] != MASK
+    ):
+        raise ValueError(
+            f"{source or 'the vocabulary'}: masked language modelling needs "
+            f"{MASK} as token {len(RESERVED_TOKENS)}, right after "
+            f"{list(RESERVED_TOKENS)}, and regular tokens after it. Received: "
+            f"{vocabulary[: len(RESERVED_TOKENS) + 2]}"
+        )
+
+
+def _saved_vocabulary(directory):
+    import os
+
+    from tfformer.rundir.run import tokenizer_file
+
+    return os.path.isfile(os.path.join(directory, tokenizer_file("wordpiece", "text")))
+
+
+def masked_sentence_ids(tokenizer, text, mask_id):
+    """Token ids of `text` with each literal "[MASK]" as the mask id."""
+    ids = []
+    for number, part in enumerate(text.split(MASK)):
+        if number:
+            ids.append(mask_id)
+        if part.strip():
+            ids += tokenizer.tokenize([part])[0].numpy().tolist()
+    return ids
+
+
+def masking_transform(tokenizer, data_config):
+    """The `pipeline.Examples.transform` that masks token ids: features get
+    the corrupted ids and `mask_positions`, labels become the original ids
+    at those positions (0 in unused slots)."""
+    import tensorflow as tf
+
+    from tfformer.rundir.text import SUFFIX
+    from tfformer.training.text.masking import mask_tokens
+
+    vocabulary = tokenizer.vocabulary
+    mask_id = vocabulary.index(MASK)
+    continues_word = None
+    if data_config.whole_word_masking:
+        continues_word = tf.constant([t.startswith(SUFFIX) for t in vocabulary])
+    rate = data_config.mask_rate
+
+    def transform(features, labels, seed):
+        del labels  # the original ids are the token ids
+        ids = features["token_ids"]
+        length = tf.shape(ids)[0]
+        slots = tf.maximum(
+            1, tf.cast(tf.math.ceil(rate * tf.cast(length - 2, tf.float32)), tf.int32)
+        )
+        masked, positions, targets = mask_tokens(
+            ids,
+            seed,
+            num_predictions=slots,
+            mask_id=mask_id,
+            first_regular_id=mask_id + 1,
+            vocabulary_size=len(vocabulary),
+            rate=rate,
+            mask_token_rate=data_config.mask_token_rate,
+            random_token_rate=data_config.random_token_rate,
+            continues_word=continues_word,
+        )
+        return {**features, "token_ids": masked, "mask_positions": positions}, targets
+
+    return transform
+
+
+TASK = MaskedLMTask()
