@@ -5,7 +5,7 @@
    without labels, Multi30k's English captions, tinyshakespeare) minus the
    polarity validation and test sentences, under a wall-clock budget.
 2. For each seed, alternating: the classifier fine-tuned from it
-   (`polarity_finetune.yaml`: AdamW, linear warmup and decay, peak 1e-4)
+   (`polarity_finetune.yaml`: AdamW, linear warmup and decay, peak 5e-4)
    and the same encoder from random weights with the from-scratch recipe
    (`polarity_bert.yaml` with the pre-trained run's sizes: Adam, the
    paper's schedule at scale 0.1, its own vocabulary learned from the
@@ -17,7 +17,13 @@ Every run is a `tfformer-train` subprocess; wall seconds and CPU seconds
 (user + system of the child, both cores) are recorded per run. The budget
 the issue sets (60 CPU-minutes in total) is pre-training plus one fine-tune.
 
+A reused `--pretrained RUN` reports the wall and CPU seconds of the
+`/usr/bin/time -v` report at the end of `RUN.log`, if there is one (the
+command below writes it).
+
 Usage:
+  /usr/bin/time -v tfformer-train --config training/configs/polarity_mlm.yaml \
+      --set train.output_dir=RUN --set train.verbose=2 > RUN.log 2>&1
   python bench/bert_pretraining.py [--pretrained RUN | --pretrain-minutes 45]
       [--seeds 0 1 2] [--work ~/.cache/tfformer/bert]
       [--output bench/results/bert_pretraining.json] [--set-finetune K=V ...]
@@ -54,6 +60,30 @@ def run_command(argv, log_path):
     if code:
         sys.exit(f"{' '.join(argv)} failed ({code}); see {log_path}")
     return time.perf_counter() - began, child_cpu_seconds() - cpu
+
+
+def time_log(path):
+    """Wall and CPU seconds of a reused pre-training run, from the
+    `/usr/bin/time -v` report at the end of its log (empty if none)."""
+    if not os.path.isfile(path):
+        return {}
+    found = {}
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith(("User time (seconds):", "System time (seconds):")):
+                found["cpu_seconds"] = found.get("cpu_seconds", 0.0) + float(
+                    line.rsplit(" ", 1)[1]
+                )
+            elif line.startswith("Elapsed (wall clock) time"):
+                clock = line.rsplit(" ", 1)[1].split(":")
+                seconds = 0.0
+                for part in clock:
+                    seconds = seconds * 60 + float(part)
+                found["wall_seconds"] = seconds
+    if found:
+        found["measured_by"] = f"/usr/bin/time -v, {path}"
+    return found
 
 
 def train_command(config, output_dir, sets):
@@ -131,6 +161,8 @@ def main():
             pretrained + ".log",
         )
         pretraining = {"wall_seconds": wall, "cpu_seconds": cpu}
+    else:
+        pretraining = time_log(pretrained + ".log")
     results = final_metrics(pretrained)
     with open(os.path.join(pretrained, "config.json")) as f:
         pre_config = json.load(f)

@@ -12,6 +12,7 @@ import importlib
 _MODULES = {
     "translation": "tfformer.export.tasks.translation",
     "causal_lm": "tfformer.export.tasks.causal_lm",
+    "text_classification": "tfformer.export.tasks.text_classification",
 }
 EXPORTABLE_TASKS = tuple(_MODULES)
 

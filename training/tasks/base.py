@@ -80,7 +80,7 @@ class LoadedRun:
 
 
 def check_holdout_fraction(data_config):
-    """`data.holdout_fraction` splits into validation and test halves."""
+    """`data.holdout_fraction` of the examples for validation, as many for test."""
     if not 0.0 < data_config.holdout_fraction < 0.5:
         raise ValueError(
             "data.holdout_fraction must be in (0, 0.5). "

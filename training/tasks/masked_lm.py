@@ -2,7 +2,7 @@
 
 Data: one or more plain or `.gz` UTF-8 files, one sentence or document per
 line (empty lines are skipped); a seeded shuffle of the lines, then
-`holdout_fraction` of them split in validation and test halves. Each line is
+`holdout_fraction` of them for validation and as many for test. Each line is
 one example, [START] tokens [END], cut to `max_length`. The WordPiece
 vocabulary (learned from the training lines, or read from
 `data.vocabulary_path`) has a [MASK] token after the reserved ones.
@@ -40,7 +40,7 @@ class MaskedLMData(TextDataConfig):
 
     # Plain or .gz UTF-8 files, one sentence or document per line.
     text_paths: tuple[str, ...] = ()
-    # Share of the lines held out; half validation, half test.
+    # Share of the lines held out for validation, and as many for test.
     holdout_fraction: float = 0.05
     # A text_classification config file: the sentences of its validation
     # and test splits are left out of the corpus (pre-training on the text

@@ -39,7 +39,7 @@ class ClassificationData(TextDataConfig):
     # or the sorted labels of the TSV. With a TSV, a label not listed here
     # is an error naming its line.
     class_names: tuple[str, ...] = ()
-    # Share of the examples held out; half validation, half test.
+    # Share of the examples held out for validation, and as many for test.
     holdout_fraction: float = 0.1
 
 

@@ -1,0 +1,179 @@
+"""A text classifier's exported forms against its Keras model: size, latency
+per sentence, and accuracy on the run's test split.
+
+For one text_classification run it writes the SavedModel (`classify`) and
+the four TFLite variants (float32, float16, dynamic-range int8, full int8
+calibrated on 200 training sentences) with `tfformer-export`, then
+classifies every test sentence one at a time with each:
+
+- Keras: the run's model (graph mode via `model.predict_on_batch`, batch 1,
+  inputs from training's encoding);
+- SavedModel: `classify` (strings in);
+- TFLite: `classify.py`'s `LiteRTClassifier` (the reference tokenizer and
+  the interpreter), as an app would.
+
+It reports file sizes, accuracy and macro-F1, agreement of the argmax with
+Keras, the largest probability difference from Keras, and the median
+latency per sentence with its 10th-90th percentile spread.
+
+Usage: python bench/classifier_export.py --checkpoint RUN
+    [--output bench/results/classifier_export.json]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+from tfformer.training.tasks import get_task
+from tfformer.training.tasks.text_classification import (
+    classification_scores,
+    encode_texts,
+)
+
+VARIANTS = ("none", "float16", "int8", "full_int8")
+
+
+def directory_bytes(path):
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
+
+
+def timed(function, items):
+    outputs, seconds = [], []
+    for item in items:
+        began = time.perf_counter()
+        outputs.append(function(item))
+        seconds.append(time.perf_counter() - began)
+    ms = 1000 * np.array(seconds)
+    return np.array(outputs), {
+        "median_ms": float(np.median(ms)),
+        "p10_ms": float(np.percentile(ms, 10)),
+        "p90_ms": float(np.percentile(ms, 90)),
+    }
+
+
+def export(argv):
+    done = subprocess.run(
+        [sys.executable, "-m", "tfformer.export", *argv], capture_output=True, text=True
+    )
+    if done.returncode:
+        sys.exit(done.stderr[-3000:])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument(
+        "--output", default=os.path.join("bench", "results", "classifier_export.json")
+    )
+    args = p.parse_args()
+    task = get_task("text_classification")
+    loaded = task.load(args.checkpoint)
+    splits = task.raw_splits(loaded.config.data)
+    test = splits["test"]
+    texts = [t for t, _ in test]
+    truth = np.array([label for _, label in test])
+    labels = loaded.directory.setting("labels")
+    length = loaded.directory.setting("max_length")
+    tokenizer = loaded.tokenizers["text"]
+
+    def keras_one(text):
+        rows, segments = encode_texts(tokenizer, [text], length)
+        logits = loaded.model.predict_on_batch(
+            {"token_ids": np.array(rows), "segment_ids": np.array(segments)}
+        )
+        return tf.nn.softmax(logits[0]).numpy()
+
+    forms = {}
+    keras_p, keras_time = timed(keras_one, texts)
+    forms["keras"] = {"latency": keras_time, "probabilities": keras_p}
+    work = tempfile.mkdtemp(prefix="classifier_export_")
+    serving = os.path.join(work, "serving")
+    export(
+        ["--checkpoint", args.checkpoint, "--format", "saved_model", "--out", serving]
+    )
+    version = os.path.join(serving, sorted(os.listdir(serving))[-1])
+    served = tf.saved_model.load(version)
+    classify = served.signatures["classify"]
+
+    def saved_one(text):
+        if isinstance(text, tuple):
+            out = classify(text=tf.constant([text[0]]), text_b=tf.constant([text[1]]))
+        else:
+            out = classify(text=tf.constant([text]))
+        return out["probabilities"].numpy()[0]
+
+    saved_p, saved_time = timed(saved_one, texts)
+    forms["saved_model"] = {
+        "latency": saved_time,
+        "probabilities": saved_p,
+        "bytes": directory_bytes(version),
+    }
+    calibration = os.path.join(work, "calibration.txt")
+    with open(calibration, "w", encoding="utf-8") as f:
+        for text, _ in splits["train"][:200]:
+            f.write((text if isinstance(text, str) else "\t".join(text)) + "\n")
+    for quantize in VARIANTS:
+        out = os.path.join(work, f"tflite_{quantize}")
+        argv = ["--checkpoint", args.checkpoint, "--format", "tflite", "--out", out]
+        if quantize != "none":
+            argv += ["--quantize", quantize]
+        if quantize == "full_int8":
+            argv += ["--representative-data", calibration]
+        export(argv)
+        name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
+        sys.path.insert(0, out)
+        try:
+            import classify as device
+
+            runtime = device.LiteRTClassifier(os.path.join(out, name), num_threads=1)
+        finally:
+            sys.path.remove(out)
+            sys.modules.pop("classify", None)
+        device_p, device_time = timed(lambda t: runtime.classify(t)[1], texts)
+        forms[f"tflite_{quantize}"] = {
+            "latency": device_time,
+            "probabilities": device_p,
+            "bytes": os.path.getsize(os.path.join(out, name)),
+        }
+    report = {
+        "checkpoint": os.path.abspath(args.checkpoint),
+        "test_sentences": len(texts),
+        "labels": labels,
+        "forms": {},
+    }
+    for form, found in forms.items():
+        probabilities = found.pop("probabilities")
+        scores = classification_scores(truth, probabilities.argmax(-1), labels)
+        found.update(
+            {
+                "accuracy": scores["accuracy"],
+                "macro_f1": scores["macro_f1"],
+                "argmax_agrees_with_keras": float(
+                    np.mean(probabilities.argmax(-1) == keras_p.argmax(-1))
+                ),
+                "max_probability_difference": float(
+                    np.abs(probabilities - keras_p).max()
+                ),
+            }
+        )
+        report["forms"][form] = found
+        print(form, json.dumps(found))
+    with open(args.output, "w") as f:
+        json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Reference runtime of a tfformer text classifier on LiteRT, in Python with
+NumPy and `ai_edge_litert` only: the reference to port to an app (Kotlin,
+Swift, C++). It reads `text.json` and the vocabulary next to the model and
+tokenizes with `tokenizer.py` (the same reference tokenizer as the
+translator's and the generator's).
+
+The steps, for a text (or a pair a, b):
+  1. ids(a) (and ids(b)) with `tokenizer.py`.
+  2. One text: [START] a[:max_length - 2] [END], segment ids all 0.
+     A pair: cut longest-first to max_length - 3 tokens (the longer text
+     loses its last token until both fit; on a tie b does), then
+     [START] a [END] b [END], segment ids 0 up to the first [END], 1 after.
+  3. Resize the model's inputs to (1, n), set `token_ids` and
+     `segment_ids`, invoke, read `probabilities` (1, classes); the label
+     names are `labels` in `text.json`.
+
+Usage: python classify.py model.tflite "a gripping, funny film" ...
+(a pair as "text a<TAB>text b"); prints label, probability and text.
+
+Example:
+>>> classifier = LiteRTClassifier("device/model.tflite")
+>>> classifier.classify("a gripping, funny film")   # ("positive", array([...]))
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+
+START, END = 2, 3
+
+
+def encode(first, second, max_length):
+    """(token_ids, segment_ids) lists of one text (`second` None) or a pair."""
+    if second is None:
+        ids = [START, *first[: max_length - 2], END]
+        return ids, [0] * len(ids)
+    first, second = list(first), list(second)
+    while len(first) + len(second) > max_length - 3:
+        (first if len(first) > len(second) else second).pop()
+    ids = [START, *first, END, *second, END]
+    return ids, [0] * (len(first) + 2) + [1] * (len(second) + 1)
+
+
+class LiteRTClassifier:
+    """Classifies texts with `model*.tflite` and the files beside it."""
+
+    def __init__(self, path, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.directory = os.path.dirname(os.path.abspath(path))
+        with open(os.path.join(self.directory, "text.json"), encoding="utf-8") as f:
+            self.settings = json.load(f)
+        self.max_length = self.settings["max_length"]
+        self.labels = self.settings["labels"]
+        self.pairs = self.settings["pairs"]
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.runner = self.interpreter.get_signature_runner()
+        spec = importlib.util.spec_from_file_location(
+            "tfformer_device_tokenizer", os.path.join(self.directory, "tokenizer.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.tokenizer = module.DeviceTokenizer(self.directory)
+
+    def encode(self, text):
+        """The model's inputs for `text` (a str, or an (a, b) pair)."""
+        if self.pairs:
+            first, second = text
+            ids, segments = encode(
+                self.tokenizer.ids(first), self.tokenizer.ids(second), self.max_length
+            )
+        else:
+            ids, segments = encode(self.tokenizer.ids(text), None, self.max_length)
+        return np.array([ids], np.int32), np.array([segments], np.int32)
+
+    def probabilities(self, token_ids, segment_ids):
+        return self.runner(token_ids=token_ids, segment_ids=segment_ids)[
+            "probabilities"
+        ][0]
+
+    def classify(self, text):
+        """(label, probabilities) of `text` (a pair: a tuple)."""
+        p = self.probabilities(*self.encode(text))
+        return self.labels[int(np.argmax(p))], p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2:
+        print("usage: classify.py MODEL.tflite TEXT...", file=sys.stderr)
+        return 2
+    if not os.path.isfile(argv[0]):
+        print(f"classify.py: error: no model at {argv[0]!r}", file=sys.stderr)
+        return 2
+    classifier = LiteRTClassifier(argv[0])
+    for text in argv[1:]:
+        item = text
+        if classifier.pairs:
+            if text.count("\t") != 1:
+                print(
+                    f"classify.py: error: give a pair as 'a<TAB>b'. Received: {text!r}",
+                    file=sys.stderr,
+                )
+                return 2
+            item = tuple(text.split("\t"))
+        label, p = classifier.classify(item)
+        print(f"{label}\t{p.max():.4f}\t{text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

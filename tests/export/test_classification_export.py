@@ -1,0 +1,331 @@
+"""Export of text-classification runs (single sentences and sentence pairs):
+the SavedModel's `classify`, `embed` and `tokenize` against the Keras model
+and training's encoding, its guarantees (TensorFlow alone, any bytes,
+fuzzing); the TFLite classifier and its reference runtime against Keras;
+the quantized variants."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfformer.export.saved_model import export_saved_model
+from tfformer.export.tasks.text_classification import pair_lengths
+from tfformer.export.tflite import export_tflite
+from tfformer.training.config import load_config
+from tfformer.training.fit.trainer import train
+from tfformer.training.tasks import get_task
+from tfformer.training.tasks.text_classification import encode_texts
+
+from ..training.tiny import TINY_MODEL
+
+MAX_LENGTH = 16
+BAD = ["awful", "dull", "boring", "bad"]
+GOOD = ["great", "fine", "superb", "good"]
+FILLER = ["the", "film", "was", "really", "quite", "a", "plot", "é", "naïve", "!"]
+
+
+def sentences(rng, cue_words, count):
+    return [
+        " ".join(
+            [*rng.choice(FILLER, rng.integers(2, 9)).tolist(), rng.choice(cue_words)]
+        )
+        for _ in range(count)
+    ]
+
+
+def train_classifier(root, pairs):
+    rng = np.random.default_rng(0)
+    overrides = [
+        *TINY_MODEL,
+        "task=text_classification",
+        "data.vocabulary_size=80",
+        f"data.max_length={MAX_LENGTH}",
+        "data.bucket_lengths=[8,16]",
+        "data.holdout_fraction=0.2",
+        "train.batch_size=8",
+        "train.steps_per_epoch=6",
+        "train.epochs=3",
+        "train.warmup_steps=5",
+        "train.learning_rate_scale=0.3",
+        "train.verbose=0",
+        "train.label_smoothing=0.0",
+        f"train.output_dir={root / 'run'}",
+    ]
+    if pairs:
+        lines = []
+        for label in rng.integers(0, 3, 240):
+            first = " ".join(rng.choice(FILLER, rng.integers(1, 12)))
+            second = sentences(rng, [BAD, GOOD, FILLER][label], 1)[0]
+            lines.append(f"{first}\t{second}\t{['neg', 'pos', 'neutral'][label]}")
+        tsv = root / "pairs.tsv"
+        tsv.write_text("\n".join(lines) + "\n")
+        overrides.append(f"data.tsv_path={tsv}")
+    else:
+        negative, positive = root / "neg.txt", root / "pos.txt"
+        negative.write_text("\n".join(sentences(rng, BAD, 120)))
+        positive.write_text("\n".join(sentences(rng, GOOD, 120)))
+        overrides += [
+            f"data.class_paths={negative},{positive}",
+            "data.class_names=negative,positive",
+        ]
+    train(load_config(overrides=overrides), progress=lambda *_: None)
+    return str(root / "run")
+
+
+@pytest.fixture(scope="module", params=["single", "pairs"])
+def case(request, tmp_path_factory):
+    """(run dir, loaded run, served SavedModel, test inputs) of one run."""
+    root = tmp_path_factory.mktemp(f"classifier_{request.param}")
+    run_dir = train_classifier(root, request.param == "pairs")
+    path = export_saved_model(run_dir, str(root / "serving"), progress=lambda *_: None)
+    task = get_task("text_classification")
+    loaded = task.load(run_dir)
+    test = [text for text, _ in task.raw_splits(loaded.config.data)["test"]]
+    return run_dir, loaded, path, tf.saved_model.load(path), test
+
+
+def keras_probabilities(loaded, texts):
+    return get_task("text_classification")._probabilities(loaded, texts)
+
+
+def call(served, name, texts, pairs=None):
+    if pairs is None:
+        pairs = bool(texts) and isinstance(texts[0], tuple)
+    if pairs:
+        out = served.signatures[name](
+            text=tf.constant([a for a, _ in texts], tf.string),
+            text_b=tf.constant([b for _, b in texts], tf.string),
+        )
+    else:
+        out = served.signatures[name](text=tf.constant(texts, tf.string))
+    return {k: v.numpy() for k, v in out.items()}
+
+
+# -- SavedModel ----------------------------------------------------------------
+
+
+def test_classify_equals_keras_on_every_test_input(case):
+    _, loaded, _, served, test = case
+    expected = keras_probabilities(loaded, test)
+    out = call(served, "classify", test)
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
+    labels = loaded.directory.setting("labels")
+    assert out["label"].astype(str).tolist() == [labels[i] for i in expected.argmax(-1)]
+    np.testing.assert_array_equal(out["label_id"], expected.argmax(-1))
+    assert out["label_names"].shape == (len(test), len(labels))
+    assert sorted(served.signatures) == [
+        "classify",
+        "embed",
+        "serving_default",
+        "tokenize",
+    ]
+
+
+def test_tokenize_is_trainings_encoding(case):
+    """The graph's ids and segments equal `encode_texts` (training's) on the
+    test inputs and on long ones that must be cut (pairs: longest-first)."""
+    _, loaded, _, served, test = case
+    tokenizer = loaded.tokenizers["text"]
+    rng = np.random.default_rng(1)
+    long = " ".join(rng.choice(FILLER + GOOD, 40))
+    pairs = loaded.directory.setting("pairs")
+    extra = [(long, "a plot"), ("a", long), (long, long)] if pairs else [long, "", "  "]
+    texts = [*test, *extra]
+    rows, segments = encode_texts(tokenizer, texts, MAX_LENGTH)
+    out = call(served, "tokenize", texts)
+    for i, (row, segment) in enumerate(zip(rows, segments, strict=True)):
+        assert out["token_ids"][i].tolist() == row + [0] * (MAX_LENGTH - len(row))
+        assert out["segment_ids"][i, : len(row)].tolist() == segment
+    classified = call(served, "classify", extra)
+    expected = [True, True, True] if pairs else [True, False, False]
+    assert classified["truncated"].tolist() == expected
+
+
+def test_pair_lengths_equal_berts_loop():
+    rng = np.random.default_rng(2)
+    first = rng.integers(0, 30, 500)
+    second = rng.integers(0, 30, 500)
+    budget = rng.integers(1, 25, 500)
+    for a, b, n in zip(first, second, budget, strict=True):
+        x, y = list(range(a)), list(range(b))
+        while len(x) + len(y) > n:
+            (x if len(x) > len(y) else y).pop()
+        got = pair_lengths(tf.constant([a]), tf.constant([b]), int(n))
+        assert (int(got[0][0]), int(got[1][0])) == (len(x), len(y)), (a, b, n)
+
+
+def test_embed_is_the_pooled_vector_and_the_normalised_mean(case):
+    import keras
+
+    _, loaded, _, served, test = case
+    texts = test[:12]
+    out = call(served, "embed", texts)
+    model = loaded.model
+    last = len([layer for layer in model.layers if "encoder_block" in layer.name])
+    encoder = keras.Model(
+        model.input,
+        {
+            "pooled": model.get_layer("pooler").output,
+            "sequence": model.get_layer(f"encoder_block_{last - 1}").output,
+        },
+    )
+    rows, segments = encode_texts(loaded.tokenizers["text"], texts, MAX_LENGTH)
+    for i, (row, segment) in enumerate(zip(rows, segments, strict=True)):
+        got = encoder(
+            {"token_ids": np.array([row]), "segment_ids": np.array([segment])},
+            training=False,
+        )
+        np.testing.assert_allclose(out["embedding"][i], got["pooled"][0], atol=1e-5)
+        mean = np.asarray(got["sequence"][0]).mean(axis=0)
+        np.testing.assert_allclose(
+            out["mean_embedding"][i], mean / np.linalg.norm(mean), atol=1e-5
+        )
+
+
+def test_loads_in_a_process_that_imports_only_tensorflow(case):
+    _, loaded, path, _, _ = case
+    pairs = loaded.directory.setting("pairs")
+    inputs = "text=t, text_b=t" if pairs else "text=t"
+    script = f"""
+import sys
+import tensorflow as tf
+model = tf.saved_model.load({path!r})
+t = tf.constant(["a great film", b"\\xff\\xfe"])
+out = model.signatures["classify"]({inputs})
+assert out["probabilities"].shape[0] == 2, out
+leaked = [m for m in ("tfformer", "training", "export", "keras", "tensorflow_text")
+          if m in sys.modules]
+print("LEAKED", leaked)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LEAKED ['keras']" in done.stdout or "LEAKED []" in done.stdout, done.stdout
+
+
+texts = st.one_of(
+    st.binary(max_size=60),
+    st.text(max_size=60).map(lambda s: s.encode("utf-8", "surrogatepass")),
+    st.integers(1, 3000).map(lambda n: b"superb " * n),  # past 16 KiB at > 2340
+)
+
+
+@settings(
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(st.tuples(texts, texts), max_size=3))
+def test_no_input_makes_classify_fail(case, batch):
+    _, loaded, _, served, _ = case
+    if loaded.directory.setting("pairs"):
+        out = call(served, "classify", batch, pairs=True)
+    else:
+        out = call(served, "classify", [a for a, _ in batch], pairs=False)
+    assert out["probabilities"].shape == (
+        len(batch),
+        len(loaded.directory.setting("labels")),
+    )
+    np.testing.assert_allclose(out["probabilities"].sum(-1), 1.0, atol=1e-5)
+    budget = MAX_LENGTH - (3 if loaded.directory.setting("pairs") else 2)
+    np.testing.assert_array_equal(out["truncated"], out["num_tokens"] > budget)
+
+
+# -- TFLite --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def device(case, tmp_path_factory):
+    run_dir = case[0]
+    out = str(tmp_path_factory.mktemp("classifier_device"))
+    path = export_tflite(run_dir, out, progress=lambda *_: None)
+    sys.path.insert(0, out)
+    try:
+        import classify  # the shipped classify.py
+
+        runtime = classify.LiteRTClassifier(path)
+    finally:
+        sys.path.remove(out)
+    return out, path, runtime
+
+
+def test_tflite_float32_equals_keras_on_every_test_input(case, device):
+    _, loaded, _, _, test = case
+    out, _, runtime = device
+    assert sorted(os.listdir(out)) == [
+        "classify.py",
+        "model.tflite",
+        "text.json",
+        "text_vocab.txt",
+        "tokenizer.py",
+    ]
+    expected = keras_probabilities(loaded, test)
+    rows, segments = encode_texts(loaded.tokenizers["text"], test, MAX_LENGTH)
+    for i, text in enumerate(test):
+        ids, kinds = runtime.encode(text)
+        # The reference tokenizer gives training's ids.
+        assert ids[0].tolist() == rows[i] and kinds[0].tolist() == segments[i]
+        np.testing.assert_allclose(
+            runtime.probabilities(ids, kinds), expected[i], atol=1e-4
+        )
+
+
+def test_quantized_variants_convert_and_mostly_agree(case, tmp_path):
+    run_dir, loaded, _, _, test = case
+    expected = keras_probabilities(loaded, test).argmax(-1)
+    lines = [t if isinstance(t, str) else "\t".join(t) for t in test]
+    for quantize in ("float16", "int8", "full_int8"):
+        out = str(tmp_path / quantize)
+        path = export_tflite(
+            run_dir,
+            out,
+            quantize=quantize,
+            representative_sentences=lines,
+            progress=lambda *_: None,
+        )
+        sys.path.insert(0, out)
+        try:
+            import classify
+
+            runtime = classify.LiteRTClassifier(path)
+        finally:
+            sys.path.remove(out)
+        got = np.array([runtime.classify(t)[1].argmax() for t in test])
+        agree = float(np.mean(got == expected))
+        assert agree >= {"float16": 1.0, "int8": 0.9, "full_int8": 0.75}[quantize], (
+            quantize,
+            agree,
+        )
+
+
+def test_the_runtime_command(device):
+    out, path, runtime = device
+    text = ("a plot\tthe film was superb") if runtime.pairs else "the film was superb"
+    done = subprocess.run(
+        [sys.executable, os.path.join(out, "classify.py"), path, text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    label, probability, echoed = done.stdout.rstrip("\n").split("\t", 2)
+    assert label in runtime.labels and 0 < float(probability) <= 1 and echoed == text
+    missing = subprocess.run(
+        [sys.executable, os.path.join(out, "classify.py"), "nope.tflite", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert missing.returncode == 2 and "no model at" in missing.stderr
