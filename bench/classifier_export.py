@@ -142,7 +142,7 @@ def main():
         finally:
             sys.path.remove(out)
             sys.modules.pop("classify", None)
-        device_p, device_time = timed(lambda t: runtime.classify(t)[1], texts)
+        device_p, device_time = timed(lambda t, r=runtime: r.classify(t)[1], texts)
         forms[f"tflite_{quantize}"] = {
             "latency": device_time,
             "probabilities": device_p,
