@@ -14,8 +14,10 @@
    `tfformer-evaluate`'s numbers).
 
 Every run is a `tfformer-train` subprocess; wall seconds and CPU seconds
-(user + system of the child, both cores) are recorded per run. The budget
-the issue sets (60 CPU-minutes in total) is pre-training plus one fine-tune.
+(user + system of the child, both cores) are recorded per run. The issue's
+budget (60 CPU-minutes in total) covers pre-training plus one fine-tune;
+`budget` in the JSON adds their wall minutes, and each run's CPU seconds
+are next to it.
 
 A reused `--pretrained RUN` reports the wall and CPU seconds of the
 `/usr/bin/time -v` report at the end of `RUN.log`, if there is one (the

@@ -6,10 +6,14 @@ SavedModel (TF Serving), core ops only, loadable with TensorFlow alone:
   classes)` float32, `label` `(batch,)` string, `label_id` `(batch,)` int32,
   `label_names` `(batch, classes)` string (every row the same, so the
   output keeps TF Serving's batch-major row format), `num_tokens` `(batch,)`
-  (the text's tokens before the cut) and `truncated` `(batch,)` bool.
-  Inputs are read as UTF-8 (invalid bytes become U+FFFD), their first 16 KiB
-  tokenized in the graph by the core-op WordPiece and encoded as in training
-  ([START] a [END] (b [END]), cut longest-first to `max_length`).
+  (the tokens of the first 16 KiB, before the cut to `max_length`) and
+  `truncated` `(batch,)` bool (bytes past 16 KiB, or tokens past
+  `max_length`, were dropped). Each input's first 16 KiB are read as UTF-8
+  (invalid bytes become U+FFFD), tokenized in the graph by the core-op
+  WordPiece and encoded as in training ([START] a [END] (b [END]), cut
+  longest-first to `max_length`). Keras prediction and `classify.py` do
+  not cut at 16 KiB; an input whose tokens within `max_length` lie past
+  its first 16 KiB (16 KiB of spaces, say) is encoded differently.
 - `embed`: the same inputs -> `embedding` `(batch, hidden)`, the pooled
   [START] vector the classifier reads, and `mean_embedding` `(batch,
   hidden)`, the mean of the last layer over the real tokens, L2-normalised
@@ -70,11 +74,17 @@ def read_run(run_dir, checkpoint="model.keras"):
         raise ValueError(
             f"{run.path} holds a {run.task!r} run, not a text_classification run."
         )
+    spec = run.tokenizer("text")
+    if spec.kind != "wordpiece":
+        raise ValueError(
+            f"{run.path}: exporting a classifier needs a WordPiece vocabulary. "
+            f"Received: data.tokenizer={spec.kind!r}"
+        )
     model = run.load_model(checkpoint)
     return ClassificationRun(
         directory=run.path,
         model=model,
-        text=run.tokenizer("text"),
+        text=spec,
         max_length=int(run.setting("max_length")),
         labels=list(run.setting("labels")),
         pairs=bool(run.settings.get("pairs", False)),
@@ -130,20 +140,22 @@ class ClassifierGraph(tf.Module):
         }
 
     def _ids(self, text):
+        """Ragged ids of each text's first 16 KiB (then made valid UTF-8),
+        and whether a text was longer."""
         text = tf.reshape(text, [-1])
         size = tf.strings.length(text)
         text = tf.strings.substr(
-            valid_utf8(text),
-            tf.zeros_like(size),
-            tf.fill(tf.shape(size), MAX_INPUT_BYTES),
+            text, tf.zeros_like(size), tf.fill(tf.shape(size), MAX_INPUT_BYTES)
         )
-        ids = tf.cast(self.tokenizer.tokenize(text), tf.int32)
-        return tf.ragged.map_flat_values(clamp_ids, ids, self.vocabulary_size)
+        ids = tf.cast(self.tokenizer.tokenize(valid_utf8(text)), tf.int32)
+        ids = tf.ragged.map_flat_values(clamp_ids, ids, self.vocabulary_size)
+        return ids, size > MAX_INPUT_BYTES
 
     def encode(self, text, text_b=None):
-        """(token_ids, segment_ids) `(batch, max_length)` and the texts'
-        token counts before the cut."""
-        first = self._ids(text)
+        """(token_ids, segment_ids) `(batch, max_length)`, the token counts
+        of each text's first 16 KiB, and whether anything was cut (bytes
+        past 16 KiB, or tokens past `max_length`)."""
+        first, cut = self._ids(text)
         count_a = tf.cast(first.row_lengths(), tf.int32)
         rows = first.nrows(out_type=tf.int32)
         start = tf.fill([rows, 1], START_ID)
@@ -154,7 +166,8 @@ class ClassifierGraph(tf.Module):
             segments = [tf.zeros_like(p) for p in pieces]
             counts = count_a
         else:
-            second = self._ids(text_b)
+            second, cut_b = self._ids(text_b)
+            cut = cut | cut_b
             count_b = tf.cast(second.row_lengths(), tf.int32)
             keep_a, keep_b = pair_lengths(count_a, count_b, self.max_length - 3)
             pieces = [start, _head(first, keep_a), end, _head(second, keep_b), end]
@@ -165,12 +178,12 @@ class ClassifierGraph(tf.Module):
         shape = [None, self.max_length]
         ids = tf.concat(pieces, axis=1).to_tensor(shape=shape)
         segment_ids = tf.concat(segments, axis=1).to_tensor(shape=shape)
-        return ids, segment_ids, counts
+        limit = self.max_length - (3 if text_b is not None else 2)
+        return ids, segment_ids, counts, cut | (counts > limit)
 
     def _inputs(self, text, text_b):
-        ids, segments, counts = self.encode(text, text_b)
-        limit = self.max_length - (3 if self.pairs else 2)
-        return {"token_ids": ids, "segment_ids": segments}, counts, counts > limit
+        ids, segments, counts, truncated = self.encode(text, text_b)
+        return {"token_ids": ids, "segment_ids": segments}, counts, truncated
 
     def classify(self, text, text_b=None):
         inputs, counts, truncated = self._inputs(text, text_b)
@@ -201,7 +214,7 @@ class ClassifierGraph(tf.Module):
         }
 
     def tokenize(self, text, text_b=None):
-        ids, segments, counts = self.encode(text, text_b)
+        ids, segments, counts, _ = self.encode(text, text_b)
         return {"token_ids": ids, "segment_ids": segments, "num_tokens": counts}
 
     def write(self, path):
@@ -289,9 +302,9 @@ class TextClassificationExporter:
         for text in texts:
             if run.pairs:
                 a, _, b = text.partition("\t")
-                ids, segments, _ = graph.encode(tf.constant([a]), tf.constant([b]))
+                ids, segments, _, _ = graph.encode(tf.constant([a]), tf.constant([b]))
             else:
-                ids, segments, _ = graph.encode(tf.constant([text]))
+                ids, segments, _, _ = graph.encode(tf.constant([text]))
             n = int(tf.reduce_sum(tf.cast(ids != 0, tf.int32)))
             samples.append(
                 (
@@ -326,11 +339,7 @@ class TextClassificationExporter:
 
 
 def _classes(run):
-    if run.text.kind != "wordpiece":
-        raise ValueError(
-            f"{run.directory}: exporting a classifier needs a WordPiece "
-            f"vocabulary. Received: {run.text.kind}"
-        )
+    del run  # read_run refused byte tokenizers already
     return probe_character_classes()
 
 

@@ -37,7 +37,8 @@ def mlm_overrides(root, corpus, *extra):
         "data.holdout_fraction=0.1",
         "data.mask_rate=0.3",
         "data.vocabulary_sample_size=200",
-        "model.num_layers=2",
+        # 3 layers, not bert_tiny's 2: sizes must come from the run.
+        "model.num_layers=3",
         "model.hidden_dim=64",
         "model.num_heads=2",
         "model.intermediate_dim=128",
@@ -164,9 +165,9 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
         ):
             np.testing.assert_array_equal(mine, theirs)
             copied += 1
-    # Embeddings (3 tables + norm), 2 blocks, and nothing silently skipped.
-    assert copied >= 5 + 2 * 12
-    assert model.get_layer("encoder_block_1").count_params() > 0
+    # Embeddings (3 tables + norm), 3 blocks, and nothing silently skipped.
+    assert copied >= 5 + 3 * 12
+    assert model.get_layer("encoder_block_2").count_params() > 0
 
     result = train(config, progress=lambda *_: None)
     assert result.metrics["global_step"] == 4
@@ -179,15 +180,17 @@ def test_init_from_is_refused_with_the_reason(pretrained, tmp_path, capsys):
     run, _ = pretrained
     base = classifier_overrides(tmp_path, f"model.init_from={run}")
     cases = [
-        ("model.num_layers=3", "model.num_layers comes from that run (2)"),
+        ("model.num_layers=2", "model.num_layers comes from that run (3)"),
         ("data.lower_case=true", "lower_case=False"),
         ("data.tokenizer=byte", "set data.tokenizer=wordpiece"),
         ("data.max_length=32", "data.max_length must be <= 16"),
         (f"model.init_from={tmp_path}", "run.json is missing"),
     ]
     for override, message in cases:
+        config = load_config(overrides=[*base, override])
         with pytest.raises(ValueError, match=re.escape(message)):
-            load_config(overrides=[*base, override])
+            train(config, progress=lambda *_: None)
+        assert not (tmp_path / "run").exists()  # refused before writing
     # A run of another family: exit 2, nothing written.
     gpt = tmp_path / "gpt"
     gpt.mkdir()
@@ -246,4 +249,37 @@ def test_bad_corpora_and_masking_settings(tmp_path):
     config = load_config(overrides=[*base, f"data.vocabulary_path={vocabulary}"])
     with pytest.raises(ValueError, match=r"needs \[MASK\] as token 4"):
         train(config, progress=lambda *_: None)
-    assert not (tmp_path / "run" / "text_vocab.txt").exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_classifier_started_from_a_fine_tuned_classifier_gets_every_layer(
+    pretrained, tmp_path
+):
+    """Sizes come from the initial model, not its config (whose sizes are
+    unset when it was itself started from a run)."""
+    from tfformer.rundir.run import RunDirectory
+    from tfformer.training.fit.trainer import build_dataset, build_model
+
+    run, _ = pretrained
+    first = tmp_path / "first"
+    first.mkdir()
+    train(
+        load_config(overrides=classifier_overrides(first, f"model.init_from={run}")),
+        progress=lambda *_: None,
+    )
+    second = tmp_path / "second"
+    second.mkdir()
+    config = load_config(
+        overrides=classifier_overrides(second, f"model.init_from={first / 'run'}")
+    )
+    data = build_dataset(config, None, progress=lambda *_: None)
+    model = build_model(config, data)
+    source = RunDirectory(str(first / "run")).load_model()
+    for name in ("encoder_block_0", "encoder_block_2", "pooler"):
+        for mine, theirs in zip(
+            model.get_layer(name).get_weights(),
+            source.get_layer(name).get_weights(),
+            strict=True,
+        ):
+            np.testing.assert_array_equal(mine, theirs)
+    assert len([la for la in model.layers if la.name.startswith("encoder_block")]) == 3

@@ -324,10 +324,11 @@ def train(config, *, progress=print):
     multi = is_multi_worker(strategy)
     layout = InputLayout.for_strategy(strategy, t.batch_size)
     keras.utils.set_random_seed(t.seed)
+    # The data first: a corpus, vocabulary or init_from problem is refused
+    # before the output directory exists.
+    data = build_dataset(config, out, progress=progress)
     os.makedirs(out, exist_ok=True)
     run = RunDirectory(out)
-
-    data = build_dataset(config, out, progress=progress)
     if chief:
         task.save_preprocessing(config, data, run)
         atomic_write_text(

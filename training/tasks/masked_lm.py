@@ -281,7 +281,11 @@ def heldout_sentences(config_path):
             f"Received: {config_path!r} (task {config.task!r})"
         )
     splits = get_task(config.task).raw_splits(config.data)
-    return {text for split in ("validation", "test") for text, _ in splits[split]}
+    held = set()
+    for split in ("validation", "test"):
+        for text, _ in splits[split]:
+            held.update(text if isinstance(text, tuple) else (text,))
+    return held
 
 
 def check_mask_token(tokenizer, source=None):

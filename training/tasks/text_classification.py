@@ -22,7 +22,8 @@ from tfformer.training.tasks.base import (
 
 # The run families whose encoder and vocabulary a classifier can start from.
 INIT_FAMILIES = ("masked_lm", "text_classification")
-# Model keys that must match the initial run's (the rest: see `init_sizes`).
+# Model keys that come from the initial run's encoder and must stay unset
+# (or equal its values).
 SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
 
 
@@ -48,8 +49,9 @@ class ClassificationModel(ModelConfig):
     """`ModelConfig` plus the run to start from."""
 
     # A masked_lm (pre-training) or text_classification run directory: the
-    # classifier starts from its encoder's weights and uses its vocabulary,
-    # sizes and casing (a new classification head on top). None: random
+    # classifier starts from its encoder's weights and sizes and uses its
+    # vocabulary (data.tokenizer and data.lower_case must match it), with a
+    # new classification head. Read when training starts. None: random
     # weights and a vocabulary learned from the training split.
     init_from: str | None = None
 
@@ -97,10 +99,12 @@ class TextClassificationTask(Task):
     builder_name = "bert_encoder"
     default_preset = "bert_tiny"
 
+    def __init__(self):
+        # The last model.init_from model loaded: {(path, mtime): (model, sizes)}.
+        self._initial = {}
+
     def validate(self, config):
         super().validate(config)
-        if config.model.init_from is not None:
-            self.initial_run(config)
         d = config.data
         if d.tsv_path is not None:
             if d.class_paths:
@@ -156,15 +160,20 @@ class TextClassificationTask(Task):
     # -- starting from another run -----------------------------------------------
 
     def initial_run(self, config):
-        """(RunDirectory, training Config) of `model.init_from`, checked:
-        a finished run of a family in `INIT_FAMILIES`, whose tokenizer and
-        sizes agree with `config` (ValueError naming the key otherwise)."""
-        from tfformer.rundir.run import CONFIG, RunDirectory
-        from tfformer.training.config import config_from_dict
+        """(RunDirectory, its tokenizer spec, its model, encoder sizes) of
+        `model.init_from`, checked at train time (not when a config is
+        read, so a finished run does not depend on its initial run): a
+        finished run of a family in `INIT_FAMILIES` whose tokenizer agrees
+        with `config`, whose encoder sizes are not overridden, and whose
+        position table holds `data.max_length` (ValueError naming the key
+        otherwise). The sizes are read from the model itself, so a
+        classifier started from another classifier gets every layer."""
+        from tfformer.rundir.run import RunDirectory
 
+        path = os.path.abspath(config.model.init_from)
         where = f"model.init_from={config.model.init_from!r}"
         try:
-            run = RunDirectory(config.model.init_from)
+            run = RunDirectory(path)
             family = run.task
             if family not in INIT_FAMILIES:
                 raise ValueError(
@@ -173,7 +182,6 @@ class TextClassificationTask(Task):
                 )
             spec = run.tokenizer("text")
             run.checkpoint_path()
-            initial = config_from_dict(run.read_json(CONFIG))
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         d = config.data
@@ -184,25 +192,28 @@ class TextClassificationTask(Task):
                 f"data.lower_case={str(spec.lower_case).lower()}. Received: "
                 f"data.tokenizer={d.tokenizer}, data.lower_case={d.lower_case}"
             )
-        theirs_sizes = {
-            **self.model_sizes(initial.model),
-            "preset": self.preset(initial.model),
-        }
+        # Loaded once per process and model file (prepare and build_model
+        # both ask); the checks below run every time.
+        key = (path, os.path.getmtime(run.checkpoint_path()))
+        if key not in self._initial:
+            model = run.load_model()
+            self._initial = {key: (model, encoder_sizes(model))}
+        model, sizes = self._initial[key]
         for key in SIZE_KEYS:
             value = getattr(config.model, key)
-            theirs = theirs_sizes.get(key, theirs_sizes.get("num_encoder_layers"))
+            theirs = sizes.get(key)
             if value is not None and value != theirs:
                 raise ValueError(
                     f"{where}: model.{key} comes from that run ({theirs!r}); "
                     f"leave it unset. Received: model.{key}={value!r}"
                 )
-        positions = max(initial.data.max_length, 8)
+        positions = sizes["max_sequence_length"]
         if d.max_length > positions:
             raise ValueError(
                 f"{where}: its encoder has {positions} positions; data.max_length "
                 f"must be <= {positions}. Received: data.max_length={d.max_length}"
             )
-        return run, initial
+        return run, spec, model, sizes
 
     def initial_tokenizer(self, config, directory):
         """The vocabulary of `model.init_from`; a run directory that already
@@ -213,8 +224,7 @@ class TextClassificationTask(Task):
         from tfformer.rundir.run import tokenizer_file
         from tfformer.training.text.vocabulary import load_tokenizer
 
-        run, _ = self.initial_run(config)
-        spec = run.tokenizer("text")
+        _, spec, _, _ = self.initial_run(config)
         saved = directory and os.path.join(directory, tokenizer_file(spec.kind, "text"))
         if saved and os.path.isfile(saved):
             with open(saved, "rb") as mine, open(spec.path, "rb") as theirs:
@@ -235,8 +245,13 @@ class TextClassificationTask(Task):
             tokenizer = self.initial_tokenizer(config, directory)
             progress(f"Tokenizer (text): from {config.model.init_from}")
         else:
+            sentences = [
+                part
+                for text, _ in raw["train"]
+                for part in (text if isinstance(text, tuple) else (text,))
+            ]
             tokenizer = learn_or_load(
-                data_config, (s for s, _ in raw["train"]), directory, "text", progress
+                data_config, sentences, directory, "text", progress
             )
         examples = {}
         for split, items in raw.items():
@@ -280,23 +295,19 @@ class TextClassificationTask(Task):
 
     def initialized_model(self, config, data):
         """The classifier on `model.init_from`'s encoder: its sizes and
-        position table, its weights (every encoder layer, pooler included),
-        this config's dropout, and a new head."""
-        from tfformer.models import bert_classifier, from_preset
+        position table (read from its model), its weights (every encoder
+        layer; the pooler too when the run has one), this config's dropout,
+        and a new head."""
+        from tfformer.models import bert_classifier, bert_encoder
 
-        run, initial = self.initial_run(config)
-        sizes = self.model_sizes(initial.model)
-        if config.model.dropout is not None:
-            sizes["dropout"] = config.model.dropout
-        encoder = from_preset(
-            self.preset(initial.model),
-            data.tokenizers["text"].vocabulary_size,
-            **{**sizes, "max_sequence_length": max(initial.data.max_length, 8)},
+        _, _, source, sizes = self.initial_run(config)
+        sizes = {k: v for k, v in sizes.items() if k != "preset"}
+        dropout = config.model.dropout if config.model.dropout is not None else 0.1
+        encoder = bert_encoder(
+            data.tokenizers["text"].vocabulary_size, dropout=dropout, **sizes
         )
-        copy_encoder_weights(run.load_model(), encoder)
-        return bert_classifier(
-            encoder, data.num_classes, dropout=sizes.get("dropout", 0.1)
-        )
+        copy_encoder_weights(source, encoder)
+        return bert_classifier(encoder, data.num_classes, dropout=dropout)
 
     def compile_arguments(self, config):
         import keras
@@ -390,6 +401,31 @@ class TextClassificationTask(Task):
         return scores
 
 
+def encoder_sizes(model):
+    """`bert_encoder` keyword arguments of the encoder inside `model` (a
+    masked-LM model or a classifier), read from its layers."""
+    blocks = [
+        layer for layer in model.layers if layer.name.startswith("encoder_block_")
+    ]
+    if not blocks:
+        raise ValueError(f"{model.name} has no encoder_block_* layers.")
+    embedding = model.get_layer("token_embedding")
+    block = blocks[0].get_config()
+    sizes = {
+        "num_layers": len(blocks),
+        "hidden_dim": embedding.embedding_dim,
+        "num_heads": block["num_heads"],
+        "intermediate_dim": block["intermediate_dim"],
+        "max_sequence_length": embedding.sequence_length,
+        "num_segments": model.get_layer("segment_embedding").input_dim,
+    }
+    for key in ("activation", "layer_norm_epsilon"):
+        if key in block:
+            sizes[key] = block[key]
+    sizes["preset"] = None
+    return sizes
+
+
 def copy_encoder_weights(source, encoder):
     """Sets every weighted layer of `encoder` from the layer of the same name
     in `source` (a model built on an encoder of the same sizes: the masked-LM
@@ -420,6 +456,14 @@ def copy_encoder_weights(source, encoder):
                 f"{shapes[1]}, this encoder's {shapes[0]}."
             )
         layer.set_weights(values)
+    mine = {layer.name for layer in encoder.layers}
+    extra = [
+        layer.name
+        for layer in source.layers
+        if layer.name.startswith("encoder_block_") and layer.name not in mine
+    ]
+    if extra:
+        raise ValueError(f"The initial model has layers this encoder lacks: {extra}")
     return fresh
 
 
