@@ -88,6 +88,22 @@ def check_holdout_fraction(data_config):
         )
 
 
+def holdout_splits(items, data_config):
+    """`items` in a shuffled order seeded by `data.seed`: the first
+    `data.holdout_fraction` of them for validation, as many for test, the
+    rest for training."""
+    import numpy as np
+
+    order = np.random.default_rng(data_config.seed).permutation(len(items))
+    items = [items[i] for i in order]
+    held = int(len(items) * data_config.holdout_fraction)
+    return {
+        "train": items[2 * held :],
+        "validation": items[:held],
+        "test": items[held : 2 * held],
+    }
+
+
 def token_compile_arguments(config):
     """Loss and metrics of the tasks that predict a token at every position:
     label-smoothed cross-entropy and accuracy over real (non-padding) tokens,

@@ -28,6 +28,7 @@ from tfformer.training.tasks.base import (
     Task,
     TextDataConfig,
     check_holdout_fraction,
+    holdout_splits,
     token_compile_arguments,
 )
 
@@ -107,14 +108,7 @@ class MaskedLMTask(Task):
         if data_config.exclude_heldout_of:
             excluded = heldout_sentences(data_config.exclude_heldout_of)
             lines = [line for line in lines if line not in excluded]
-        order = np.random.default_rng(data_config.seed).permutation(len(lines))
-        held = int(len(lines) * data_config.holdout_fraction)
-        lines = [lines[i] for i in order]
-        return {
-            "train": lines[2 * held :],
-            "validation": lines[:held],
-            "test": lines[held : 2 * held],
-        }
+        return holdout_splits(lines, data_config)
 
     def tokenizer(self, data_config, lines, directory, progress=print):
         """The run's WordPiece tokenizer: saved in `directory`, read from

@@ -18,6 +18,7 @@ from tfformer.training.tasks.base import (
     Task,
     TextDataConfig,
     check_holdout_fraction,
+    holdout_splits,
 )
 
 # The run families whose encoder and vocabulary a classifier can start from.
@@ -135,7 +136,6 @@ class TextClassificationTask(Task):
         check_holdout_fraction(d)
 
     def raw_splits(self, data_config):
-        import numpy as np
 
         from tfformer.training.sources.text_files import (
             read_labelled_text,
@@ -148,14 +148,7 @@ class TextClassificationTask(Task):
             )
         else:
             examples = read_labelled_text(data_config.class_paths)
-        order = np.random.default_rng(data_config.seed).permutation(len(examples))
-        examples = [examples[i] for i in order]
-        held = int(len(examples) * data_config.holdout_fraction)
-        return {
-            "train": examples[2 * held :],
-            "validation": examples[:held],
-            "test": examples[held : 2 * held],
-        }
+        return holdout_splits(examples, data_config)
 
     # -- starting from another run -----------------------------------------------
 
