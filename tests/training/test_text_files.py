@@ -90,3 +90,22 @@ def test_labelled_tsv_rows_pairs_and_errors(tmp_path):
         ValueError, match=re.escape("single.tsv:2: unknown label 'neg'")
     ):
         read_labelled_tsv(str(single), ["pos", "other"])
+
+
+def test_labelled_tsv_header_is_skipped_when_asked_and_refused_otherwise(tmp_path):
+    from tfformer.training.sources.text_files import read_labelled_tsv
+
+    glue = tmp_path / "train.tsv"
+    glue.write_text("sentence\tlabel\na fine film\t1\na dull one\t0\nmeh\tx\n")
+    with pytest.raises(ValueError, match=re.escape("data.tsv_header=true")):
+        read_labelled_tsv(str(glue))
+    with pytest.raises(ValueError, match=re.escape("train.tsv:4: unknown label 'x'")):
+        # Line numbers count the header.
+        read_labelled_tsv(str(glue), ["0", "1"], header=True)
+    glue.write_text("sentence\tlabel\na fine film\t1\na dull one\t0\n")
+    rows, names = read_labelled_tsv(str(glue), header=True)
+    assert names == ["0", "1"]
+    assert rows == [("a fine film", 1), ("a dull one", 0)]
+    glue.write_text("sentence\tlabel\n")
+    with pytest.raises(ValueError, match="a header line and no rows"):
+        read_labelled_tsv(str(glue), header=True)

@@ -71,30 +71,44 @@ def read_labelled_text(class_paths):
     return examples
 
 
-def read_labelled_tsv(path, class_names=None):
+def read_labelled_tsv(path, class_names=None, header=False):
     """((text, class_id) or ((text_a, text_b), class_id) rows, class names)
     of a TSV file of "text<TAB>label" or "text_a<TAB>text_b<TAB>label"
     lines (every line alike). Labels are `class_names` (in that order; an
     unknown label is an error) or, without them, the sorted labels found.
+    `header`: the first line names the columns (GLUE's "sentence<TAB>label")
+    and is skipped; line numbers in errors still count it.
 
     Raises:
         ValueError: as `read_lines`; a line whose column count differs from
-            the first line's, an empty text or label, or an unknown label
-            (the message names the file and line).
+            the first line's, an empty text or label, an unknown label (the
+            message names the file and line), or, without `header`, a first
+            line whose label is "label" (a header read as data).
     """
     lines = read_lines(path)
+    first = 1
+    if header:
+        if len(lines) < 2:
+            raise ValueError(f"{path}: a header line and no rows after it.")
+        lines, first = lines[1:], 2
+    elif lines[0].split("\t")[-1].strip().casefold() == "label":
+        raise ValueError(
+            f"{path}:1: the label column reads 'label', which looks like a "
+            f"header line. Set data.tsv_header=true to skip it. Received: "
+            f"{lines[0][:80]!r}"
+        )
     columns = len(lines[0].split("\t"))
     if columns not in (2, 3):
         raise ValueError(
-            f"{path}:1: expected 2 columns (text, label) or 3 (text_a, text_b, "
+            f"{path}:{first}: expected 2 columns (text, label) or 3 (text_a, text_b, "
             f"label) separated by tabs. Received: {columns} column(s)"
         )
     rows = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first):
         fields = line.split("\t")
         if len(fields) != columns:
             raise ValueError(
-                f"{path}:{number}: {len(fields)} column(s) where line 1 has "
+                f"{path}:{number}: {len(fields)} column(s) where line {first} has "
                 f"{columns}. Received: {line[:80]!r}"
             )
         if not all(f.strip() for f in fields):
@@ -107,7 +121,7 @@ def read_labelled_tsv(path, class_names=None):
         raise ValueError(f"{path}: needs at least 2 classes. Received: {names}")
     ids = {name: i for i, name in enumerate(names)}
     examples = []
-    for number, fields in enumerate(rows, start=1):
+    for number, fields in enumerate(rows, start=first):
         if fields[-1] not in ids:
             raise ValueError(
                 f"{path}:{number}: unknown label {fields[-1]!r}; data.class_names "

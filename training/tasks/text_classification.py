@@ -37,6 +37,9 @@ class ClassificationData(TextDataConfig):
     # Or one TSV file (plain or .gz): "text<TAB>label" rows, or
     # "text_a<TAB>text_b<TAB>label" for sentence pairs (every row alike).
     tsv_path: str | None = None
+    # The TSV's first line names the columns (e.g. GLUE's
+    # "sentence<TAB>label"): skip it.
+    tsv_header: bool = False
     # Label names, in class-id order; empty: the file names (class_paths),
     # or the sorted labels of the TSV. With a TSV, a label not listed here
     # is an error naming its line.
@@ -65,7 +68,7 @@ def label_names(data_config):
     if data_config.tsv_path:
         from tfformer.training.sources.text_files import read_labelled_tsv
 
-        return read_labelled_tsv(data_config.tsv_path)[1]
+        return read_labelled_tsv(data_config.tsv_path, header=data_config.tsv_header)[1]
     return [os.path.basename(p).removesuffix(".gz") for p in data_config.class_paths]
 
 
@@ -144,7 +147,9 @@ class TextClassificationTask(Task):
 
         if data_config.tsv_path:
             examples, _ = read_labelled_tsv(
-                data_config.tsv_path, data_config.class_names or None
+                data_config.tsv_path,
+                data_config.class_names or None,
+                header=data_config.tsv_header,
             )
         else:
             examples = read_labelled_text(data_config.class_paths)
