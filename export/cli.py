@@ -47,13 +47,15 @@ def parser():
         "--quantize",
         default="none",
         help=(
-            "tflite only: none, float16, int8 (dynamic range) or full_int8 (int8 "
-            "weights and activations with float fallback; not integer-only)"
+            "tflite only: none, float16, int8 (dynamic range), full_int8 (int8 "
+            "weights and activations with float fallback) or integer_only (int8 "
+            "ops only, int8 output; refused, with the float ops named, for a "
+            "graph that keeps any)"
         ),
     )
     p.add_argument(
         "--representative-data",
-        help="full_int8: raw inputs, one per line (plain or .gz)",
+        help="full_int8, integer_only: raw inputs, one per line (plain or .gz)",
     )
     p.add_argument(
         "--checkpoint-file",

@@ -12,7 +12,9 @@ The steps, for a text (or a pair a, b):
      [START] a [END] b [END], segment ids 0 up to the first [END], 1 after.
   3. Resize the model's inputs to (1, n), set `token_ids` and
      `segment_ids`, invoke, read `probabilities` (1, classes); the label
-     names are `labels` in `text.json`.
+     names are `labels` in `text.json`. An integer-only model
+     (`model_integer_only.tflite`) gives int8 probabilities: real value =
+     scale * (q - zero_point), with the output's quantization parameters.
 
 Usage: python classify.py model.tflite "a gripping, funny film" ...
 (a pair as "text a<TAB>text b"); prints label, probability and text.
@@ -58,6 +60,9 @@ class LiteRTClassifier:
         self.pairs = self.settings["pairs"]
         self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
         self.runner = self.interpreter.get_signature_runner()
+        output = self.runner.get_output_details()["probabilities"]
+        # (scale, zero point) of an int8 output; (0.0, 0) for float32.
+        self.output_quantization = output["quantization"]
         spec = importlib.util.spec_from_file_location(
             "tfformer_device_tokenizer", os.path.join(self.directory, "tokenizer.py")
         )
@@ -77,9 +82,13 @@ class LiteRTClassifier:
         return np.array([ids], np.int32), np.array([segments], np.int32)
 
     def probabilities(self, token_ids, segment_ids):
-        return self.runner(token_ids=token_ids, segment_ids=segment_ids)[
-            "probabilities"
-        ][0]
+        p = self.runner(token_ids=token_ids, segment_ids=segment_ids)["probabilities"][
+            0
+        ]
+        scale, zero_point = self.output_quantization
+        if p.dtype != np.float32:
+            p = scale * (p.astype(np.float32) - zero_point)
+        return p
 
     def classify(self, text):
         """(label, probabilities) of `text` (a pair: a tuple)."""

@@ -1,4 +1,6 @@
-"""Reads a `.tflite` flatbuffer with the schema module `ai_edge_litert` ships.
+"""Reads a `.tflite` flatbuffer with the schema module `ai_edge_litert` ships
+(the exporter checks integer-only models with it; the tests inspect ops,
+types and stored weights).
 
 The interpreter's `get_tensor_details()` and `_get_ops_details()` list the main
 subgraph only; the decoding loop's body is a subgraph of its own. Reading the
@@ -15,6 +17,7 @@ TYPE_NAMES = {
     for name, value in vars(schema.TensorType).items()
     if not name.startswith("_")
 }
+FLOAT_TYPES = ("FLOAT32", "FLOAT16", "FLOAT64")
 OP_NAMES = {
     value: name
     for name, value in vars(schema.BuiltinOperator).items()
@@ -73,3 +76,13 @@ def signature_types(model):
         tuple(TYPE_NAMES[main.tensors[i].type] for i in main.inputs),
         tuple(TYPE_NAMES[main.tensors[i].type] for i in main.outputs),
     )
+
+
+def float_ops(flatbuffer):
+    """`{op name: count}` of the ops of every subgraph that read or write a
+    float tensor (empty for an integer-only model)."""
+    counts = {}
+    for op in ops(read_model(flatbuffer)):
+        if any(t in FLOAT_TYPES for t in op.inputs + op.outputs):
+            counts[op.name] = counts.get(op.name, 0) + 1
+    return counts

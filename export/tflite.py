@@ -15,12 +15,16 @@ quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
 - the WHILE loop's carried state, the attention key/value caches and the
   last step's log-probabilities, and the DYNAMIC_UPDATE_SLICE writing the
   cache (loop-carried tensors are not quantized);
-- layer norm's NEG;
 - the step's sinusoidal position (CAST, SIN, COS, SELECT_V2) and a CAST of a
   loop flag;
 - the greedy choice, TOPK_V2 over float log-probabilities.
+(Layer norm's NEG was on this list until tfformer's `LayerNormalization`
+subtracted the mean instead; models saved before it keep it.)
 Asking for integer-only ops (`TFLITE_BUILTINS_INT8` alone) converts to the
-same bytes: the quantizer keeps in float what it cannot quantize. The
+same bytes: the quantizer keeps in float what it cannot quantize, so
+`quantize="integer_only"` reads the converted model and refuses it, naming
+those ops. The text classifier converts integer-only (int32 ids in, int8
+probabilities out, every op int8/int32). The
 older quantizer (`experimental_new_quantizer=False`) refuses the graph instead:
 "Quantization not yet supported for op: 'WHILE'" (and 'NEG', 'SELECT_V2',
 'DYNAMIC_UPDATE_SLICE', 'TOPK_V2', 'SIN', 'COS', 'CAST', the bool ops).
@@ -35,11 +39,14 @@ import time
 
 import tensorflow as tf
 
+from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks import get_exporter
 from tfformer.rundir.files import atomic_write_bytes
 from tfformer.rundir.run import RunDirectory
 
-QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
+QUANTIZATIONS = ("none", "float16", "int8", "full_int8", "integer_only")
+# The quantizations calibrated on representative inputs.
+CALIBRATED = ("full_int8", "integer_only")
 # Private in TF 2.21; `disable_per_channel` checks that it is still there.
 PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 
@@ -88,7 +95,7 @@ def convert(saved_model_dir, quantize, calibration=None, signature_keys=None):
         # per-tensor), 2.7 MB of 29 MB on Multi30k; per-tensor lets both use
         # one buffer: 26% of float32 instead of 30%, with equal BLEU there.
         disable_per_channel(converter)
-    elif quantize == "full_int8":
+    elif quantize in CALIBRATED:
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
         keys = set(signature_keys or ["serving_default"])
         # Samples of several models' signatures: each model takes its own.
@@ -103,7 +110,36 @@ def convert(saved_model_dir, quantize, calibration=None, signature_keys=None):
             tf.lite.OpsSet.TFLITE_BUILTINS_INT8,
             tf.lite.OpsSet.TFLITE_BUILTINS,
         ]
-    return converter.convert()
+        if quantize == "integer_only":
+            # Int8 ops only, and an int8 output (the app dequantizes it with
+            # the output's scale and zero point); integer inputs (token ids)
+            # stay as they are. The converter keeps in float what it cannot
+            # quantize without saying so: `check_integer_only` reads the result.
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            converter.inference_output_type = tf.int8
+    flatbuffer = converter.convert()
+    if quantize == "integer_only":
+        check_integer_only(flatbuffer)
+    return flatbuffer
+
+
+def check_integer_only(flatbuffer):
+    """Raises ValueError naming the ops that read or write a float tensor.
+
+    TF 2.21's converter, asked for integer-only int8 ops, still keeps in float
+    the ops its quantizer does not handle (between QUANTIZE and DEQUANTIZE).
+    Such a model would not run whole on an integer-only accelerator, so it
+    is refused instead of written under the integer-only name.
+    """
+    floats = float_ops(flatbuffer)
+    if floats:
+        listed = ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
+        raise ValueError(
+            "quantize='integer_only': TensorFlow "
+            f"{tf.__version__}'s quantizer left these ops in float: {listed}. "
+            "This model's graph cannot run integer-only; export it with "
+            "quantize='full_int8' (int8 with float fallback) instead."
+        )
 
 
 def export_tflite(
@@ -121,11 +157,15 @@ def export_tflite(
     Args:
         run_dir: a `tfformer-train` run directory of an exportable task.
         out_dir: where the model and its files go (created if needed).
-        quantize: "none" (float32), "float16", "int8" (dynamic range) or
+        quantize: "none" (float32), "float16", "int8" (dynamic range),
             "full_int8" (int8 weights and activations with float fallback,
             calibrated on `representative_sentences`; not integer-only, see
-            the module docstring).
-        representative_sentences: raw inputs, needed by "full_int8".
+            the module docstring) or "integer_only" (int8 ops only and an
+            int8 output, calibrated the same way; refused with the float ops
+            named when the graph keeps any: the text classifier converts,
+            the translator and the text generator do not).
+        representative_sentences: raw inputs, needed by "full_int8" and
+            "integer_only".
         **options: the task exporter's settings (translation: `max_length`,
             the decoder length; defaults to the training max_length).
 
@@ -140,9 +180,9 @@ def export_tflite(
         raise ValueError(
             f"quantize must be one of {QUANTIZATIONS}. Received: quantize={quantize!r}"
         )
-    if quantize == "full_int8" and representative_sentences is None:
+    if quantize in CALIBRATED and representative_sentences is None:
         raise ValueError(
-            "quantize='full_int8' needs representative_sentences "
+            f"quantize={quantize!r} needs representative_sentences "
             "(--representative-data FILE: raw inputs, one per line: source "
             "sentences or text)."
         )
@@ -150,7 +190,7 @@ def export_tflite(
     exporter = get_exporter(run.task)
     task_run = exporter.read(run, checkpoint)
     calibration = None
-    if quantize == "full_int8":
+    if quantize in CALIBRATED:
         calibration = exporter.calibration(
             task_run, representative_sentences, **options
         )

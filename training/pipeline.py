@@ -170,7 +170,7 @@ def _pad_rows(batch_size):
 
         return (
             tf.nest.map_structure(grow, features),
-            grow(labels),
+            tf.nest.map_structure(grow, labels),
             grow(weights),
         )
 
@@ -217,8 +217,9 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
     )
     if not drop_remainder:
         dataset = dataset.map(_pad_rows(batch_size))
-    if dataset.element_spec[1].shape.rank > 1:
-        # Sequence labels mark padding with id 0 and need no sample weights.
+    if all(spec.shape.rank > 1 for spec in tf.nest.flatten(dataset.element_spec[1])):
+        # Sequence labels (a tensor, or a dict of them for a model with
+        # several outputs) mark padding with id 0 and need no sample weights.
         dataset = dataset.map(_drop_last)
     return dataset
 

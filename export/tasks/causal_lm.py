@@ -613,7 +613,7 @@ class CausalLMExporter:
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(
-                "representative_sentences is empty; full_int8 calibrates on "
+                "representative_sentences is empty; full-int8 calibration needs "
                 "real text (for example lines of the training file)."
             )
         lengths = check_prefill_lengths(prefill_lengths, run.context)

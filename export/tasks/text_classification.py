@@ -166,6 +166,17 @@ class ClassifierGraph(tf.Module):
             segments = [tf.zeros_like(p) for p in pieces]
             counts = count_a
         else:
+            with tf.control_dependencies(
+                [
+                    tf.debugging.assert_equal(
+                        tf.size(text),
+                        tf.size(text_b),
+                        message="classify: text and text_b must hold as many "
+                        "strings (one pair per row)",
+                    )
+                ]
+            ):
+                text_b = tf.identity(text_b)
             second, cut_b = self._ids(text_b)
             cut = cut | cut_b
             count_b = tf.cast(second.row_lengths(), tf.int32)
@@ -270,8 +281,13 @@ class TextClassificationExporter:
         archive = keras.export.ExportArchive()
         archive.track(run.model)
 
+        segments = run.model.get_layer("segment_embedding").input_dim
+
         def probabilities(token_ids, segment_ids):
             ids = clamp_ids(token_ids, run.vocabulary_size)
+            # An id outside the segment table would read past it (TFLite's
+            # GATHER does not check): clamp it into the table.
+            segment_ids = tf.clip_by_value(segment_ids, 0, segments - 1)
             logits = run.model(
                 {"token_ids": ids, "segment_ids": segment_ids}, training=False
             )
@@ -294,7 +310,7 @@ class TextClassificationExporter:
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(
-                "representative_sentences is empty; full_int8 calibrates on "
+                "representative_sentences is empty; full-int8 calibration needs "
                 "real inputs (for example training sentences)."
             )
         graph = ClassifierGraph(run, character_classes=_classes(run))

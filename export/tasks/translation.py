@@ -258,7 +258,7 @@ def representative_ids(sentences, tokenizer, source_length, limit=200):
     sentences = [s for s in sentences if s.strip()][:limit]
     if not sentences:
         raise ValueError(
-            "representative_sentences is empty; full_int8 calibrates on real "
+            "representative_sentences is empty; full-int8 calibration needs real "
             "source sentences (for example the training sources)."
         )
     ids = tokenizer.tokenize(tf.constant(sentences))[:, :source_length]

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfformer.decoding import Generator
+from tfformer.export.flatbuffer import constant_buffers, ops, read_model
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
 
 from ..training.tiny import train_tiny_gpt
-from .flatbuffer import constant_buffers, ops, read_model
 
 CONTEXT = 32
 LINE = "to be or not to be, that is the question.\n"

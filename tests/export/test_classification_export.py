@@ -14,9 +14,10 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.text_classification import pair_lengths
-from tfformer.export.tflite import export_tflite
+from tfformer.export.tflite import check_integer_only, export_tflite
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
@@ -25,6 +26,7 @@ from tfformer.training.tasks.text_classification import encode_texts
 from ..training.tiny import TINY_MODEL
 
 MAX_LENGTH = 16
+FLOATS = set(FLOAT_TYPES)
 BAD = ["awful", "dull", "boring", "bad"]
 GOOD = ["great", "fine", "superb", "good"]
 FILLER = ["the", "film", "was", "really", "quite", "a", "plot", "é", "naïve", "!"]
@@ -222,6 +224,18 @@ texts = st.one_of(
 )
 
 
+def test_pairs_of_unequal_halves_are_refused_by_name(case):
+    _, loaded, _, served, _ = case
+    if not loaded.directory.setting("pairs"):
+        pytest.skip("a single-sentence run has no text_b")
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match="text and text_b must hold as many"
+    ):
+        served.signatures["classify"](
+            text=tf.constant(["a", "b"]), text_b=tf.constant(["c"])
+        )
+
+
 # 500 cases for each run kind (single sentences, pairs): 1,000 in all.
 @settings(
     max_examples=500,
@@ -279,7 +293,7 @@ def device(case, tmp_path_factory):
 
 def test_tflite_float32_equals_keras_on_every_test_input(case, device):
     _, loaded, _, _, test = case
-    out, _, runtime = device
+    out, path, runtime = device
     assert sorted(os.listdir(out)) == [
         "classify.py",
         "model.tflite",
@@ -296,16 +310,28 @@ def test_tflite_float32_equals_keras_on_every_test_input(case, device):
         np.testing.assert_allclose(
             runtime.probabilities(ids, kinds), expected[i], atol=1e-4
         )
+    # The float model is no integer-only model: the check says which ops.
+    with open(path, "rb") as f:
+        with pytest.raises(ValueError, match=r"left these ops in float: .*SOFTMAX"):
+            check_integer_only(f.read())
+    # Segment ids outside the table of 2 are clamped into it, not read past it.
+    wild = np.where(kinds == 0, -5, 9).astype(np.int32)
+    np.testing.assert_allclose(
+        runtime.probabilities(ids, wild),
+        runtime.probabilities(ids, np.clip(wild, 0, 1)),
+        atol=1e-6,
+    )
 
 
 def test_quantized_variants_convert_and_mostly_agree(case, tmp_path):
-    """float16 and dynamic int8 on the single-sentence run, full int8
-    (calibrated on "a<TAB>b" lines) on the pair run."""
+    """float16, dynamic int8 and integer-only int8 on the single-sentence
+    run, full int8 (calibrated on "a<TAB>b" lines) on the pair run."""
     run_dir, loaded, _, _, test = case
     expected = keras_probabilities(loaded, test).argmax(-1)
     lines = [t if isinstance(t, str) else "\t".join(t) for t in test]
     pairs = loaded.directory.setting("pairs")
-    for quantize in ("full_int8",) if pairs else ("float16", "int8"):
+    kinds = ("full_int8",) if pairs else ("float16", "int8", "integer_only")
+    for quantize in kinds:
         out = str(tmp_path / quantize)
         path = export_tflite(
             run_dir,
@@ -323,10 +349,18 @@ def test_quantized_variants_convert_and_mostly_agree(case, tmp_path):
             sys.path.remove(out)
         got = np.array([runtime.classify(t)[1].argmax() for t in test])
         agree = float(np.mean(got == expected))
-        assert agree >= {"float16": 1.0, "int8": 0.9, "full_int8": 0.75}[quantize], (
-            quantize,
-            agree,
-        )
+        least = {"float16": 1.0, "int8": 0.9, "full_int8": 0.75, "integer_only": 0.75}
+        assert agree >= least[quantize], (quantize, agree)
+        if quantize == "integer_only":
+            with open(path, "rb") as f:
+                model = read_model(f.read())
+            # Every op reads and writes integers; the output is int8.
+            floats = [op for op in ops(model) if set(op.inputs + op.outputs) & FLOATS]
+            assert not floats, floats
+            assert signature_types(model) == (("INT32", "INT32"), ("INT8",))
+            scale, _ = runtime.output_quantization
+            probabilities = runtime.classify(test[0])[1]
+            assert abs(probabilities.sum() - 1.0) <= 2 * scale
 
 
 def test_the_runtime_command(device):

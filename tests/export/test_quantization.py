@@ -10,6 +10,12 @@ import pytest
 import tensorflow as tf
 
 from tfformer.export import cli
+from tfformer.export.flatbuffer import (
+    constant_buffers,
+    ops,
+    read_model,
+    signature_types,
+)
 from tfformer.export.tasks.translation import read_run
 from tfformer.export.tflite import (
     PER_CHANNEL_SWITCH,
@@ -19,7 +25,6 @@ from tfformer.export.tflite import (
 )
 
 from .conftest import SENTENCES
-from .flatbuffer import constant_buffers, ops, read_model, signature_types
 
 # The ops of a full_int8 translator that read or write a float32 tensor, as
 # the `export/tflite.py` docstring lists them. If a TensorFlow upgrade
@@ -27,7 +32,6 @@ from .flatbuffer import constant_buffers, ops, read_model, signature_types
 FULL_INT8_FLOAT_OPS = {
     "WHILE",  # the key/value caches and log-probabilities it carries
     "DYNAMIC_UPDATE_SLICE",  # the cache write
-    "NEG",  # layer norm
     "CAST",  # the step's position; a loop flag
     "SIN",
     "COS",
@@ -121,3 +125,20 @@ def test_command_line_offers_every_quantization():
     for quantize in QUANTIZATIONS:
         assert quantize in help_text
     assert "full_int8 (int8 weights and activations with float fallback" in help_text
+    assert "integer_only (int8 ops only, int8 output" in help_text
+
+
+def test_integer_only_refuses_the_translator_naming_its_float_ops(run_dir, tmp_path):
+    """The translator's decoding loop keeps float ops (the docstring's list):
+    asked for an integer-only model, the export names them and writes
+    nothing, instead of shipping float ops under the integer-only name."""
+    out = tmp_path / "integer_only"
+    with pytest.raises(ValueError, match=r"left these ops in float: .*WHILE x1"):
+        export_tflite(
+            run_dir,
+            str(out),
+            quantize="integer_only",
+            representative_sentences=SENTENCES * 5,
+            progress=lambda *_: None,
+        )
+    assert not out.exists()

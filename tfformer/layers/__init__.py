@@ -2,6 +2,7 @@
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
 from tfformer.layers.feed_forward import FeedForward
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.learned_position_embedding import LearnedPositionEmbedding
 from tfformer.layers.masked_lm_head import MaskedLMHead
 from tfformer.layers.multi_head_attention import MultiHeadAttention
@@ -14,6 +15,7 @@ from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
 __all__ = [
     "FeedForward",
+    "LayerNormalization",
     "LearnedPositionEmbedding",
     "MaskedLMHead",
     "MultiHeadAttention",

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.validation import check_positive_number
 
 
@@ -61,7 +62,7 @@ class MaskedLMHead(keras.layers.Layer):
             name="dense",
         )
         self.dense.build((None, None, hidden_dim))
-        self.layer_norm = keras.layers.LayerNormalization(
+        self.layer_norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="layer_norm"
         )
         self.layer_norm.build((None, None, hidden_dim))

@@ -312,7 +312,9 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = ops.softmax(scores, axis=-1)
         if mask is not None:
             # A row with every key masked attends to nothing (Keras semantics).
-            weights = ops.where(mask, weights, ops.zeros_like(weights))
+            # A scalar 0, not zeros_like: TFLite's quantizer leaves ZEROS_LIKE
+            # (and so this SELECT_V2) in float, a constant it quantizes.
+            weights = ops.where(mask, weights, ops.zeros((), weights.dtype))
         weights = ops.cast(weights, self.compute_dtype)
         dropped = self.dropout_layer(weights, training=training)
         if groups == 1:

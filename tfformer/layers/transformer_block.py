@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from tfformer.layers.feed_forward import FeedForward
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.multi_head_attention import MultiHeadAttention
 from tfformer.layers.validation import (
     check_positive_int,
@@ -103,7 +104,7 @@ class TransformerBlock(keras.layers.Layer):
         )
 
     def _make_norm(self, hidden_dim, name):
-        norm = keras.layers.LayerNormalization(
+        norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
         )
         norm.build((None, None, hidden_dim))

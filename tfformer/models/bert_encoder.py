@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.masked_lm_head import MaskedLMHead
 from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from tfformer.layers.validation import check_positive_int
@@ -64,9 +65,7 @@ def bert_encoder(
         name="segment_embedding",
     )(segment_ids)
     x = keras.layers.Add(name="embeddings_add")([tokens, segments])
-    x = keras.layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="embeddings_norm"
-    )(x)
+    x = LayerNormalization(epsilon=layer_norm_epsilon, name="embeddings_norm")(x)
     x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
     # Keras's Add drops the embedding's mask, so pass padding explicitly.
     padding_mask = keras.ops.not_equal(token_ids, 0)

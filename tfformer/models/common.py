@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
@@ -15,7 +16,7 @@ def final_norm(x, normalize_first, epsilon, name):
     """Pre-norm stacks end with a LayerNorm; post-norm ones already did."""
     if not normalize_first:
         return x
-    return keras.layers.LayerNormalization(epsilon=epsilon, name=name)(x)
+    return LayerNormalization(epsilon=epsilon, name=name)(x)
 
 
 def encoder_stack(x, num_layers, padding_mask=None, **block_kwargs):

@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.patch_embedding import PatchEmbedding
 from tfformer.layers.validation import check_positive_int
 from tfformer.models.common import encoder_stack, float32_logits
@@ -59,8 +60,6 @@ def vit(
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=True,
     )
-    x = keras.layers.LayerNormalization(
-        epsilon=layer_norm_epsilon, name="encoder_norm"
-    )(x)
+    x = LayerNormalization(epsilon=layer_norm_epsilon, name="encoder_norm")(x)
     logits = keras.layers.Dense(num_classes, name="head")(x[:, 0, :])
     return keras.Model(images, float32_logits(logits), name=name)
