@@ -98,22 +98,37 @@ def _check_encoder(encoder):
         )
 
 
-def bert_masked_lm(encoder, *, name="bert_masked_lm"):
+def bert_masked_lm(encoder, *, next_sentence_prediction=False, name="bert_masked_lm"):
     """Adds the masked-language-model head to a `bert_encoder`.
 
     Inputs are the encoder's plus `mask_positions` `(batch, num_masked)`;
     the output is `(batch, num_masked, vocabulary_size)` float32 logits, the
     vocabulary projection tied to the token embedding. The new model shares the
     encoder's layers (and weights).
+
+    With `next_sentence_prediction`, BERT's pre-training model: the outputs
+    are a dict, `masked_lm` (the logits above) and `next_sentence`
+    `(batch, 2)` float32 logits of a dense layer on the pooled output (class
+    0: segment B follows segment A; 1: B is a random sentence), as BERT's
+    `cls/seq_relationship`.
     """
     _check_encoder(encoder)
     mask_positions = keras.Input((None,), dtype="int32", name="mask_positions")
     hidden = MaskedLMHead(name="mlm_head")(
         encoder.output["sequence_output"], mask_positions
     )
-    logits = encoder.get_layer("token_embedding")(hidden, reverse=True)
+    logits = float32_logits(encoder.get_layer("token_embedding")(hidden, reverse=True))
     inputs = {**encoder.input, "mask_positions": mask_positions}
-    return keras.Model(inputs, float32_logits(logits), name=name)
+    if not next_sentence_prediction:
+        return keras.Model(inputs, logits, name=name)
+    next_sentence = keras.layers.Dense(2, name="next_sentence_head")(
+        encoder.output["pooled_output"]
+    )
+    outputs = {
+        "masked_lm": logits,
+        "next_sentence": float32_logits(next_sentence, name="next_sentence_logits"),
+    }
+    return keras.Model(inputs, outputs, name=name)
 
 
 def bert_classifier(encoder, num_classes, *, dropout=0.1, name="bert_classifier"):

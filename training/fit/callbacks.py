@@ -169,10 +169,21 @@ class BestModel(keras.callbacks.Callback):
             self.model.save(tmp)
 
 
+def real_tokens(logs):
+    """The `real_tokens` count of `logs`: a model with several outputs has it
+    under its output's name (`masked_lm_real_tokens`)."""
+    return sum(v for k, v in logs.items() if is_token_count(k))
+
+
+def is_token_count(name):
+    return name == "real_tokens" or name.endswith("_real_tokens")
+
+
 class TrainingReport(keras.callbacks.Callback):
     """Collects epoch logs, wall time and real (non-padding) tokens per second.
 
-    Reads the `real_tokens` metric (summed over the epoch and all replicas)
+    Reads the `real_tokens` metric (summed over the epoch and all replicas;
+    `<output>_real_tokens` for a model with several outputs)
     and divides it by the time spent in the epoch's training steps. Writes
     the report as JSON after each epoch (atomically) when `path` is set.
     """
@@ -200,7 +211,7 @@ class TrainingReport(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         seconds = time.perf_counter() - self._start
         logs = {k: float(v) for k, v in (logs or {}).items()}
-        tokens = logs.get("real_tokens", 0.0)
+        tokens = real_tokens(logs)
         logs["epoch"] = epoch + 1
         logs["seconds"] = seconds
         logs["real_tokens_per_second"] = tokens / seconds if seconds > 0 else 0.0

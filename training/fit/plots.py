@@ -23,7 +23,14 @@ def plot_training_curves(report, path):
         return None
     x = [e["epoch"] for e in epochs]
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for axis, name in zip(axes, ("loss", "accuracy"), strict=True):
+    # A model with several outputs logs its accuracies by output name; the
+    # first one is plotted (masked_lm_accuracy of BERT pre-training).
+    accuracy = next(
+        (k for k in epochs[0] if k == "accuracy" or k.endswith("_accuracy")),
+        "accuracy",
+    )
+    accuracy = accuracy.removeprefix("val_")
+    for axis, name in zip(axes, ("loss", accuracy), strict=True):
         for prefix, style in (("", "-o"), ("val_", "--s")):
             values = [e.get(prefix + name) for e in epochs]
             if all(v is not None for v in values):

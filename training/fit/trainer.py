@@ -18,6 +18,7 @@ from tfformer.training.fit.callbacks import (
     ResumableBackup,
     TimeBudget,
     TrainingReport,
+    is_token_count,
     restore_backup,
     save_target,
 )
@@ -295,7 +296,9 @@ def end_of_run_results(
     counts and how the run was distributed."""
     return {
         **summary,
-        **{f"test_{k}": float(v) for k, v in test_logs.items() if k != "real_tokens"},
+        **{
+            f"test_{k}": float(v) for k, v in test_logs.items() if not is_token_count(k)
+        },
         "steps_per_epoch": steps_per_epoch,
         "global_step": int(global_step),
         "replicas": strategy.num_replicas_in_sync,

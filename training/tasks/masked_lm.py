@@ -13,14 +13,26 @@ by tf.data on the CPU side, with a fixed number of prediction slots per
 bucket length so every batch keeps a static shape. Validation and test use
 one fixed draw, so their figures compare across epochs and runs.
 
-Metrics: masked-token loss and accuracy. `tfformer-predict` fills the
-[MASK]s of a sentence; `tfformer-evaluate` reports masked-token accuracy,
-loss and perplexity on the test split.
+Next-sentence prediction (`data.next_sentence_prediction`, off by default:
+RoBERTa found it does not help, and BENCHMARKS.md measures it here) makes
+each example a pair, [START] A [END] B [END] with segment ids 0 and 1, cut
+longest-first to `max_length`: B is the line that follows A in its file
+half of the time (label "next") and a random line of the split otherwise
+("random"), drawn once per run with `data.seed` (as BERT's
+create_pretraining_data.py draws its pairs once). The model adds BERT's
+classifier on the pooled output, and the loss is the sum of the two
+cross-entropies, as BERT's.
+
+Metrics: masked-token loss and accuracy (and next-sentence accuracy).
+`tfformer-predict` fills the [MASK]s of a sentence; `tfformer-evaluate`
+reports masked-token accuracy, loss and perplexity on the test split (and
+next-sentence accuracy).
 """
 
 import dataclasses
 import math
 
+import keras
 import numpy as np
 
 from tfformer.training.tasks.base import (
@@ -33,6 +45,9 @@ from tfformer.training.tasks.base import (
 )
 
 MASK = "[MASK]"
+# Next-sentence labels: 0 pads (as every label here), then BERT's classes
+# shifted by one: 1 = B follows A, 2 = B is a random line.
+IS_NEXT, IS_RANDOM = 1, 2
 
 
 @dataclasses.dataclass
@@ -59,6 +74,9 @@ class MaskedLMData(TextDataConfig):
     # Choose whole words (every "##" piece of a chosen word) instead of
     # single tokens.
     whole_word_masking: bool = False
+    # Pairs of lines with BERT's next-sentence prediction (half the B lines
+    # follow A in its file, half are random lines) and its pooled classifier.
+    next_sentence_prediction: bool = False
 
 
 class MaskedLMTask(Task):
@@ -87,6 +105,11 @@ class MaskedLMTask(Task):
                 raise ValueError(
                     f"data.{name} must be in [0, 1]. Received: data.{name}={value}"
                 )
+        if d.next_sentence_prediction and d.max_length < 5:
+            raise ValueError(
+                "data.max_length must be >= 5 for next-sentence pairs. "
+                f"Received: {d.max_length}"
+            )
         if d.mask_rate == 0.0:
             raise ValueError("data.mask_rate must be positive. Received: 0.0")
         if d.mask_token_rate + d.random_token_rate > 1.0:
@@ -98,17 +121,23 @@ class MaskedLMTask(Task):
     def raw_splits(self, data_config):
         from tfformer.training.sources.text_files import read_lines
 
-        lines = []
-        for path in data_config.text_paths:
-            lines += [
-                line
-                for line in read_lines(path, allow_empty_lines=True)
-                if line.strip()
-            ]
+        excluded = set()
         if data_config.exclude_heldout_of:
             excluded = heldout_sentences(data_config.exclude_heldout_of)
-            lines = [line for line in lines if line not in excluded]
-        return holdout_splits(lines, data_config)
+        items = []
+        for path in data_config.text_paths:
+            lines = [
+                line
+                for line in read_lines(path, allow_empty_lines=True)
+                if line.strip() and line not in excluded
+            ]
+            if data_config.next_sentence_prediction:
+                # (line, the line after it in its file or None): the split
+                # keeps each line's own continuation.
+                items += list(zip(lines, [*lines[1:], None], strict=True))
+            else:
+                items += lines
+        return holdout_splits(items, data_config)
 
     def tokenizer(self, data_config, lines, directory, progress=print):
         """The run's WordPiece tokenizer: saved in `directory`, read from
@@ -131,7 +160,10 @@ class MaskedLMTask(Task):
 
     def prepare(self, config, raw, directory, progress=print):
         data_config = config.data
-        tokenizer = self.tokenizer(data_config, raw["train"], directory, progress)
+        lines = raw["train"]
+        if data_config.next_sentence_prediction:
+            lines = [line for line, _ in lines]
+        tokenizer = self.tokenizer(data_config, lines, directory, progress)
         examples = {
             split: self.prepare_lines(tokenizer, data_config, lines)
             for split, lines in raw.items()
@@ -154,10 +186,36 @@ class MaskedLMTask(Task):
                 "max_sequence_length": max(config.data.max_length, 8),
             },
         )
-        return bert_masked_lm(encoder)
+        if not config.data.next_sentence_prediction:
+            return bert_masked_lm(encoder)
+        model = bert_masked_lm(encoder, next_sentence_prediction=True)
+        outputs = {
+            "masked_lm": model.output["masked_lm"],
+            "next_sentence": PaddingClass(name="next_sentence_labels", dtype="float32")(
+                model.output["next_sentence"]
+            ),
+        }
+        return keras.Model(model.input, outputs, name="bert_pretraining")
 
     def compile_arguments(self, config):
-        return token_compile_arguments(config)
+        arguments = token_compile_arguments(config)
+        if not config.data.next_sentence_prediction:
+            return arguments
+        from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
+        from tfformer.training.fit.metrics import MaskedAccuracy
+
+        # Summed, as BERT's; Keras prefixes the metrics with the output names
+        # (masked_lm_accuracy, next_sentence_accuracy).
+        return {
+            "loss": {
+                "masked_lm": arguments["loss"],
+                "next_sentence": MaskedSparseCategoricalCrossentropy(),
+            },
+            "metrics": {
+                "masked_lm": arguments["metrics"],
+                "next_sentence": [MaskedAccuracy()],
+            },
+        }
 
     # -- inference ---------------------------------------------------------------
 
@@ -189,13 +247,15 @@ class MaskedLMTask(Task):
                 raise ValueError(
                     f"The {MASK} of {text!r} lies past the model's {length} tokens."
                 )
-            logits = run.model(
-                {
-                    "token_ids": np.array([ids], "int32"),
-                    "segment_ids": np.zeros((1, len(ids)), "int32"),
-                    "mask_positions": np.array([positions], "int32"),
-                },
-                training=False,
+            logits = masked_lm_logits(
+                run.model(
+                    {
+                        "token_ids": np.array([ids], "int32"),
+                        "segment_ids": np.zeros((1, len(ids)), "int32"),
+                        "mask_positions": np.array([positions], "int32"),
+                    },
+                    training=False,
+                )
             )
             probabilities = ops.convert_to_numpy(ops.softmax(logits, axis=-1))[0]
             lines = [text]
@@ -227,8 +287,17 @@ class MaskedLMTask(Task):
             bucket_lengths=self.bucket_lengths(data_config),
         )
         nats, correct, count = 0.0, 0, 0
+        next_correct, pairs = 0, 0
         for features, labels in dataset:
-            logits = run.model(features, training=False)
+            outputs = run.model(features, training=False)
+            if isinstance(labels, dict):
+                # Next-sentence labels (batch, 1): 0 pads, else 1 + class.
+                truth = labels["next_sentence"].numpy()[:, 0]
+                guess = np.argmax(outputs["next_sentence"], axis=-1)[:, 0]
+                next_correct += int(((guess == truth) & (truth > 0)).sum())
+                pairs += int((truth > 0).sum())
+                labels = labels["masked_lm"]
+            logits = masked_lm_logits(outputs)
             log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
             labels = labels.numpy()
             real = labels != 0
@@ -237,17 +306,32 @@ class MaskedLMTask(Task):
             correct += int((log_p.argmax(-1) == labels)[real].sum())
             count += int(real.sum())
             progress(f"scored {count} masked tokens")
-        return {
+        scores = {
             "masked_tokens": count,
             "masked_accuracy": correct / max(count, 1),
             "loss": nats / max(count, 1),
             "perplexity": math.exp(nats / max(count, 1)),
         }
+        if pairs:
+            scores["next_sentence_accuracy"] = next_correct / pairs
+        return scores
 
     def prepare_lines(self, tokenizer, data_config, lines):
-        """`pipeline.Examples` of `lines` with this task's masking."""
+        """`pipeline.Examples` of `lines` with this task's masking (with
+        next-sentence prediction, `lines` are (line, next line or None)
+        items and become pairs)."""
         from tfformer.training import pipeline
 
+        if data_config.next_sentence_prediction:
+            from tfformer.training.tasks.text_classification import encode_texts
+
+            pairs, labels = next_sentence_pairs(lines, data_config.seed)
+            ids, segments = encode_texts(tokenizer, pairs, data_config.max_length)
+            examples = pipeline.rows_examples(
+                {"token_ids": ids, "segment_ids": segments}, labels
+            )
+            examples.transform = masking_transform(tokenizer, data_config)
+            return examples
         examples = pipeline.classification_examples(
             tokenizer.tokenize(lines),
             [0] * len(lines),
@@ -335,7 +419,8 @@ def masking_transform(tokenizer, data_config):
     rate = data_config.mask_rate
 
     def transform(features, labels, seed):
-        del labels  # the original ids are the token ids
+        # The original ids are the token ids; with next-sentence pairs the
+        # labels are the pair's class.
         ids = features["token_ids"]
         length = tf.shape(ids)[0]
         slots = tf.maximum(
@@ -353,9 +438,57 @@ def masking_transform(tokenizer, data_config):
             random_token_rate=data_config.random_token_rate,
             continues_word=continues_word,
         )
-        return {**features, "token_ids": masked, "mask_positions": positions}, targets
+        features = {**features, "token_ids": masked, "mask_positions": positions}
+        if data_config.next_sentence_prediction:
+            targets = {"masked_lm": targets, "next_sentence": tf.reshape(labels, [1])}
+        return features, targets
 
     return transform
+
+
+def next_sentence_pairs(items, seed):
+    """((A, B) pairs, labels) of (line, next line or None) items: B is the
+    next line (label IS_NEXT) with probability 1/2 when there is one, else a
+    random line of `items` other than A (IS_RANDOM); drawn with `seed`."""
+    import zlib
+
+    # The split's own draws: its first line is part of the seed (splits of
+    # one size would otherwise get the same label sequence).
+    first = zlib.crc32(items[0][0].encode("utf-8")) if items else 0
+    rng = np.random.default_rng([seed, 0x4E5, first])
+    lines = [line for line, _ in items]
+    pairs, labels = [], []
+    for index, (line, following) in enumerate(items):
+        if following is not None and rng.random() < 0.5:
+            pairs.append((line, following))
+            labels.append(IS_NEXT)
+            continue
+        other = index
+        while other == index and len(lines) > 1:
+            other = int(rng.integers(len(lines)))
+        pairs.append((line, lines[other]))
+        labels.append(IS_RANDOM)
+    return pairs, labels
+
+
+def masked_lm_logits(outputs):
+    """The masked-LM logits of a pre-training model's outputs."""
+    return outputs["masked_lm"] if isinstance(outputs, dict) else outputs
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class PaddingClass(keras.layers.Layer):
+    """`(batch, n)` logits -> `(batch, 1, n + 1)`: a never-chosen class 0
+    first (logit -1e9), so classes 1..n take labels shifted by one and label
+    0 marks padding rows, as every label of the masked losses and metrics."""
+
+    def call(self, logits):
+        logits = keras.ops.cast(logits, "float32")
+        never = keras.ops.full_like(logits[:, :1], -1e9)
+        return keras.ops.expand_dims(keras.ops.concatenate([never, logits], axis=-1), 1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], 1, input_shape[1] + 1)
 
 
 TASK = MaskedLMTask()

@@ -194,6 +194,9 @@ class TextClassificationTask(Task):
         # both ask); the checks below run every time.
         key = (path, os.path.getmtime(run.checkpoint_path()))
         if key not in self._initial:
+            from tfformer.training.tasks import get_task
+
+            get_task(run.task)  # registers the layers of its task's model
             model = run.load_model()
             self._initial = {key: (model, encoder_sizes(model))}
         model, sizes = self._initial[key]

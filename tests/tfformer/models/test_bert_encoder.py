@@ -97,3 +97,25 @@ def test_bad_arguments():
         bert_classifier(bert_encoder(40, **SMALL), 0)
     with pytest.raises(ValueError, match="num_segments must be a positive int"):
         bert_encoder(40, num_segments=0)
+
+
+def test_next_sentence_head_is_a_dense_layer_on_the_pooled_output(tmp_path):
+    encoder = bert_encoder(40, **SMALL)
+    model = bert_masked_lm(encoder, next_sentence_prediction=True)
+    positions = np.array([[1, 3], [2, 4]], "int32")
+    inputs = {**INPUTS, "mask_positions": positions}
+    out = model(inputs)
+    assert sorted(out) == ["masked_lm", "next_sentence"]
+    # The masked-LM logits are those of the model without the head.
+    alone = bert_masked_lm(encoder)
+    alone.get_layer("mlm_head").set_weights(model.get_layer("mlm_head").get_weights())
+    np.testing.assert_allclose(out["masked_lm"], alone(inputs), atol=1e-6)
+    pooled = np.asarray(encoder(INPUTS)["pooled_output"])
+    kernel, bias = model.get_layer("next_sentence_head").get_weights()
+    assert kernel.shape == (16, 2)
+    np.testing.assert_allclose(out["next_sentence"], pooled @ kernel + bias, atol=1e-5)
+    path = tmp_path / "pretraining.keras"
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    for name in ("masked_lm", "next_sentence"):
+        np.testing.assert_allclose(loaded(inputs)[name], out[name], atol=1e-6)
