@@ -2,8 +2,9 @@
 per sentence, and accuracy on the run's test split.
 
 For one text_classification run it writes the SavedModel (`classify`) and
-the four TFLite variants (float32, float16, dynamic-range int8, full int8
-calibrated on 200 training sentences) with `tfformer-export`, then
+the five TFLite variants (float32, float16, dynamic-range int8, full int8
+with float fallback and integer-only int8, both calibrated on 200 training
+sentences) with `tfformer-export`, then
 classifies every test sentence one at a time with each:
 
 - Keras: the run's model (graph mode via `model.predict_on_batch`, batch 1,
@@ -39,7 +40,7 @@ from tfformer.training.tasks.text_classification import (
     encode_texts,
 )
 
-VARIANTS = ("none", "float16", "int8", "full_int8")
+VARIANTS = ("none", "float16", "int8", "full_int8", "integer_only")
 
 
 def directory_bytes(path):
@@ -130,7 +131,7 @@ def main():
         argv = ["--checkpoint", args.checkpoint, "--format", "tflite", "--out", out]
         if quantize != "none":
             argv += ["--quantize", quantize]
-        if quantize == "full_int8":
+        if quantize in ("full_int8", "integer_only"):
             argv += ["--representative-data", calibration]
         export(argv)
         name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"

@@ -19,7 +19,9 @@ quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
   loop flag;
 - the greedy choice, TOPK_V2 over float log-probabilities.
 (Layer norm's NEG was on this list until tfformer's `LayerNormalization`
-subtracted the mean instead; models saved before it keep it.)
+subtracted the mean instead. A model saved before keeps it in the norms of
+its functional graph, such as the embedding and final norms, which load as
+Keras's layer; the norms inside its blocks are rebuilt as tfformer's.)
 Asking for integer-only ops (`TFLITE_BUILTINS_INT8` alone) converts to the
 same bytes: the quantizer keeps in float what it cannot quantize, so
 `quantize="integer_only"` reads the converted model and refuses it, naming

@@ -101,12 +101,20 @@ def test_best_model_saves_only_on_improvement(tmp_path):
 def test_report_divides_real_tokens_by_training_time(tmp_path):
     report = TrainingReport(str(tmp_path / "m.json"))
     report.on_epoch_begin(0)
-    report.on_epoch_end(0, {"loss": 1.5, "real_tokens": 1000.0})
+    # Keras merges the validation logs in; their tokens are not training's.
+    logs = {"loss": 1.5, "real_tokens": 1000.0, "val_real_tokens": 300.0}
+    report.on_epoch_end(0, logs)
     with open(tmp_path / "m.json") as f:
         written = json.load(f)
     epoch = written["epochs"][0]
     assert epoch["real_tokens_per_second"] == pytest.approx(1000.0 / epoch["seconds"])
     assert written["summary"]["loss"] == 1.5
+    # A model with several outputs names the count after its output.
+    report = TrainingReport()
+    report.on_epoch_begin(0)
+    logs = {"masked_lm_real_tokens": 800.0, "val_masked_lm_real_tokens": 90.0}
+    report.on_epoch_end(0, logs)
+    assert report.report["tokens"] == 800.0
 
 
 def test_time_budget_stops_after_the_batch_that_used_it_up():

@@ -66,3 +66,20 @@ def test_masked_accuracy_and_token_count_ignore_padding():
     tokens.update_state(labels, logits)
     tokens.update_state(labels, logits)
     assert float(tokens.result()) == 6.0
+
+
+def test_next_sentence_loss_and_accuracy_shift_the_labels_and_skip_padding():
+    from tfformer.training.fit.losses import NextSentenceLoss
+    from tfformer.training.fit.metrics import NextSentenceAccuracy
+
+    logits = np.array([[2.0, -1.0], [0.5, 1.5], [3.0, 0.0], [9.0, -9.0]], "float32")
+    # 1 = next (class 0), 2 = random (class 1), 0 = a padding row.
+    labels = np.array([[1], [1], [2], [0]], "int32")
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = -(log_p[0, 0] + log_p[1, 0] + log_p[2, 1]) / 3
+    loss = float(NextSentenceLoss()(labels, logits))
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
+    accuracy = NextSentenceAccuracy()
+    accuracy.update_state(labels, logits)
+    # Row 0 right (class 0), rows 1 and 2 wrong; the padding row not counted.
+    np.testing.assert_allclose(float(accuracy.result()), 1 / 3, rtol=1e-6)

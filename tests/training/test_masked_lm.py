@@ -317,6 +317,56 @@ def test_next_sentence_pairs_are_half_continuations_half_random_lines():
     assert next_sentence_pairs(items, seed=4) != (pairs, labels)
 
 
+def test_next_sentence_splits_keep_pairs_inside_blocks_of_continuous_text(tmp_path):
+    from tfformer.training.tasks.masked_lm import (
+        NSP_BLOCK_LINES,
+        MaskedLMData,
+        next_sentence_pairs,
+        next_sentence_splits,
+    )
+
+    # Line "f<file>_<n>": blank lines after every 7th line; "f0_20" is left
+    # out (a classifier's held-out sentence).
+    paths = []
+    for file in range(2):
+        lines = []
+        for n in range(300):
+            lines.append(f"f{file}_{n}")
+            if n % 7 == 6:
+                lines.append("")
+        path = tmp_path / f"text{file}.txt"
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    data = MaskedLMData(
+        text_paths=tuple(paths), holdout_fraction=0.1, next_sentence_prediction=True
+    )
+    splits = next_sentence_splits(data, excluded={"f0_20"})
+    seen = [line for items in splits.values() for line, _ in items]
+    assert sorted(seen) == sorted(
+        f"f{f}_{n}" for f in range(2) for n in range(300) if (f, n) != (0, 20)
+    )
+    run = 0
+    for items in splits.values():
+        assert items
+        for line, following in items:
+            if following is None:
+                run = 0
+                continue
+            run += 1
+            file, n = line[1:].split("_")
+            # The next line of the same file, never across a blank line, a
+            # left-out line or the block size.
+            assert following == f"f{file}_{int(n) + 1}"
+            assert int(n) % 7 != 6 and line != "f0_19"
+            assert run < NSP_BLOCK_LINES
+    # A pair never joins two splits.
+    for name, items in splits.items():
+        lines = {line for line, _ in items}
+        assert {f for _, f in items if f is not None} <= lines, name
+    with pytest.raises(ValueError, match="at least 2 lines in each split"):
+        next_sentence_pairs([("alone", None)], seed=0)
+
+
 @pytest.fixture(scope="module")
 def with_next_sentence(tmp_path_factory):
     """A tiny pre-training run with next-sentence prediction on a corpus of

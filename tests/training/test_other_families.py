@@ -229,3 +229,17 @@ def test_a_classifier_of_sentence_pairs_from_a_tsv(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("yes\t")
     assert predict_cli.main(["--checkpoint", run, "no tab here"]) == 2
     assert "give each input as 'text_a<TAB>text_b'" in capsys.readouterr().err
+
+
+def test_a_tsv_header_without_a_tsv_is_refused(tmp_path):
+    neg, pos = tmp_path / "neg", tmp_path / "pos"
+    neg.write_text("bad\n")
+    pos.write_text("good\n")
+    with pytest.raises(ValueError, match=r"data\.tsv_header applies to data\.tsv_path"):
+        load_config(
+            overrides=[
+                "task=text_classification",
+                f"data.class_paths={neg},{pos}",
+                "data.tsv_header=true",
+            ]
+        )

@@ -45,6 +45,6 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if axes == list(range(rank - len(axes), rank)):
             return weight  # trailing axes: broadcasts as it is
         shape = [1] * rank
-        for a in axes:
-            shape[a] = x.shape[a]
+        for a, size in zip(axes, weight.shape, strict=True):
+            shape[a] = size
         return ops.reshape(weight, shape)

@@ -176,7 +176,11 @@ def real_tokens(logs):
 
 
 def is_token_count(name):
-    return name == "real_tokens" or name.endswith("_real_tokens")
+    """A training token count: `real_tokens` or `<output>_real_tokens`, not
+    a validation one (`val_...`, merged into the epoch's logs by Keras)."""
+    return name == "real_tokens" or (
+        name.endswith("_real_tokens") and not name.startswith("val_")
+    )
 
 
 class TrainingReport(keras.callbacks.Callback):

@@ -1,4 +1,5 @@
-"""Masked sequence cross-entropy with label smoothing."""
+"""Masked sequence cross-entropy with label smoothing, and its use for
+BERT's next-sentence classes."""
 
 import keras
 import tensorflow as tf
@@ -79,3 +80,22 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             from_logits=self.from_logits,
         )
         return config
+
+
+def with_padding_class(logits):
+    """Class logits `(batch, n)` as `(batch, 1, n + 1)`: a class 0 first
+    with logit -1e9 (never chosen), so labels shifted by one, with 0 for
+    padding rows, go through the masked loss and metrics unchanged."""
+    logits = ops.cast(logits, "float32")
+    never = ops.full_like(logits[:, :1], -1e9)
+    return ops.expand_dims(ops.concatenate([never, logits], axis=-1), 1)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class NextSentenceLoss(MaskedSparseCategoricalCrossentropy):
+    """Cross-entropy of BERT's next-sentence logits `(batch, 2)` (class 0:
+    B follows A, 1: B is random) against labels `(batch, 1)` shifted by one
+    (1 = next, 2 = random) with 0 for padding rows, which are ignored."""
+
+    def call(self, y_true, y_pred):
+        return super().call(y_true, with_padding_class(y_pred))

@@ -47,3 +47,15 @@ class RealTokens(keras.metrics.Sum):
 
     def get_config(self):
         return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class NextSentenceAccuracy(MaskedAccuracy):
+    """Accuracy of BERT's next-sentence logits `(batch, 2)` against labels
+    `(batch, 1)` shifted by one (see `losses.NextSentenceLoss`), over the
+    real rows."""
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        from tfformer.training.fit.losses import with_padding_class
+
+        super().update_state(y_true, with_padding_class(y_pred), sample_weight)

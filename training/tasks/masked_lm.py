@@ -16,10 +16,14 @@ one fixed draw, so their figures compare across epochs and runs.
 Next-sentence prediction (`data.next_sentence_prediction`, off by default:
 RoBERTa found it does not help, and BENCHMARKS.md measures it here) makes
 each example a pair, [START] A [END] B [END] with segment ids 0 and 1, cut
-longest-first to `max_length`: B is the line that follows A in its file
-half of the time (label "next") and a random line of the split otherwise
-("random"), drawn once per run with `data.seed` (as BERT's
-create_pretraining_data.py draws its pairs once). The model adds BERT's
+longest-first to `max_length`. The text is split into blocks of up to
+`NSP_BLOCK_LINES` consecutive lines (a blank line, or a sentence left out by
+`exclude_heldout_of`, ends a block), and whole blocks go to the training,
+validation and test splits, so a pair never joins lines of two splits. For
+a line with a continuation in its block, B is that line half of the time
+(label "next"); otherwise B is a random other line of the split ("random").
+The draws are made once per run with `data.seed`, as BERT's
+create_pretraining_data.py draws its pairs once. The model adds BERT's
 classifier on the pooled output, and the loss is the sum of the two
 cross-entropies, as BERT's.
 
@@ -32,7 +36,6 @@ next-sentence accuracy).
 import dataclasses
 import math
 
-import keras
 import numpy as np
 
 from tfformer.training.tasks.base import (
@@ -48,6 +51,8 @@ MASK = "[MASK]"
 # Next-sentence labels: 0 pads (as every label here), then BERT's classes
 # shifted by one: 1 = B follows A, 2 = B is a random line.
 IS_NEXT, IS_RANDOM = 1, 2
+# Lines per block of continuous text in next-sentence splits.
+NSP_BLOCK_LINES = 16
 
 
 @dataclasses.dataclass
@@ -74,8 +79,8 @@ class MaskedLMData(TextDataConfig):
     # Choose whole words (every "##" piece of a chosen word) instead of
     # single tokens.
     whole_word_masking: bool = False
-    # Pairs of lines with BERT's next-sentence prediction (half the B lines
-    # follow A in its file, half are random lines) and its pooled classifier.
+    # Pairs of lines with BERT's next-sentence prediction (B follows A in
+    # its text, or is a random line) and its pooled classifier.
     next_sentence_prediction: bool = False
 
 
@@ -108,7 +113,7 @@ class MaskedLMTask(Task):
         if d.next_sentence_prediction and d.max_length < 5:
             raise ValueError(
                 "data.max_length must be >= 5 for next-sentence pairs. "
-                f"Received: {d.max_length}"
+                f"Received: data.max_length={d.max_length}"
             )
         if d.mask_rate == 0.0:
             raise ValueError("data.mask_rate must be positive. Received: 0.0")
@@ -124,19 +129,15 @@ class MaskedLMTask(Task):
         excluded = set()
         if data_config.exclude_heldout_of:
             excluded = heldout_sentences(data_config.exclude_heldout_of)
+        if data_config.next_sentence_prediction:
+            return next_sentence_splits(data_config, excluded)
         items = []
         for path in data_config.text_paths:
-            lines = [
+            items += [
                 line
                 for line in read_lines(path, allow_empty_lines=True)
                 if line.strip() and line not in excluded
             ]
-            if data_config.next_sentence_prediction:
-                # (line, the line after it in its file or None): the split
-                # keeps each line's own continuation.
-                items += list(zip(lines, [*lines[1:], None], strict=True))
-            else:
-                items += lines
         return holdout_splits(items, data_config)
 
     def tokenizer(self, data_config, lines, directory, progress=print):
@@ -188,32 +189,27 @@ class MaskedLMTask(Task):
         )
         if not config.data.next_sentence_prediction:
             return bert_masked_lm(encoder)
-        model = bert_masked_lm(encoder, next_sentence_prediction=True)
-        outputs = {
-            "masked_lm": model.output["masked_lm"],
-            "next_sentence": PaddingClass(name="next_sentence_labels", dtype="float32")(
-                model.output["next_sentence"]
-            ),
-        }
-        return keras.Model(model.input, outputs, name="bert_pretraining")
+        return bert_masked_lm(
+            encoder, next_sentence_prediction=True, name="bert_pretraining"
+        )
 
     def compile_arguments(self, config):
         arguments = token_compile_arguments(config)
         if not config.data.next_sentence_prediction:
             return arguments
-        from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
-        from tfformer.training.fit.metrics import MaskedAccuracy
+        from tfformer.training.fit.losses import NextSentenceLoss
+        from tfformer.training.fit.metrics import NextSentenceAccuracy
 
         # Summed, as BERT's; Keras prefixes the metrics with the output names
         # (masked_lm_accuracy, next_sentence_accuracy).
         return {
             "loss": {
                 "masked_lm": arguments["loss"],
-                "next_sentence": MaskedSparseCategoricalCrossentropy(),
+                "next_sentence": NextSentenceLoss(),
             },
             "metrics": {
                 "masked_lm": arguments["metrics"],
-                "next_sentence": [MaskedAccuracy()],
+                "next_sentence": [NextSentenceAccuracy()],
             },
         }
 
@@ -275,12 +271,11 @@ class MaskedLMTask(Task):
         run = self.load(run_dir, args.model)
         data_config = run.config.data
         lines = self.raw_splits(data_config)["test"]
-        if args.limit:
-            lines = lines[: args.limit]
         if not lines:
             raise ValueError(f"{run.directory.path}: the test split is empty.")
         tokenizer = run.tokenizers["text"]
-        examples = self.prepare_lines(tokenizer, data_config, lines)
+        # The training run's test pairs, drawn on the whole split, then cut.
+        examples = self.prepare_lines(tokenizer, data_config, lines, args.limit)
         dataset = pipeline.evaluation_dataset(
             examples,
             batch_size=32,
@@ -293,7 +288,7 @@ class MaskedLMTask(Task):
             if isinstance(labels, dict):
                 # Next-sentence labels (batch, 1): 0 pads, else 1 + class.
                 truth = labels["next_sentence"].numpy()[:, 0]
-                guess = np.argmax(outputs["next_sentence"], axis=-1)[:, 0]
+                guess = 1 + np.argmax(outputs["next_sentence"], axis=-1)
                 next_correct += int(((guess == truth) & (truth > 0)).sum())
                 pairs += int((truth > 0).sum())
                 labels = labels["masked_lm"]
@@ -316,22 +311,25 @@ class MaskedLMTask(Task):
             scores["next_sentence_accuracy"] = next_correct / pairs
         return scores
 
-    def prepare_lines(self, tokenizer, data_config, lines):
-        """`pipeline.Examples` of `lines` with this task's masking (with
-        next-sentence prediction, `lines` are (line, next line or None)
-        items and become pairs)."""
+    def prepare_lines(self, tokenizer, data_config, lines, limit=None):
+        """`pipeline.Examples` of `lines` (the first `limit` of them) with
+        this task's masking. With next-sentence prediction, `lines` are
+        (line, next line or None) items and become pairs, drawn on all of
+        `lines` before the cut."""
         from tfformer.training import pipeline
 
         if data_config.next_sentence_prediction:
             from tfformer.training.tasks.text_classification import encode_texts
 
             pairs, labels = next_sentence_pairs(lines, data_config.seed)
+            pairs, labels = pairs[:limit], labels[:limit]
             ids, segments = encode_texts(tokenizer, pairs, data_config.max_length)
             examples = pipeline.rows_examples(
                 {"token_ids": ids, "segment_ids": segments}, labels
             )
             examples.transform = masking_transform(tokenizer, data_config)
             return examples
+        lines = lines[:limit]
         examples = pipeline.classification_examples(
             tokenizer.tokenize(lines),
             [0] * len(lines),
@@ -446,10 +444,48 @@ def masking_transform(tokenizer, data_config):
     return transform
 
 
+def next_sentence_splits(data_config, excluded):
+    """The splits of `data.text_paths` for next-sentence prediction: lists of
+    (line, the next line of its block or None), whole blocks per split."""
+    from tfformer.training.sources.text_files import read_lines
+
+    blocks = []
+    for path in data_config.text_paths:
+        block = []
+        for line in read_lines(path, allow_empty_lines=True):
+            if line.strip() and line not in excluded:
+                block.append(line)
+                if len(block) < NSP_BLOCK_LINES:
+                    continue
+            # A full block, a blank line or a left-out sentence ends a block.
+            if block:
+                blocks.append(block)
+            block = []
+        if block:
+            blocks.append(block)
+    return {
+        split: [
+            (line, following)
+            for block in chosen
+            for line, following in zip(block, [*block[1:], None], strict=True)
+        ]
+        for split, chosen in holdout_splits(blocks, data_config).items()
+    }
+
+
 def next_sentence_pairs(items, seed):
     """((A, B) pairs, labels) of (line, next line or None) items: B is the
     next line (label IS_NEXT) with probability 1/2 when there is one, else a
-    random line of `items` other than A (IS_RANDOM); drawn with `seed`."""
+    random line of `items` other than A (IS_RANDOM); drawn with `seed`.
+
+    Raises:
+        ValueError: a single item (no other line to draw).
+    """
+    if len(items) == 1:
+        raise ValueError(
+            "next-sentence prediction needs at least 2 lines in each split "
+            f"(a random B is another line). Received: 1 line ({items[0][0]!r})"
+        )
     import zlib
 
     # The split's own draws: its first line is part of the seed (splits of
@@ -474,21 +510,6 @@ def next_sentence_pairs(items, seed):
 def masked_lm_logits(outputs):
     """The masked-LM logits of a pre-training model's outputs."""
     return outputs["masked_lm"] if isinstance(outputs, dict) else outputs
-
-
-@keras.saving.register_keras_serializable(package="tfformer")
-class PaddingClass(keras.layers.Layer):
-    """`(batch, n)` logits -> `(batch, 1, n + 1)`: a never-chosen class 0
-    first (logit -1e9), so classes 1..n take labels shifted by one and label
-    0 marks padding rows, as every label of the masked losses and metrics."""
-
-    def call(self, logits):
-        logits = keras.ops.cast(logits, "float32")
-        never = keras.ops.full_like(logits[:, :1], -1e9)
-        return keras.ops.expand_dims(keras.ops.concatenate([never, logits], axis=-1), 1)
-
-    def compute_output_shape(self, input_shape):
-        return (input_shape[0], 1, input_shape[1] + 1)
 
 
 TASK = MaskedLMTask()

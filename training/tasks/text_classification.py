@@ -122,6 +122,12 @@ class TextClassificationTask(Task):
                     "data.max_length must be >= 5 for sentence pairs. "
                     f"Received: {d.max_length}"
                 )
+        elif d.tsv_header:
+            raise ValueError(
+                "data.tsv_header applies to data.tsv_path, which is not set. "
+                f"Received: data.tsv_header=true, data.class_paths="
+                f"{list(d.class_paths)}"
+            )
         elif len(d.class_paths) < 2:
             raise ValueError(
                 f"data.class_paths needs a file per class (>= 2), or give "
