@@ -25,10 +25,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
             return super().call(inputs)
         compute_dtype = keras.backend.result_type(inputs.dtype, "float32")
         x = ops.cast(inputs, compute_dtype)
-        axis = self.axis
-        mean = ops.mean(x, axis=axis, keepdims=True)
+        mean = ops.mean(x, axis=self.axis, keepdims=True)
         centred = x - mean
-        variance = ops.mean(ops.square(centred), axis=axis, keepdims=True)
+        variance = ops.mean(ops.square(centred), axis=self.axis, keepdims=True)
         outputs = centred * ops.rsqrt(variance + self.epsilon)
         if self.scale:
             outputs = outputs * self._broadcast(self.gamma, x)

@@ -187,10 +187,11 @@ class MaskedLMTask(Task):
                 "max_sequence_length": max(config.data.max_length, 8),
             },
         )
-        if not config.data.next_sentence_prediction:
-            return bert_masked_lm(encoder)
+        nsp = config.data.next_sentence_prediction
         return bert_masked_lm(
-            encoder, next_sentence_prediction=True, name="bert_pretraining"
+            encoder,
+            next_sentence_prediction=nsp,
+            name="bert_pretraining" if nsp else "bert_masked_lm",
         )
 
     def compile_arguments(self, config):
@@ -500,7 +501,7 @@ def next_sentence_pairs(items, seed):
             labels.append(IS_NEXT)
             continue
         other = index
-        while other == index and len(lines) > 1:
+        while other == index:  # terminates: a split has >= 2 lines
             other = int(rng.integers(len(lines)))
         pairs.append((line, lines[other]))
         labels.append(IS_RANDOM)
