@@ -62,7 +62,7 @@ from vit_cifar import images_per_second
 
 from tfformer.rundir.files import atomic_write_text
 from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import TimeBudget
+from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
 from tfformer.training.fit.trainer import build_dataset, compile_model, train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.image_classification import channel_statistics
@@ -163,21 +163,57 @@ def run_on_our_pipeline(build, config, data, minutes):
         repeat=True,
     )
     budget = TimeBudget(minutes - (time.perf_counter() - began) / 60)
+    report = TrainingReport()
     model.fit(
         stream,
         epochs=1000,
         steps_per_epoch=per_epoch,
         validation_data=validation,
         validation_steps=-(-len(data.examples["validation"]) // batch),
-        callbacks=[budget],
+        callbacks=[budget, report],
         verbose=2,
     )
     return model, {
+        "curve": curve(report.report["epochs"]),
         "train_images_per_second": speed,
         "schedule_steps": steps,
         "steps": int(model.optimizer.iterations.numpy()),
         "parameters": int(model.count_params()),
     }
+
+
+def curve(epochs):
+    """Validation accuracy after each epoch against the training minutes so
+    far (validation time excluded, as `TrainingReport` counts it for every
+    contender)."""
+    minutes, points = 0.0, []
+    for logs in epochs:
+        minutes += logs["seconds"] / 60
+        points.append([round(minutes, 3), logs.get("val_accuracy")])
+    return points
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, details in results["contenders"].items():
+        points = [p for p in details.get("curve", []) if p[1] is not None]
+        if points:
+            x, y = [p[0] for p in points], [p[1] for p in points]
+            label = f"{name} (test {100 * details['test_accuracy']:.1f} %)"
+            ax.plot(x, [100 * v for v in y], marker=".", label=label)
+    ax.set_xlabel("training minutes (validation excluded)")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(f"CIFAR-10, {results['minutes']:g}-minute budget, 2 cores")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 class EarlierCut(keras.callbacks.Callback):
@@ -293,6 +329,7 @@ def keras_io_recipe(data, minutes, test, earlier=None):
     # Keras's validation_split holds out the last 10 %, unshuffled.
     held = int(len(train_labels) * 0.1)
     validation = (train_pixels[-held:], train_labels[-held:])
+    report = TrainingReport()
     cuts = []
     if earlier:
         cuts.append(
@@ -314,6 +351,7 @@ def keras_io_recipe(data, minutes, test, earlier=None):
                 save_weights_only=True,
             ),
             budget,
+            report,
             *cuts,
         ],
         verbose=2,
@@ -321,6 +359,7 @@ def keras_io_recipe(data, minutes, test, earlier=None):
     if os.path.exists(checkpoint):
         model.load_weights(checkpoint)
     details = {
+        "curve": curve(report.report["epochs"]),
         "steps": int(model.optimizer.iterations.numpy()),
         "epochs": len(history.history["loss"]),
         "parameters": int(model.count_params()),
@@ -389,7 +428,10 @@ def main():
             )
             result = train(config, progress=print)
             model = result.model
+            with open(os.path.join(out, "metrics.json"), encoding="utf-8") as f:
+                epochs = json.load(f)["epochs"]
             details = {
+                "curve": curve(epochs),
                 "train_images_per_second": speed,
                 "schedule_steps": steps,
                 "steps": int(result.metrics["global_step"]),
@@ -407,7 +449,8 @@ def main():
         results["contenders"][name] = details
         print(name, json.dumps(details), flush=True)
         atomic_write_text(output, json.dumps(results, indent=2) + "\n")
-    print(f"Wrote {output}")
+        plot(results, output[: -len(".json")] + ".png")
+    print(f"Wrote {output} and its curves (.png)")
     return 0
 
 
