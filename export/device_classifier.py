@@ -34,15 +34,17 @@ import numpy as np
 START, END = 2, 3
 
 
-def encode(first, second, max_length):
-    """(token_ids, segment_ids) lists of one text (`second` None) or a pair."""
+def encode(first, second, max_length, start=START, end=END):
+    """(token_ids, segment_ids) lists of one text (`second` None) or a pair;
+    `start` and `end` are the vocabulary's [START] and [END] ids (a
+    converted BERT's [CLS] and [SEP])."""
     if second is None:
-        ids = [START, *first[: max_length - 2], END]
+        ids = [start, *first[: max_length - 2], end]
         return ids, [0] * len(ids)
     first, second = list(first), list(second)
     while len(first) + len(second) > max_length - 3:
         (first if len(first) > len(second) else second).pop()
-    ids = [START, *first, END, *second, END]
+    ids = [start, *first, end, *second, end]
     return ids, [0] * (len(first) + 2) + [1] * (len(second) + 1)
 
 
@@ -75,10 +77,20 @@ class LiteRTClassifier:
         if self.pairs:
             first, second = text
             ids, segments = encode(
-                self.tokenizer.ids(first), self.tokenizer.ids(second), self.max_length
+                self.tokenizer.ids(first),
+                self.tokenizer.ids(second),
+                self.max_length,
+                self.tokenizer.start,
+                self.tokenizer.end,
             )
         else:
-            ids, segments = encode(self.tokenizer.ids(text), None, self.max_length)
+            ids, segments = encode(
+                self.tokenizer.ids(text),
+                None,
+                self.max_length,
+                self.tokenizer.start,
+                self.tokenizer.end,
+            )
         return np.array([ids], np.int32), np.array([segments], np.int32)
 
     def probabilities(self, token_ids, segment_ids):

@@ -8,8 +8,15 @@ translator's are `source_vocab.txt` and `target_vocab.txt`, a generator's
 one `text_vocab.txt` for both) next to the model. The steps:
 
 tokenize(sentence) -> source ids
-  1. Decode UTF-8 (invalid bytes become U+FFFD); lower-case if
-     `lower_case` is set.
+  1. Decode UTF-8 (invalid bytes become U+FFFD). With `normalizer`
+     "bert" (a converted BERT checkpoint): drop U+0000, U+FFFD and "other"
+     characters (categories Cc, Cf, Co, Cs) except tab, newline and
+     carriage return;
+     make whitespace (those three and category Zs) a space; put spaces
+     around CJK ideographs (`CJK_RANGES`). With `strip_accents`: decompose
+     (NFD) and drop combining marks (category Mn). Lower-case if
+     `lower_case` is set (with "bert", capital sigma (U+03A3) becomes U+03C3 first, as
+     Hugging Face lower-cases one character at a time).
   2. Class every code point with `character_classes` (ranges: `starts[i]`
      up to the next start have class `class[i]`): 0 word, 1 space,
      2 punctuation, 3 dropped. Drop class 3; spaces end a word; each
@@ -17,13 +24,14 @@ tokenize(sentence) -> source ids
   3. Split each word greedily into the longest vocabulary pieces, left to
      right; pieces after the first are looked up with the "##" prefix. A word
      with no such split, or longer than `max_bytes_per_word` UTF-8 bytes, is
-     one [UNK] (id 1).
+     one [UNK] (`special_ids["unk"]`: 1, or a converted vocabulary's own).
   4. Cut to `source_length` ids and pad with 0 (the model's input shape).
      `ids()` stops before this step (a generator cuts from the left).
 
 detokenize(generated ids) -> text
-  1. Drop ids 0-3 ([PAD], [UNK], [START], [END]) and ids outside the
-     vocabulary; stop at the first [END].
+  1. Drop the special ids ([PAD], [UNK], [START], [END]: 0-3 unless
+     `special_ids` says otherwise) and ids outside the vocabulary; stop at
+     the first [END].
   2. Glue "##" pieces to the piece before them (the first piece keeps its
      "##"); join words with spaces.
   3. Apply `join_rules` (RE2 regular expressions, ASCII \w) to attach
@@ -39,9 +47,49 @@ import bisect
 import json
 import os
 import re
+import unicodedata
 
 PAD, UNK, START, END = 0, 1, 2, 3
 WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+
+
+# "Other" characters the cleanup drops: control, format, private use,
+# surrogate; not unassigned ones (Hugging Face's tokenizers and RE2 keep
+# those, as any Unicode table older than the text would).
+OTHER = ("Cc", "Cf", "Co", "Cs")
+
+
+def bert_cleanup(text):
+    """Step 1's "bert" normalizer (BERT's `_clean_text` and CJK spacing)."""
+    out = []
+    for char in text:
+        point = ord(char)
+        if char in "\t\n\r" or unicodedata.category(char) == "Zs":
+            out.append(" ")
+        elif point in (0, 0xFFFD) or unicodedata.category(char) in OTHER:
+            continue
+        elif any(low <= point <= high for low, high in CJK_RANGES):
+            out.append(f" {char} ")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def strip_accents(text):
+    """Step 1's accent stripping: NFD, then combining marks (Mn) dropped."""
+    return "".join(
+        c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn"
+    )
 
 
 class DeviceTokenizer:
@@ -52,6 +100,12 @@ class DeviceTokenizer:
             self.settings = json.load(f)
         self.source_length = self.settings["source_length"]
         self.byte_level = self.settings["tokenizer"] == "byte"
+        special = self.settings.get("special_ids") or {}
+        self.pad = special.get("pad", PAD)
+        self.unk = special.get("unk", UNK)
+        self.start = special.get("start", START)
+        self.end = special.get("end", END)
+        self.special = set(special.values()) if special else {PAD, UNK, START, END}
         if self.byte_level:
             return
         files = (
@@ -74,7 +128,15 @@ class DeviceTokenizer:
         """The words and punctuation marks of a sentence (steps 1-2)."""
         if isinstance(sentence, bytes):
             sentence = sentence.decode("utf-8", "replace")
+        if self.settings.get("normalizer") == "bert":
+            sentence = bert_cleanup(sentence)
+        if self.settings.get("strip_accents"):
+            sentence = strip_accents(sentence)
         if self.settings["lower_case"]:
+            if self.settings.get("normalizer") == "bert":
+                # One character at a time, as Hugging Face does: U+03A3 is U+03C3
+                # even at the end of a word (Python's lower makes it ς).
+                sentence = sentence.replace("\u03a3", "\u03c3")
             sentence = sentence.lower()
         words, current = [], []
         for char in sentence:
@@ -95,7 +157,7 @@ class DeviceTokenizer:
     def word_pieces(self, word):
         """Greedy longest-match-first ids of one word (step 3)."""
         if len(word.encode("utf-8")) > self.max_bytes:
-            return [UNK]
+            return [self.unk]
         ids, start = [], 0
         while start < len(word):
             for end in range(min(len(word), start + self.max_piece), start, -1):
@@ -105,7 +167,7 @@ class DeviceTokenizer:
                     start = end
                     break
             else:
-                return [UNK]
+                return [self.unk]
         return ids
 
     def ids(self, sentence):
@@ -119,17 +181,21 @@ class DeviceTokenizer:
     def tokenize(self, sentence):
         """Source ids for the model: exactly `source_length` ints (step 4)."""
         ids = self.ids(sentence)[: self.source_length]
-        return ids + [PAD] * (self.source_length - len(ids))
+        return ids + [self.pad] * (self.source_length - len(ids))
 
     def detokenize(self, ids):
         """Text of the model's output ids."""
         ids = list(ids)
-        if END in ids[1:]:
-            ids = ids[: ids.index(END, 1)]
+        if self.end in ids[1:]:
+            ids = ids[: ids.index(self.end, 1)]
         if self.byte_level:
             data = bytes(i - 4 for i in ids if 4 <= i < 260)
             return data.decode("utf-8", "replace")
-        tokens = [self.target[i] for i in ids if 4 <= i < len(self.target)]
+        tokens = [
+            self.target[i]
+            for i in ids
+            if 0 <= i < len(self.target) and i not in self.special
+        ]
         text = tokens[0] if tokens else ""
         for token in tokens[1:]:
             if token.startswith(self.suffix):

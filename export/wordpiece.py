@@ -6,8 +6,11 @@ tensorflow-text is imported, which stock TF Serving, `saved_model_cli` and
 most serving stacks do not do. `CoreWordPiece` gives the same ids with ops
 every TensorFlow binary has (string ops, a hash table, a while loop):
 
-1. Invalid UTF-8 becomes U+FFFD; optional lower-casing (`tf.strings.lower`,
-   as training does).
+1. Invalid UTF-8 becomes U+FFFD; then, as training's tokenizer is set up:
+   BERT's cleanup (`bert_cleanup`, RE2 rewrites), accent stripping (a
+   table of every code point that canonical decomposition without
+   combining marks changes, made at export time by `accent_table`) and
+   lower-casing (`tf.strings.lower`).
 2. Every code point gets a class: part of a word, whitespace (splits
    words), punctuation (a word of its own; CJK ideographs too) or dropped
    (control characters).
@@ -23,14 +26,18 @@ applies `JOIN_RULES`, the punctuation rewrites training's detokenizer uses
 (one definition, in `tfformer.rundir.text`).
 """
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
 from tfformer.rundir.text import (
     RESERVED_TOKENS,
     SUFFIX,
-    UNK_ID,
+    bert_cleanup,
     join_punctuation,
+    lower,
+    special_token_ids,
 )
 
 # Code-point classes.
@@ -77,6 +84,31 @@ def probe_character_classes(max_code_point=MAX_CODE_POINT):
     return starts, full[starts]
 
 
+@functools.lru_cache(maxsize=2)
+def accent_table(max_code_point=MAX_CODE_POINT):
+    """(code points, replacements): every code point that accent stripping
+    changes (canonical decomposition, NFD, then combining marks, category
+    Mn, removed: Hugging Face's `BertNormalizer` and Google's
+    `BasicTokenizer`) and its UTF-8 replacement, possibly empty. From
+    Python's `unicodedata`, at export time."""
+    import unicodedata
+
+    keys, values = [], []
+    for point in range(max_code_point + 1):
+        if 0xD800 <= point <= 0xDFFF:
+            continue
+        char = chr(point)
+        stripped = "".join(
+            c
+            for c in unicodedata.normalize("NFD", char)
+            if unicodedata.category(c) != "Mn"
+        )
+        if stripped != char:
+            keys.append(point)
+            values.append(stripped.encode("utf-8"))
+    return np.array(keys, np.int32), np.array(values, object)
+
+
 class CoreWordPiece(tf.Module):
     """Strings to WordPiece ids and back, with core TensorFlow ops only.
 
@@ -84,6 +116,8 @@ class CoreWordPiece(tf.Module):
         vocabulary_file: one token per line, the reserved tokens first (the
             file training writes). It becomes a SavedModel asset.
         lower_case: lower-case text first (as the training tokenizer did).
+        special_tokens, normalizer, strip_accents: as training's
+            `WordPieceTokenizer` (a converted checkpoint's vocabulary).
         character_classes: `(starts, classes)` from
             `probe_character_classes` (computed when omitted).
         max_bytes_per_word: longer words become `[UNK]` (FastWordpiece's
@@ -100,6 +134,9 @@ class CoreWordPiece(tf.Module):
         vocabulary_file,
         *,
         lower_case=False,
+        special_tokens=None,
+        normalizer=None,
+        strip_accents=False,
         character_classes=None,
         max_bytes_per_word=100,
         name=None,
@@ -109,10 +146,30 @@ class CoreWordPiece(tf.Module):
             vocabulary = f.read().split("\n")
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
-        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        try:
+            ids = special_token_ids(vocabulary, special_tokens)
+        except ValueError as e:
+            raise ValueError(f"{vocabulary_file}: {e}") from None
+        if normalizer not in (None, "bert"):
             raise ValueError(
-                f"{vocabulary_file}: the vocabulary must start with "
-                f"{list(RESERVED_TOKENS)}. Received: {vocabulary[:4]}"
+                f"normalizer must be None or 'bert'. Received: {normalizer!r}"
+            )
+        self.unk_id = ids["unk"]
+        # Dropped by detokenize (a learned vocabulary: every reserved id).
+        self.special_ids = sorted(
+            set(ids.values()) | set(range(len(RESERVED_TOKENS)))
+            if special_tokens is None
+            else set(ids.values())
+        )
+        self.normalizer = normalizer
+        self.strip_accents = bool(strip_accents)
+        if self.strip_accents:
+            keys, values = accent_table()
+            self.accents = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    tf.constant(keys, tf.int32), tf.constant(values, tf.string)
+                ),
+                default_value="\x00",
             )
         self.vocabulary_size = len(vocabulary)
         self.lower_case = bool(lower_case)
@@ -165,8 +222,12 @@ class CoreWordPiece(tf.Module):
         strings = tf.strings.unicode_transcode(
             strings, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
         )
+        if self.normalizer == "bert":
+            strings = bert_cleanup(strings)
+        if self.strip_accents:
+            strings = self._strip_accents(strings)
         if self.lower_case:
-            strings = tf.strings.lower(strings, encoding="utf-8")
+            strings = lower(strings, self.normalizer)
         chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace")
         flat = chars.flat_values
         index = tf.searchsorted(self._class_starts, flat, side="right") - 1
@@ -199,6 +260,15 @@ class CoreWordPiece(tf.Module):
             tf.cast(words.row_lengths(), tf.int32),
             words_per_string,
         )
+
+    def _strip_accents(self, strings):
+        """Each code point in `accent_table` replaced by its entry."""
+        chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace")
+        flat = chars.flat_values
+        replaced = self.accents.lookup(flat)
+        own = tf.strings.unicode_encode(flat[:, None], "UTF-8")
+        pieces = tf.where(tf.equal(replaced, "\x00"), own, replaced)
+        return tf.strings.reduce_join(chars.with_flat_values(pieces), axis=1)
 
     def _word_pieces(self, words, lengths):
         """Greedy longest-match-first pieces of each word: `(N, None)` ids."""
@@ -251,7 +321,7 @@ class CoreWordPiece(tf.Module):
         )
         pieces = tf.transpose(tf.reshape(pieces.stack(), [-1, count]))  # (N, steps)
         pieces = tf.ragged.boolean_mask(pieces, pieces >= 0)
-        return _replace_rows(pieces, failed, UNK_ID)
+        return _replace_rows(pieces, failed, self.unk_id)
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
@@ -269,7 +339,12 @@ class CoreWordPiece(tf.Module):
         ids = tf.cast(ids, tf.int64)
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(ids)
-        real = tf.logical_and(ids >= len(RESERVED_TOKENS), ids < self.vocabulary_size)
+        special = tf.constant(self.special_ids, tf.int64)
+        real = tf.logical_and(
+            tf.reduce_all(ids.flat_values[:, None] != special[None, :], axis=1),
+            ids.flat_values < self.vocabulary_size,
+        )
+        real = ids.with_flat_values(tf.logical_and(real, ids.flat_values >= 0))
         ids = tf.ragged.boolean_mask(ids, real)
         tokens = ids.with_flat_values(self.id_to_token.lookup(ids.flat_values))
         flat = tokens.flat_values

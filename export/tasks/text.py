@@ -12,6 +12,7 @@ from tfformer.rundir.text import (
     SUFFIX,
     UNK_ID,
     ByteTokenizer,
+    special_token_ids,
 )
 
 # Raw inputs are cut to this many bytes before tokenizing; the tokens any
@@ -30,14 +31,29 @@ def make_tokenizer(spec, character_classes=None):
         spec.path,
         lower_case=spec.lower_case,
         character_classes=character_classes or probe_character_classes(),
+        **spec.options,
     )
 
 
-def clamp_ids(ids, vocabulary_size):
-    """Ids outside `[0, vocabulary_size)` become [UNK]."""
+def special_ids(spec, *roles):
+    """The ids of `roles` (default start and end) in a `TokenizerSpec`'s
+    vocabulary: the reserved ids, or a converted vocabulary's own."""
+    if spec.kind == "byte":
+        ids = {"pad": 0, "unk": UNK_ID, "start": 2, "end": 3}
+    else:
+        with open(spec.path, encoding="utf-8") as f:
+            vocabulary = f.read().split("\n")
+        if vocabulary and vocabulary[-1] == "":
+            vocabulary.pop()
+        ids = special_token_ids(vocabulary, spec.options.get("special_tokens"))
+    return [ids[role] for role in roles or ("start", "end")]
+
+
+def clamp_ids(ids, vocabulary_size, unk_id=UNK_ID):
+    """Ids outside `[0, vocabulary_size)` become [UNK] (`unk_id`)."""
     ids = tf.cast(ids, tf.int32)
     inside = tf.logical_and(ids >= 0, ids < vocabulary_size)
-    return tf.where(inside, ids, UNK_ID)
+    return tf.where(inside, ids, unk_id)
 
 
 def valid_utf8(text):
@@ -51,8 +67,12 @@ def valid_utf8(text):
     )
 
 
-def device_text_settings(kind, lower_case, character_classes=None, **lengths):
-    """What `device_tokenizer.py` reads from `text.json`, plus `lengths`."""
+def device_text_settings(
+    kind, lower_case, character_classes=None, spec=None, **lengths
+):
+    """What `device_tokenizer.py` reads from `text.json`, plus `lengths`;
+    with the run's `spec` (a `TokenizerSpec`), a converted vocabulary's
+    special ids and normalization too."""
     settings = {
         "tokenizer": kind,
         "lower_case": lower_case,
@@ -62,6 +82,14 @@ def device_text_settings(kind, lower_case, character_classes=None, **lengths):
         "max_bytes_per_word": 100,
         "join_rules": [list(rule) for rule in JOIN_RULES],
     }
+    if spec is not None and spec.options:
+        roles = ("pad", "unk", "start", "end", "mask")
+        roles = roles if "mask" in spec.options.get("special_tokens", {}) else roles[:4]
+        settings["special_ids"] = dict(
+            zip(roles, special_ids(spec, *roles), strict=True)
+        )
+        settings["normalizer"] = spec.options.get("normalizer")
+        settings["strip_accents"] = bool(spec.options.get("strip_accents", False))
     if kind == "wordpiece":
         starts, classes = character_classes
         settings["character_classes"] = {

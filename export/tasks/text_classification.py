@@ -42,12 +42,12 @@ from tfformer.export.tasks.text import (
     clamp_ids,
     device_text_settings,
     make_tokenizer,
+    special_ids,
     valid_utf8,
 )
 from tfformer.export.wordpiece import probe_character_classes
 from tfformer.rundir.files import atomic_copy, atomic_write_text
 from tfformer.rundir.run import RunDirectory
-from tfformer.rundir.text import END_ID, START_ID
 
 DEVICE_CLASSIFIER = os.path.join(
     os.path.dirname(os.path.dirname(__file__)), "device_classifier.py"
@@ -118,26 +118,24 @@ def pair_lengths(first, second, budget):
     )
 
 
-class ClassifierGraph(tf.Module):
-    """The serving functions of one text-classification run."""
+class BertInputs(tf.Module):
+    """Texts (or pairs) to a BERT encoder's `token_ids` and `segment_ids`, in
+    the graph, as training encodes them.
 
-    def __init__(self, run, *, character_classes=None):
+    Args:
+        spec: the run's text `TokenizerSpec`.
+        max_length: the length inputs are cut and padded to.
+        vocabulary_size: ids at or past it become [UNK].
+        character_classes: `probe_character_classes()` (computed if None).
+    """
+
+    def __init__(self, spec, max_length, vocabulary_size, character_classes=None):
         super().__init__()
-        self.model = run.model
-        self.encoder_outputs = encoder_outputs(run.model)
-        self.tokenizer = make_tokenizer(run.text, character_classes)
-        self.max_length = run.max_length
-        self.pairs = run.pairs
-        self.vocabulary_size = run.vocabulary_size
-        self.labels = tf.constant(run.labels)
-        self.settings = {
-            "max_length": run.max_length,
-            "labels": run.labels,
-            "pairs": run.pairs,
-            "max_input_bytes": MAX_INPUT_BYTES,
-            "tokenizer": run.text.kind,
-            "lower_case": run.text.lower_case,
-        }
+        self.tokenizer = make_tokenizer(spec, character_classes)
+        # The vocabulary's own [START]/[END] ([CLS]/[SEP] in a converted one).
+        self.start_id, self.end_id = special_ids(spec)
+        self.max_length = max_length
+        self.vocabulary_size = vocabulary_size
 
     def _ids(self, text):
         """Ragged ids of each text's first 16 KiB (then made valid UTF-8),
@@ -148,7 +146,9 @@ class ClassifierGraph(tf.Module):
             text, tf.zeros_like(size), tf.fill(tf.shape(size), MAX_INPUT_BYTES)
         )
         ids = tf.cast(self.tokenizer.tokenize(valid_utf8(text)), tf.int32)
-        ids = tf.ragged.map_flat_values(clamp_ids, ids, self.vocabulary_size)
+        ids = tf.ragged.map_flat_values(
+            clamp_ids, ids, self.vocabulary_size, self.tokenizer.unk_id
+        )
         return ids, size > MAX_INPUT_BYTES
 
     def encode(self, text, text_b=None):
@@ -158,8 +158,8 @@ class ClassifierGraph(tf.Module):
         first, cut = self._ids(text)
         count_a = tf.cast(first.row_lengths(), tf.int32)
         rows = first.nrows(out_type=tf.int32)
-        start = tf.fill([rows, 1], START_ID)
-        end = tf.fill([rows, 1], END_ID)
+        start = tf.fill([rows, 1], self.start_id)
+        end = tf.fill([rows, 1], self.end_id)
         if text_b is None:
             keep_a = tf.minimum(count_a, self.max_length - 2)
             pieces = [start, _head(first, keep_a), end]
@@ -191,6 +191,27 @@ class ClassifierGraph(tf.Module):
         segment_ids = tf.concat(segments, axis=1).to_tensor(shape=shape)
         limit = self.max_length - (3 if text_b is not None else 2)
         return ids, segment_ids, counts, cut | (counts > limit)
+
+
+class ClassifierGraph(BertInputs):
+    """The serving functions of one text-classification run."""
+
+    def __init__(self, run, *, character_classes=None):
+        super().__init__(
+            run.text, run.max_length, run.vocabulary_size, character_classes
+        )
+        self.model = run.model
+        self.encoder_outputs = encoder_outputs(run.model)
+        self.pairs = run.pairs
+        self.labels = tf.constant(run.labels)
+        self.settings = {
+            "max_length": run.max_length,
+            "labels": run.labels,
+            "pairs": run.pairs,
+            "max_input_bytes": MAX_INPUT_BYTES,
+            "tokenizer": run.text.kind,
+            "lower_case": run.text.lower_case,
+        }
 
     def _inputs(self, text, text_b):
         ids, segments, counts, truncated = self.encode(text, text_b)
@@ -284,8 +305,10 @@ class TextClassificationExporter:
 
         segments = run.model.get_layer("segment_embedding").input_dim
 
+        unk_id = special_ids(run.text, "unk")[0]
+
         def probabilities(token_ids, segment_ids):
-            ids = clamp_ids(token_ids, run.vocabulary_size)
+            ids = clamp_ids(token_ids, run.vocabulary_size, unk_id)
             # An id outside the segment table would read past it (TFLite's
             # GATHER does not check): clamp it into the table.
             segment_ids = tf.clip_by_value(segment_ids, 0, segments - 1)
@@ -341,6 +364,7 @@ class TextClassificationExporter:
             run.text.kind,
             run.text.lower_case,
             _classes(run),
+            spec=run.text,
             source_length=run.max_length,
             max_length=run.max_length,
             labels=run.labels,

@@ -217,3 +217,155 @@ def test_each_tokenizer_reads_its_own_vocabulary(tmp_path, classes):
         assert core.tokenize(tf.constant([" ".join(words)])).to_list() == expected, i
         del core
         gc.collect()
+
+
+# -- a converted BERT vocabulary: its own special tokens, BERT's cleanup,
+# accent stripping and lower-casing (Hugging Face's BertNormalizer) --------
+
+BERT_VOCABULARY = [
+    "[PAD]",
+    "[unused0]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    *"abcdefghijklmnopqrstuvwxyzß",
+    *[f"##{c}" for c in "abcdefghijklmnopqrstuvwxyzß"],
+    *".,!?'-()",
+    "cafe",
+    "the",
+    "dog",
+    "日",
+    "本",
+    "ᄒ",
+    "##ᅡ",
+    "οδοσ",  # Hugging Face lower-cases ΟΔΟΣ so ...
+    "οδος",  # ... and ICU and Python so (a word-final sigma)
+    "Cafe",
+    "Café",
+    "café",
+    "The",
+]
+BERT_OPTIONS = {
+    "special_tokens": {
+        "pad": "[PAD]",
+        "unk": "[UNK]",
+        "start": "[CLS]",
+        "end": "[SEP]",
+        "mask": "[MASK]",
+    },
+    "normalizer": "bert",
+    "strip_accents": True,
+}
+
+
+@pytest.fixture(scope="module")
+def bert_vocabulary_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bert_vocab") / "vocab.txt"
+    path.write_text("".join(t + "\n" for t in BERT_VOCABULARY), encoding="utf-8")
+    return str(path)
+
+
+def hugging_face(lower_case=True, strip_accents=None):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, normalizers, pre_tokenizers
+
+    tok = tokenizers.Tokenizer(
+        models.WordPiece(
+            vocab={t: i for i, t in enumerate(BERT_VOCABULARY)}, unk_token="[UNK]"
+        )
+    )
+    tok.normalizer = normalizers.BertNormalizer(
+        lowercase=lower_case, strip_accents=strip_accents
+    )
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tok
+
+
+def bert_device(tmp_path, vocabulary_file, classes, lower_case=True, strip=True):
+    starts, kinds = classes
+    settings_ = {
+        "tokenizer": "wordpiece",
+        "lower_case": lower_case,
+        "source_length": 24,
+        "suffix": "##",
+        "max_bytes_per_word": 100,
+        "join_rules": [list(r) for r in JOIN_RULES],
+        "character_classes": {"starts": starts.tolist(), "class": kinds.tolist()},
+        "special_ids": {"pad": 0, "unk": 2, "start": 3, "end": 4, "mask": 5},
+        "normalizer": "bert",
+        "strip_accents": strip,
+    }
+    (tmp_path / "text.json").write_text(json.dumps(settings_))
+    for name in ("source_vocab.txt", "target_vocab.txt"):
+        (tmp_path / name).write_text(open(vocabulary_file, encoding="utf-8").read())
+    return DeviceTokenizer(str(tmp_path))
+
+
+BERT_SENTENCES = [
+    "Café, THE dogs!",
+    "Crème brûlée: naïve Ærø",  # accents go; Æ and ø have no decomposition
+    "日本x 한 (Hangul decomposes into jamo)",
+    "a\x00b\u200bc\x07d\ufffde\u00a0f\u3000g",  # controls, format, spaces
+    "e\u0301 combining mark alone \u0301",
+    "",
+]
+
+
+# (lower_case, strip_accents): uncased BERT (accents go with the case),
+# cased BERT, and lower-cased with accents kept.
+NORMALIZATIONS = [(True, None), (False, False), (True, False)]
+
+
+@pytest.mark.parametrize("lower_case, strip", NORMALIZATIONS)
+def test_bert_vocabulary_three_ways_equal_hugging_face(
+    tmp_path, bert_vocabulary_file, classes, lower_case, strip
+):
+    options = {**BERT_OPTIONS, "strip_accents": lower_case if strip is None else strip}
+    training = WordPieceTokenizer(BERT_VOCABULARY, lower_case=lower_case, **options)
+    core = CoreWordPiece(
+        bert_vocabulary_file,
+        lower_case=lower_case,
+        character_classes=classes,
+        **options,
+    )
+    device = bert_device(
+        tmp_path, bert_vocabulary_file, classes, lower_case, options["strip_accents"]
+    )
+    reference = hugging_face(lower_case, strip)
+    sentences = [*BERT_SENTENCES, "ΟΔΟΣ Café The"]
+    expected = [reference.encode(s, add_special_tokens=False).ids for s in sentences]
+    assert training.tokenize(sentences).to_list() == expected
+    assert core.tokenize(tf.constant(sentences)).to_list() == expected
+    assert [device.ids(s) for s in sentences] == expected
+    # Hand-checked: "ΟΔΟΣ" is οδοσ when lower-cased (not the final-sigma
+    # οδος), "Café" is cafe uncased, café lower-cased with its accent, and
+    # itself cased.
+    word = {(True, None): "cafe", (False, False): "Café", (True, False): "café"}
+    last = expected[-1]
+    assert last[1] == BERT_VOCABULARY.index(word[lower_case, strip])
+    if lower_case:
+        assert last[0] == BERT_VOCABULARY.index("οδοσ")
+    assert (training.start_id, training.end_id, training.unk_id) == (3, 4, 2)
+    # Detokenizing drops the vocabulary's special ids, [unused0] is a token.
+    ids = np.array([[3, 1, BERT_VOCABULARY.index("dog"), 5, 4, 0]], "int32")
+    assert training.detokenize(ids).numpy()[0] == b"[unused0] dog"
+    assert core.detokenize(ids).numpy()[0] == b"[unused0] dog"
+    assert device.detokenize(ids[0]) == "[unused0] dog"
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.lists(texts, min_size=1, max_size=6))
+def test_bert_vocabulary_on_any_text(
+    tmp_path_factory, bert_vocabulary_file, classes, batch
+):
+    training = WordPieceTokenizer(BERT_VOCABULARY, lower_case=True, **BERT_OPTIONS)
+    core = CoreWordPiece(
+        bert_vocabulary_file, lower_case=True, character_classes=classes, **BERT_OPTIONS
+    )
+    device = bert_device(tmp_path_factory.mktemp("d"), bert_vocabulary_file, classes)
+    reference = hugging_face()
+    expected = [reference.encode(s, add_special_tokens=False).ids for s in batch]
+    assert training.tokenize(batch).to_list() == expected
+    assert core.tokenize(tf.constant(batch)).to_list() == expected
+    assert [device.ids(s) for s in batch] == expected

@@ -38,13 +38,21 @@ def tokenizer_file(kind, role):
     return f"{role}_vocab.txt" if kind == "wordpiece" else f"{role}_tokenizer.json"
 
 
+# Tokenizer entry fields beyond kind and lower_case (a WordPiece vocabulary
+# converted from a checkpoint): {role: token}, "bert" or absent, bool.
+TOKENIZER_OPTIONS = ("special_tokens", "normalizer", "strip_accents")
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenizerSpec:
-    """One tokenizer of a run: its kind, file (absolute path) and casing."""
+    """One tokenizer of a run: its kind, file (absolute path), casing and
+    options (`TOKENIZER_OPTIONS`: a converted vocabulary's special tokens and
+    normalization; empty for one tfformer learned)."""
 
     kind: str
     path: str
     lower_case: bool = False
+    options: dict = dataclasses.field(default_factory=dict)
 
     @property
     def vocabulary_file(self):
@@ -137,8 +145,17 @@ class RunDirectory:
         name = tokenizer_file(entry["kind"], role)
         if not os.path.isfile(self.file(name)):
             raise ValueError(f"{self.path} is not a finished run: {name} is missing.")
+        options = {k: entry[k] for k in TOKENIZER_OPTIONS if k in entry}
+        if options and entry["kind"] != "wordpiece":
+            raise ValueError(
+                f"{where}: tokenizers.{role} options {sorted(options)} apply to "
+                f"wordpiece vocabularies only. Received: {entry!r}"
+            )
         return TokenizerSpec(
-            entry["kind"], self.file(name), bool(entry.get("lower_case", False))
+            entry["kind"],
+            self.file(name),
+            bool(entry.get("lower_case", False)),
+            options,
         )
 
     def write_manifest(self, task, tokenizers, settings):
@@ -146,7 +163,8 @@ class RunDirectory:
 
         Args:
             task: the task's registered name.
-            tokenizers: {role: (kind, lower_case)}.
+            tokenizers: {role: (kind, lower_case)} or {role: (kind,
+                lower_case, options)} (`TOKENIZER_OPTIONS`).
             settings: JSON-able inference settings the task's predictors and
                 exporters read back.
         """
@@ -154,8 +172,12 @@ class RunDirectory:
             "format_version": FORMAT_VERSION,
             "task": task,
             "tokenizers": {
-                role: {"kind": kind, "lower_case": bool(lower_case)}
-                for role, (kind, lower_case) in tokenizers.items()
+                role: {
+                    "kind": entry[0],
+                    "lower_case": bool(entry[1]),
+                    **(entry[2] if len(entry) > 2 else {}),
+                }
+                for role, entry in tokenizers.items()
             },
             "settings": settings,
         }

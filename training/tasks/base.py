@@ -226,8 +226,12 @@ class Task:
         run.write_manifest(
             self.name,
             {
-                role: (config.data.tokenizer, config.data.lower_case)
-                for role in data.tokenizers
+                role: (
+                    config.data.tokenizer,
+                    config.data.lower_case,
+                    getattr(tokenizer, "options", dict)(),
+                )
+                for role, tokenizer in data.tokenizers.items()
             },
             self.inference_settings(config, data),
         )

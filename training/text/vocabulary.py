@@ -59,4 +59,6 @@ def load_tokenizer(spec):
     """The tokenizer a run directory's `TokenizerSpec` describes."""
     if spec.kind == "byte":
         return ByteTokenizer()
-    return WordPieceTokenizer.load(spec.path, lower_case=spec.lower_case)
+    return WordPieceTokenizer.load(
+        spec.path, lower_case=spec.lower_case, **spec.options
+    )

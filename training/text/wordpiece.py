@@ -13,27 +13,36 @@ import tensorflow_text as tf_text
 
 from tfformer.rundir.files import atomic_write_text
 from tfformer.rundir.text import (
-    END_ID,
-    PAD_ID,
     RESERVED_TOKENS,
-    START_ID,
-    UNK,
-    UNK_ID,
+    bert_cleanup,
     join_punctuation,
+    lower,
+    special_token_ids,
 )
 
 
 class WordPieceTokenizer:
     """Strings to int32 WordPiece ids and back.
 
-    Ids 0-3 are reserved: 0 padding, 1 unknown, 2 start, 3 end. Text is split
-    on whitespace and punctuation, then each word greedily into the longest
-    vocabulary pieces ("##" marks a piece that continues a word).
+    A vocabulary tfformer learns reserves ids 0-3: 0 padding, 1 unknown, 2
+    start, 3 end. A converted checkpoint's vocabulary names its own special
+    tokens (`special_tokens`, e.g. BERT's [CLS] as start and [SEP] as end);
+    padding is id 0 either way. Text is split on whitespace and punctuation,
+    then each word greedily into the longest vocabulary pieces ("##" marks a
+    piece that continues a word).
 
     Args:
-        vocabulary: list of tokens; must start with the reserved tokens.
+        vocabulary: list of tokens; starts with the reserved tokens unless
+            `special_tokens` is given.
         lower_case: lower-case text before tokenizing (`tf.strings.lower`
             on UTF-8, a core op, so exported models can do the same).
+        special_tokens: {role: token} for "pad", "unk", "start", "end" (and
+            optionally "mask"); None: the reserved tokens.
+        normalizer: None, or "bert": BERT's cleanup first (control
+            characters removed, whitespace made spaces, spaces around CJK
+            ideographs; Hugging Face's `BertNormalizer`).
+        strip_accents: remove combining marks after canonical decomposition
+            (NFD), as `BertNormalizer` does when lower-casing by default.
 
     Example:
     >>> tokenizer = WordPieceTokenizer.learn(["a dog runs", "two dogs"], 100)
@@ -41,14 +50,20 @@ class WordPieceTokenizer:
     >>> tokenizer.detokenize(ids)                  # [b"a dog"]
     """
 
-    pad_id, unk_id, start_id, end_id = PAD_ID, UNK_ID, START_ID, END_ID
-
-    def __init__(self, vocabulary, *, lower_case=False):
+    def __init__(
+        self,
+        vocabulary,
+        *,
+        lower_case=False,
+        special_tokens=None,
+        normalizer=None,
+        strip_accents=False,
+    ):
         vocabulary = list(vocabulary)
-        if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
+        ids = special_token_ids(vocabulary, special_tokens)
+        if normalizer not in (None, "bert"):
             raise ValueError(
-                f"vocabulary must start with {list(RESERVED_TOKENS)}. "
-                f"Received: {vocabulary[: len(RESERVED_TOKENS)]}"
+                f"normalizer must be None or 'bert'. Received: {normalizer!r}"
             )
         if len(set(vocabulary)) != len(vocabulary):
             raise ValueError("vocabulary has duplicate tokens.")
@@ -57,10 +72,24 @@ class WordPieceTokenizer:
             raise ValueError(f"vocabulary has empty or multi-line tokens: {bad[:3]}")
         self.vocabulary = vocabulary
         self.lower_case = bool(lower_case)
+        self.special_tokens = (
+            dict(special_tokens) if special_tokens is not None else None
+        )
+        self.normalizer = normalizer
+        self.strip_accents = bool(strip_accents)
+        self.pad_id, self.unk_id = ids["pad"], ids["unk"]
+        self.start_id, self.end_id = ids["start"], ids["end"]
+        self.mask_id = ids.get("mask")
+        # Dropped by detokenize: the special tokens (and every reserved id).
+        self.special_ids = sorted(
+            set(ids.values()) | set(range(len(RESERVED_TOKENS)))
+            if special_tokens is None
+            else set(ids.values())
+        )
         self._tokenizer = tf_text.FastWordpieceTokenizer(
             vocab=vocabulary,
             token_out_type=tf.int32,
-            unknown_token=UNK,
+            unknown_token=vocabulary[self.unk_id],
             support_detokenization=True,
         )
 
@@ -109,8 +138,9 @@ class WordPieceTokenizer:
         atomic_write_text(path, "".join(f"{token}\n" for token in self.vocabulary))
 
     @classmethod
-    def load(cls, path, *, lower_case=False):
-        """Reads a vocabulary file written by `save`."""
+    def load(cls, path, *, lower_case=False, **options):
+        """Reads a vocabulary file written by `save` (`options`: the
+        constructor's special_tokens, normalizer, strip_accents)."""
         if not os.path.isfile(path):
             raise ValueError(f"Vocabulary file not found. Received: path={path!r}")
         with open(path, encoding="utf-8") as f:
@@ -118,21 +148,47 @@ class WordPieceTokenizer:
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
         try:
-            return cls(vocabulary, lower_case=lower_case)
+            return cls(vocabulary, lower_case=lower_case, **options)
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor (no start/end)."""
+        return self._tokenizer.tokenize(self.normalize(strings))
+
+    def normalize(self, strings):
+        """The text WordPiece splits: cleaned up ("bert" normalizer), accents
+        stripped and lower-cased as configured (`BertNormalizer`'s order)."""
         strings = tf.convert_to_tensor(strings, tf.string)
+        if self.normalizer == "bert":
+            strings = bert_cleanup(strings)
+        if self.strip_accents:
+            strings = tf.strings.regex_replace(
+                tf_text.normalize_utf8(strings, "NFD"), r"\p{Mn}", ""
+            )
         if self.lower_case:
-            strings = tf.strings.lower(strings, encoding="utf-8")
-        return self._tokenizer.tokenize(strings)
+            strings = lower(strings, self.normalizer)
+        return strings
+
+    def options(self):
+        """The manifest fields beyond kind and lower_case (empty for a
+        learned vocabulary)."""
+        out = {}
+        if self.special_tokens is not None:
+            out["special_tokens"] = dict(self.special_tokens)
+        if self.normalizer is not None:
+            out["normalizer"] = self.normalizer
+        if self.strip_accents:
+            out["strip_accents"] = True
+        return out
 
     def detokenize(self, ids):
         """Ids (Ragged or dense, reserved ids dropped) back to `(batch,)` strings,
         with punctuation joined to its word (`join_punctuation`)."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids, tf.int32))
-        ids = tf.ragged.boolean_mask(ids, ids >= len(RESERVED_TOKENS))
+        ids = tf.cast(ids, tf.int32)
+        special = tf.constant(self.special_ids, tf.int32)
+        keep = tf.reduce_all(ids.flat_values[:, None] != special[None, :], axis=1)
+        ids = tf.ragged.boolean_mask(ids, ids.with_flat_values(keep))
         return join_punctuation(self._tokenizer.detokenize(ids))
