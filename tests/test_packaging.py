@@ -41,13 +41,20 @@ def test_wheel_installs_only_the_tfformer_namespace(tmp_path):
         "tfformer/training/configs/number_words.json",
         "tfformer/export/cli.py",
         "tfformer/export/device_tokenizer.py",
+        "tfformer/export/device_embedder.py",
+        "tfformer/training/convert/huggingface.py",
         "tfformer/rundir/run.py",
         "tfformer/layers/multi_head_attention.py",
     ):
         assert module in names, module
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    for command in ("tfformer-train", "tfformer-predict", "tfformer-export"):
+    for command in (
+        "tfformer-train",
+        "tfformer-predict",
+        "tfformer-export",
+        "tfformer-convert",
+    ):
         assert command in text
     assert "= training." not in text and "= export." not in text
 

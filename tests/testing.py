@@ -215,3 +215,23 @@ def run_model_test(build, inputs, labels, tmp_path, atol=1e-5):
     moved = fit_one_step(model, inputs, labels, keras.optimizers.Adam(1e-3), loss)
     assert moved >= 0.5, "fit left most weights unchanged"
     return model
+
+
+def run_python(script):
+    """Runs `script` in a fresh Python process (working directory /, no
+    PYTHONPATH: only what is installed), asserts that it exits with 0 and
+    returns its `CompletedProcess` (stdout and stderr as text)."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done

@@ -14,6 +14,7 @@ _MODULES = {
     "causal_lm": "tfformer.export.tasks.causal_lm",
     "text_classification": "tfformer.export.tasks.text_classification",
     "image_classification": "tfformer.export.tasks.image_classification",
+    "sentence_embedding": "tfformer.export.tasks.sentence_embedding",
 }
 EXPORTABLE_TASKS = tuple(_MODULES)
 

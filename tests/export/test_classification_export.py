@@ -14,6 +14,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.text_classification import pair_lengths
@@ -205,15 +206,7 @@ leaked = [m for m in ("tfformer", "training", "export", "keras", "tensorflow_tex
           if m in sys.modules]
 print("LEAKED", leaked)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd="/",
-        env={**os.environ, "PYTHONPATH": ""},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = run_python(script)
     assert "LEAKED ['keras']" in done.stdout or "LEAKED []" in done.stdout, done.stdout
 
 

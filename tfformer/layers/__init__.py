@@ -8,6 +8,7 @@ from tfformer.layers.masked_lm_head import MaskedLMHead
 from tfformer.layers.multi_head_attention import MultiHeadAttention
 from tfformer.layers.patch_embedding import PatchEmbedding
 from tfformer.layers.rotary_embedding import RotaryEmbedding
+from tfformer.layers.sequence_pooling import SequencePooling
 from tfformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
@@ -21,6 +22,7 @@ __all__ = [
     "MultiHeadAttention",
     "PatchEmbedding",
     "RotaryEmbedding",
+    "SequencePooling",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",

@@ -1,6 +1,11 @@
 """Functional model builders: encoder-decoder, BERT, GPT and ViT."""
 
-from tfformer.models.bert_encoder import bert_classifier, bert_encoder, bert_masked_lm
+from tfformer.models.bert_encoder import (
+    bert_classifier,
+    bert_embedder,
+    bert_encoder,
+    bert_masked_lm,
+)
 from tfformer.models.cached_decoder import CachedDecoder
 from tfformer.models.gpt_decoder import gpt_decoder
 from tfformer.models.presets import PRESETS, from_preset
@@ -11,6 +16,7 @@ __all__ = [
     "PRESETS",
     "CachedDecoder",
     "bert_classifier",
+    "bert_embedder",
     "bert_encoder",
     "bert_masked_lm",
     "from_preset",

@@ -4,6 +4,7 @@ import keras
 
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.masked_lm_head import MaskedLMHead
+from tfformer.layers.sequence_pooling import SequencePooling
 from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from tfformer.layers.validation import check_positive_int
 from tfformer.models.common import encoder_stack, float32_logits
@@ -144,3 +145,24 @@ def bert_classifier(encoder, num_classes, *, dropout=0.1, name="bert_classifier"
     )
     logits = keras.layers.Dense(num_classes, name="classifier")(x)
     return keras.Model(encoder.input, float32_logits(logits), name=name)
+
+
+def bert_embedder(encoder, *, pooling="mean", normalize=True, name="bert_embedder"):
+    """Adds sentence-embedding pooling to a `bert_encoder`: the
+    sentence-transformers recipe (all-MiniLM-L6-v2's is mean pooling over the
+    real tokens, [CLS] and [SEP] included, then L2 normalization).
+
+    Outputs: a dict, `embedding` `(batch, hidden_dim)` float32 (`SequencePooling`
+    modes "mean", "cls" or "max"), and the encoder's `sequence_output` and
+    `pooled_output` (so the pooler stays part of the model: a classifier
+    fine-tuned from it starts from the checkpoint's pooler). The new model
+    shares the encoder's layers (and weights).
+    """
+    _check_encoder(encoder)
+    padding_mask = keras.ops.not_equal(encoder.input["token_ids"], 0)
+    pooled = SequencePooling(pooling, normalize, name="pooling", dtype="float32")(
+        encoder.output["sequence_output"], padding_mask
+    )
+    return keras.Model(
+        encoder.input, {"embedding": pooled, **encoder.output}, name=name
+    )

@@ -20,6 +20,7 @@ _MODULES = {
     "text_classification": "tfformer.training.tasks.text_classification",
     "masked_lm": "tfformer.training.tasks.masked_lm",
     "image_classification": "tfformer.training.tasks.image_classification",
+    "sentence_embedding": "tfformer.training.tasks.sentence_embedding",
 }
 TASK_NAMES = tuple(_MODULES)
 DEFAULT_TASK = "translation"

@@ -22,7 +22,7 @@ from tfformer.training.tasks.base import (
 )
 
 # The run families whose encoder and vocabulary a classifier can start from.
-INIT_FAMILIES = ("masked_lm", "text_classification")
+INIT_FAMILIES = ("masked_lm", "text_classification", "sentence_embedding")
 # Model keys that come from the initial run's encoder and must stay unset
 # (or equal its values).
 SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")

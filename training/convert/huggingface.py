@@ -1,0 +1,580 @@
+"""Hugging Face checkpoint directories into tfformer run directories.
+
+A checkpoint directory is what `save_pretrained` writes: `config.json`
+(`model_type` names the architecture), `model.safetensors` (or its sharded
+index) and the tokenizer's files. `convert(source, out)` reads it with
+NumPy alone (no transformers, no torch), builds the tfformer model, copies
+every tensor into it (each checked against the shape the config implies)
+and writes a run directory.
+
+Architectures: BERT-family encoders (`model_type` "bert": BERT, MiniLM,
+sentence-transformers models) into a `sentence_embedding` run, which
+`tfformer-predict`, `tfformer-export` and a text classifier's
+`model.init_from` read.
+
+Nothing is written unless the whole conversion succeeds: the run is built
+in a temporary directory beside `out` and renamed into place.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+from tfformer.rundir.files import atomic_write_text
+from tfformer.rundir.run import CONFIG, RunDirectory, tokenizer_file
+from tfformer.training.convert.safetensors import Checkpoint
+
+
+def read_json(directory, name, required=True, kind=dict):
+    """A JSON file of the checkpoint directory (None when absent and not
+    `required`), checked to hold a `kind`; ValueError naming it when
+    missing, broken or of another kind."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        if required:
+            raise ValueError(f"{directory} has no {name}.")
+        return None
+    with open(path, encoding="utf-8") as f:
+        try:
+            value = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(value, kind):
+        raise ValueError(
+            f"{path} must hold a JSON {'object' if kind is dict else 'list'}. "
+            f"Received: {type(value).__name__}"
+        )
+    return value
+
+
+def config_value(config, key, kind, where="config.json", default=None):
+    """`config[key]`, checked to be a `kind` (ValueError naming the key)."""
+    value = config.get(key, default)
+    if value is None:
+        raise ValueError(f"{where} lacks {key!r}.")
+    ok = (
+        isinstance(value, kind) and not isinstance(value, bool)
+        if kind in (int, float, (int, float))
+        else isinstance(value, kind)
+    )
+    if not ok:
+        raise ValueError(f"{where}: {key!r} must be a {kind}. Received: {value!r}")
+    if kind is int and value <= 0:
+        raise ValueError(f"{where}: {key!r} must be positive. Received: {value!r}")
+    return value
+
+
+class Weights:
+    """A checkpoint's tensors under a prefix the architecture's classes add
+    ("bert." in `BertForSequenceClassification`, none in `BertModel`)."""
+
+    def __init__(self, checkpoint, prefix):
+        self.checkpoint = checkpoint
+        self.prefix = prefix
+
+    def __call__(self, name, shape):
+        return self.checkpoint.get(self.prefix + name, shape)
+
+    def has(self, name):
+        return self.prefix + name in self.checkpoint
+
+
+def find_prefix(checkpoint, probe, candidates):
+    """The prefix among `candidates` under which `probe` exists."""
+    for prefix in candidates:
+        if prefix + probe in checkpoint:
+            return prefix
+    raise ValueError(
+        f"{checkpoint.directory}: the checkpoint has no tensor "
+        f"{' or '.join(repr(p + probe) for p in candidates)}; is config.json's "
+        "model_type right for these weights?"
+    )
+
+
+def assign(variable, value, name):
+    """`variable.assign(value)`, shapes checked (ValueError naming the tensor)."""
+    if tuple(variable.shape) != tuple(value.shape):
+        raise ValueError(
+            f"tensor {name!r}: shape {list(value.shape)} does not fit "
+            f"{variable.path} {list(variable.shape)}."
+        )
+    variable.assign(value.astype(variable.dtype))
+
+
+# -- vocabularies --------------------------------------------------------------
+
+
+# What a BERT checkpoint's tokenizer may be: Hugging Face's WordPiece
+# tokenizers (other classes, e.g. BertJapaneseTokenizer with MeCab, split
+# words differently and are refused).
+BERT_TOKENIZER_CLASSES = (None, "BertTokenizer", "BertTokenizerFast")
+
+
+def special_token(settings, key, default):
+    """A special token of tokenizer_config.json (an AddedToken dict or a
+    string; absent or null: `default`)."""
+    token = settings.get(key)
+    if isinstance(token, dict):  # a serialized AddedToken
+        token = token.get("content")
+    if token is None:
+        return default
+    if not isinstance(token, str):
+        raise ValueError(
+            f"tokenizer_config.json: {key!r} must be a string. Received: {token!r}"
+        )
+    return token
+
+
+def wordpiece_vocabulary(directory):
+    """(tokens in id order, tokenizer settings) of a BERT checkpoint: from
+    `vocab.txt`, else from `tokenizer.json`'s WordPiece model; casing and
+    accent stripping from `tokenizer.json`'s normalizer or
+    `tokenizer_config.json` (Hugging Face's defaults otherwise)."""
+    described = read_json(directory, "tokenizer.json", required=False)
+    settings = read_json(directory, "tokenizer_config.json", required=False) or {}
+    vocab_txt = os.path.join(directory, "vocab.txt")
+    if os.path.isfile(vocab_txt):
+        origin = vocab_txt
+        with open(vocab_txt, encoding="utf-8") as f:
+            tokens = f.read().split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+    elif described is not None:
+        origin = os.path.join(directory, "tokenizer.json")
+        model = described.get("model") or {}
+        if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+            raise ValueError(
+                f"{origin}: model.type must be 'WordPiece' with a vocab. "
+                f"Received: model.type={model.get('type')!r}"
+            )
+        if model.get("continuing_subword_prefix", "##") != "##":
+            raise ValueError(
+                f"{origin}: continuing_subword_prefix must be '##'. "
+                f"Received: {model.get('continuing_subword_prefix')!r}"
+            )
+        by_id = {i: t for t, i in model["vocab"].items()}
+        if sorted(by_id) != list(range(len(by_id))) or len(by_id) != len(
+            model["vocab"]
+        ):
+            raise ValueError(f"{origin}: the vocab's ids must be 0..N-1, each once.")
+        tokens = [by_id[i] for i in range(len(by_id))]
+    else:
+        raise ValueError(f"{directory} has neither vocab.txt nor tokenizer.json.")
+    seen = set()
+    for token in tokens:
+        if token in seen:
+            raise ValueError(f"{origin}: token {token!r} appears twice.")
+        seen.add(token)
+    tokenizer_class = settings.get("tokenizer_class")
+    if tokenizer_class not in BERT_TOKENIZER_CLASSES:
+        raise ValueError(
+            "tokenizer_config.json: tokenizer_class must be one of "
+            f"{list(BERT_TOKENIZER_CLASSES[1:])}. Received: {tokenizer_class!r}"
+        )
+    if settings.get("tokenize_chinese_chars", True) is not True:
+        raise ValueError(
+            "tokenizer_config.json: tokenize_chinese_chars=false is not "
+            "supported (BERT's pre-tokenizer splits CJK ideographs)."
+        )
+    lower_case = bool(settings.get("do_lower_case", True))
+    strip_accents = settings.get("strip_accents")
+    if described is not None:
+        where = os.path.join(directory, "tokenizer.json")
+        normalizer = described.get("normalizer")
+        if not isinstance(normalizer, dict) or normalizer.get("type") != (
+            "BertNormalizer"
+        ):
+            raise ValueError(
+                f"{where}: normalizer must be a BertNormalizer. Received: "
+                f"{normalizer!r}"
+            )
+        lower_case = bool(normalizer.get("lowercase", True))
+        strip_accents = normalizer.get("strip_accents")
+        if not normalizer.get("clean_text", True) or not normalizer.get(
+            "handle_chinese_chars", True
+        ):
+            raise ValueError(
+                f"{where}: a BertNormalizer without clean_text or "
+                f"handle_chinese_chars is not supported. Received: {normalizer!r}"
+            )
+        pre = described.get("pre_tokenizer")
+        if not isinstance(pre, dict) or pre.get("type") != "BertPreTokenizer":
+            raise ValueError(
+                f"{where}: pre_tokenizer must be a BertPreTokenizer. Received: {pre!r}"
+            )
+    if strip_accents is None:  # BERT's rule: accents go with the case
+        strip_accents = lower_case
+    special = {
+        "pad": special_token(settings, "pad_token", "[PAD]"),
+        "unk": special_token(settings, "unk_token", "[UNK]"),
+        "start": special_token(settings, "cls_token", "[CLS]"),
+        "end": special_token(settings, "sep_token", "[SEP]"),
+    }
+    mask = special_token(settings, "mask_token", "[MASK]")
+    if mask in seen:
+        special["mask"] = mask
+    for role, token in special.items():
+        if token not in seen:
+            raise ValueError(
+                f"{origin}: the {role} token {token!r} (tokenizer_config.json, or "
+                "BERT's default) is not in the vocabulary."
+            )
+    return tokens, {
+        "lower_case": lower_case,
+        "special_tokens": special,
+        "normalizer": "bert",
+        "strip_accents": bool(strip_accents),
+    }
+
+
+# -- BERT ----------------------------------------------------------------------
+
+BERT_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
+
+
+def bert_sizes(config):
+    """`bert_encoder` keyword arguments from a BERT config.json."""
+    hidden = config_value(config, "hidden_size", int)
+    heads = config_value(config, "num_attention_heads", int)
+    if hidden % heads:
+        raise ValueError(
+            f"config.json: hidden_size ({hidden}) must be a multiple of "
+            f"num_attention_heads ({heads})."
+        )
+    position = config.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        raise ValueError(
+            "config.json: position_embedding_type must be 'absolute' (relative "
+            f"position embeddings are not supported). Received: {position!r}"
+        )
+    act = config.get("hidden_act", "gelu")
+    if act not in BERT_ACTIVATIONS:
+        raise ValueError(
+            f"config.json: hidden_act must be one of {sorted(BERT_ACTIVATIONS)}. "
+            f"Received: {act!r}"
+        )
+    return {
+        "vocabulary_size": config_value(config, "vocab_size", int),
+        "num_layers": config_value(config, "num_hidden_layers", int),
+        "hidden_dim": hidden,
+        "num_heads": heads,
+        "intermediate_dim": config_value(config, "intermediate_size", int),
+        "max_sequence_length": config_value(config, "max_position_embeddings", int),
+        "num_segments": config_value(config, "type_vocab_size", int, default=2),
+        "activation": BERT_ACTIVATIONS[act],
+        "layer_norm_epsilon": float(
+            config_value(config, "layer_norm_eps", (int, float), default=1e-12)
+        ),
+    }
+
+
+def bert_norm(layer, weights, name, dim):
+    """A LayerNorm's weight/bias (or TF-era gamma/beta) into `layer`."""
+    if weights.has(f"{name}.weight"):
+        scale, offset = "weight", "bias"
+    elif weights.has(f"{name}.gamma"):
+        scale, offset = "gamma", "beta"
+    else:
+        raise ValueError(
+            f"{weights.checkpoint.directory}: the checkpoint has no tensor "
+            f"{weights.prefix + name + '.weight'!r} (or "
+            f"{weights.prefix + name + '.gamma'!r})."
+        )
+    assign(layer.gamma, weights(f"{name}.{scale}", (dim,)), f"{name}.{scale}")
+    assign(layer.beta, weights(f"{name}.{offset}", (dim,)), f"{name}.{offset}")
+
+
+def linear(dense, weights, name, shape_out_in):
+    """A torch Linear (weight [out, in], bias [out]) into a Keras Dense
+    (kernel [in, out])."""
+    out_dim, in_dim = shape_out_in
+    assign(dense.kernel, weights(f"{name}.weight", (out_dim, in_dim)).T, name)
+    assign(dense.bias, weights(f"{name}.bias", (out_dim,)), f"{name}.bias")
+
+
+def load_bert_encoder(encoder, weights, sizes):
+    """Copies a Hugging Face BERT's tensors into a `bert_encoder`."""
+    d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
+    tokens = encoder.get_layer("token_embedding")
+    assign(
+        tokens.token_embeddings,
+        weights("embeddings.word_embeddings.weight", (sizes["vocabulary_size"], d)),
+        "embeddings.word_embeddings.weight",
+    )
+    assign(
+        tokens.position_embedding.position_embeddings,
+        weights(
+            "embeddings.position_embeddings.weight",
+            (sizes["max_sequence_length"], d),
+        ),
+        "embeddings.position_embeddings.weight",
+    )
+    assign(
+        encoder.get_layer("segment_embedding").embeddings,
+        weights("embeddings.token_type_embeddings.weight", (sizes["num_segments"], d)),
+        "embeddings.token_type_embeddings.weight",
+    )
+    bert_norm(encoder.get_layer("embeddings_norm"), weights, "embeddings.LayerNorm", d)
+    for i in range(sizes["num_layers"]):
+        block = encoder.get_layer(f"encoder_block_{i}")
+        attention = block.self_attention
+        layer = f"encoder.layer.{i}"
+        for part, dense in (
+            ("query", attention.query_dense),
+            ("key", attention.key_dense),
+            ("value", attention.value_dense),
+        ):
+            linear(dense, weights, f"{layer}.attention.self.{part}", (d, d))
+        linear(
+            attention.output_dense, weights, f"{layer}.attention.output.dense", (d, d)
+        )
+        bert_norm(
+            block.self_attention_norm,
+            weights,
+            f"{layer}.attention.output.LayerNorm",
+            d,
+        )
+        linear(
+            block.ffn.intermediate_dense,
+            weights,
+            f"{layer}.intermediate.dense",
+            (inner, d),
+        )
+        linear(block.ffn.output_dense, weights, f"{layer}.output.dense", (d, inner))
+        bert_norm(block.ffn_norm, weights, f"{layer}.output.LayerNorm", d)
+    if weights.has("pooler.dense.weight"):
+        linear(encoder.get_layer("pooler"), weights, "pooler.dense", (d, d))
+        return []
+    return ["pooler"]
+
+
+# sentence-transformers modules a converted run reproduces.
+ST_MODULES = ("Transformer", "Pooling", "Normalize")
+
+
+def sentence_transformers_settings(directory, max_positions):
+    """(pooling, normalize, max_length, lower_case, found) from
+    sentence-transformers' files (`modules.json`, `1_Pooling/config.json`,
+    `sentence_bert_config.json`); without them: mean pooling, normalized,
+    the whole position table. A module other than Transformer, Pooling and
+    Normalize (a Dense projection, say) is refused, naming it."""
+    modules = read_json(directory, "modules.json", required=False, kind=list)
+    if modules is None:
+        return "mean", True, max_positions, False, False
+    kinds = []
+    for module in modules:
+        kind = module.get("type", "") if isinstance(module, dict) else None
+        short = kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
+        if short not in ST_MODULES:
+            raise ValueError(
+                f"{directory}/modules.json: modules must be among "
+                f"{list(ST_MODULES)} (sentence-transformers); this one is not "
+                f"converted. Received: {module!r}"
+            )
+        kinds.append((short, module.get("path", "")))
+    names = [k for k, _ in kinds]
+    if names.count("Transformer") != 1 or names[0] != "Transformer":
+        raise ValueError(
+            f"{directory}/modules.json: one Transformer module, first, is "
+            f"expected. Received: {modules!r}"
+        )
+    pooling_dirs = [path for kind, path in kinds if kind == "Pooling"]
+    if len(pooling_dirs) != 1:
+        raise ValueError(
+            f"{directory}/modules.json: one Pooling module is expected. "
+            f"Received: {modules!r}"
+        )
+    where = f"{directory}/{pooling_dirs[0]}/config.json"
+    config = read_json(directory, os.path.join(pooling_dirs[0], "config.json"))
+    chosen = [
+        mode
+        for key, mode in (
+            ("pooling_mode_mean_tokens", "mean"),
+            ("pooling_mode_cls_token", "cls"),
+            ("pooling_mode_max_tokens", "max"),
+        )
+        if config.get(key)
+    ]
+    others = [
+        key
+        for key in (
+            "pooling_mode_mean_sqrt_len_tokens",
+            "pooling_mode_weightedmean_tokens",
+            "pooling_mode_lasttoken",
+        )
+        if config.get(key)
+    ]
+    if len(chosen) != 1 or others:
+        raise ValueError(
+            f"{where}: exactly one of pooling_mode_mean_tokens, "
+            "pooling_mode_cls_token and pooling_mode_max_tokens must be true "
+            f"(concatenated or other poolings are not supported). Received: {config!r}"
+        )
+    normalize = names[-1] == "Normalize"
+    if "Normalize" in names[:-1]:
+        raise ValueError(
+            f"{directory}/modules.json: Normalize must be the last module. "
+            f"Received: {modules!r}"
+        )
+    bert_config = read_json(directory, "sentence_bert_config.json", required=False)
+    length = (bert_config or {}).get("max_seq_length", max_positions)
+    if isinstance(length, bool) or not isinstance(length, int):
+        length = None
+    if length is None or not 4 <= length <= max_positions:
+        raise ValueError(
+            f"{directory}/sentence_bert_config.json: max_seq_length must be an "
+            f"int in [4, {max_positions}]. Received: "
+            f"{(bert_config or {}).get('max_seq_length')!r}"
+        )
+    lower_case = bool((bert_config or {}).get("do_lower_case", False))
+    return chosen[0], normalize, length, lower_case, True
+
+
+def convert_bert(source, config, staging, progress):
+    """A BERT checkpoint into a `sentence_embedding` run in `staging`."""
+    import keras
+
+    from tfformer.models import bert_embedder, bert_encoder
+    from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+    sizes = bert_sizes(config)
+    tokens, tokenizer_settings = wordpiece_vocabulary(source)
+    pooling, normalize, max_length, st_lower, from_st = sentence_transformers_settings(
+        source, sizes["max_sequence_length"]
+    )
+    if st_lower and not tokenizer_settings["lower_case"]:
+        # sentence-transformers lower-cases the text itself first.
+        tokenizer_settings["lower_case"] = True
+    if len(tokens) != sizes["vocabulary_size"]:
+        raise ValueError(
+            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
+            f"tokenizer has {len(tokens)} tokens."
+        )
+    options = {k: v for k, v in tokenizer_settings.items() if k != "lower_case"}
+    tokenizer = WordPieceTokenizer(
+        tokens, lower_case=tokenizer_settings["lower_case"], **options
+    )
+    checkpoint = Checkpoint(source)
+    weights = Weights(
+        checkpoint,
+        find_prefix(checkpoint, "embeddings.word_embeddings.weight", ("", "bert.")),
+    )
+    keras.utils.set_random_seed(0)
+    encoder = bert_encoder(dropout=0.0, **sizes)
+    fresh = load_bert_encoder(encoder, weights, sizes)
+    model = bert_embedder(encoder, pooling=pooling, normalize=normalize)
+    progress(
+        f"BERT encoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
+        f"{sizes['num_heads']} heads, {len(tokens)} tokens; pooling {pooling}"
+        f"{', normalized' if normalize else ''}, max_length {max_length}"
+        + ("" if from_st else " (no sentence-transformers files: defaults)")
+    )
+    if fresh:
+        progress("No pooler in the checkpoint: the pooler keeps random weights.")
+    left = [n for n in checkpoint.unused() if not n.endswith("position_ids")]
+    unused = [n for n in left if n.startswith(weights.prefix)]
+    heads = [n for n in left if not n.startswith(weights.prefix)]
+    if heads:
+        progress(
+            f"Not converted (task heads; this run embeds): {heads[:4]}"
+            + (f" and {len(heads) - 4} more" if len(heads) > 4 else "")
+        )
+    if unused:
+        raise ValueError(
+            f"{source}: tensors this conversion does not use (an unsupported "
+            f"option or architecture?): {unused[:5]}"
+            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+        )
+    run = RunDirectory(staging)
+    tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
+    model.save(run.file("model.keras"))
+    run.write_manifest(
+        "sentence_embedding",
+        {"text": ("wordpiece", tokenizer.lower_case, tokenizer.options())},
+        {"max_length": max_length, "pooling": pooling, "normalize": normalize},
+    )
+    training_config = {
+        "task": "sentence_embedding",
+        "data": {
+            "tokenizer": "wordpiece",
+            "vocabulary_size": len(tokens),
+            "lower_case": tokenizer.lower_case,
+            "max_length": max_length,
+        },
+        "model": {
+            "num_layers": sizes["num_layers"],
+            "hidden_dim": sizes["hidden_dim"],
+            "num_heads": sizes["num_heads"],
+            "intermediate_dim": sizes["intermediate_dim"],
+            "dropout": 0.0,
+            "pooling": pooling,
+            "normalize": normalize,
+        },
+    }
+    return training_config
+
+
+CONVERTERS = {"bert": convert_bert}
+
+
+def convert(source, out, *, progress=print):
+    """Converts the Hugging Face checkpoint directory `source` into the run
+    directory `out` (which must not exist yet, or be empty).
+
+    Returns:
+        `out`.
+
+    Raises:
+        ValueError: naming the file, tensor or config key that is missing,
+            malformed or unsupported; `out` is then left as it was.
+    """
+    from tfformer.training.config import config_from_dict
+
+    if not isinstance(source, str | os.PathLike) or not os.path.isdir(source):
+        raise ValueError(
+            f"--from must be a Hugging Face checkpoint directory. Received: {source!r}"
+        )
+    if not isinstance(out, str | os.PathLike) or not os.fspath(out):
+        raise ValueError(f"--out must be a directory path. Received: {out!r}")
+    source, out = os.fspath(source), os.path.abspath(os.fspath(out))
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ValueError(f"--out must be a new or empty directory. Received: {out!r}")
+    config = read_json(source, "config.json")
+    if not isinstance(config, dict):
+        raise ValueError(f"{source}/config.json must hold a JSON object.")
+    model_type = config.get("model_type")
+    if model_type not in CONVERTERS:
+        raise ValueError(
+            f"{source}/config.json: model_type must be one of {sorted(CONVERTERS)}. "
+            f"Received: {model_type!r}"
+        )
+    # Parents made here are removed again on failure (nothing is written).
+    made, parent = [], os.path.dirname(out)
+    while not os.path.isdir(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    for directory in reversed(made):
+        os.mkdir(directory)
+    staging = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(out))
+    # mkdtemp's 0700 would keep a serving user out of the run: the umask's.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)
+    try:
+        training_config = CONVERTERS[model_type](source, config, staging, progress)
+        config_from_dict(training_config)  # what Task.load will read back
+        atomic_write_text(
+            os.path.join(staging, CONFIG), json.dumps(training_config, indent=2) + "\n"
+        )
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty (checked above)
+        os.rename(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for directory in made:
+            if os.path.isdir(directory) and not os.listdir(directory):
+                os.rmdir(directory)
+        raise
+    progress(f"Wrote {out}")
+    return out
