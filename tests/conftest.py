@@ -13,6 +13,14 @@ if keras.backend.backend() == "tensorflow":
     # Two logical CPUs, so MirroredStrategy can be tested with 2 replicas. This
     # must happen before TensorFlow initializes its devices; it changes nothing
     # for code that does not ask for /cpu:1.
+    # Under pytest-xdist, each worker gets one intra-op thread: the workers
+    # already fill the cores, and TensorFlow's default (one thread per core
+    # in every worker) only adds contention.
+    threads = os.environ.get(
+        "TFFORMER_TEST_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else ""
+    )
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
     try:
         tf.config.set_logical_device_configuration(
             tf.config.list_physical_devices("CPU")[0],
