@@ -40,26 +40,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
+from classifier_export import timed
 
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 VARIANTS = ("none", "float16", "int8", "full_int8")
-
-
-def timed(function, items):
-    outputs, seconds = [], []
-    for item in items:
-        began = time.perf_counter()
-        outputs.append(function(item))
-        seconds.append(time.perf_counter() - began)
-    ms = 1000 * np.array(seconds)
-    return np.array(outputs, np.float32), {
-        "median_ms": float(np.median(ms)),
-        "p10_ms": float(np.percentile(ms, 10)),
-        "p90_ms": float(np.percentile(ms, 90)),
-    }
 
 
 def run_command(argv):

@@ -155,12 +155,8 @@ class CoreWordPiece(tf.Module):
                 f"normalizer must be None or 'bert'. Received: {normalizer!r}"
             )
         self.unk_id = ids["unk"]
-        # Dropped by detokenize (a learned vocabulary: every reserved id).
-        self.special_ids = sorted(
-            set(ids.values()) | set(range(len(RESERVED_TOKENS)))
-            if special_tokens is None
-            else set(ids.values())
-        )
+        # Dropped by detokenize (a learned vocabulary's: the reserved ids).
+        self.special_ids = sorted(set(ids.values()))
         self.normalizer = normalizer
         self.strip_accents = bool(strip_accents)
         if self.strip_accents:

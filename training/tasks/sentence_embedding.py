@@ -70,21 +70,18 @@ class SentenceEmbeddingTask(Task):
         import numpy as np
         from keras import ops
 
-        from tfformer.training.tasks.text_classification import encode_texts
+        from tfformer.training.tasks.text_classification import padded_inputs
 
         tokenizer = run.tokenizers["text"]
         length = run.directory.setting("max_length")
         out = []
         for start in range(0, len(texts), batch_size):
-            chunk = texts[start : start + batch_size]
-            rows, _ = encode_texts(tokenizer, chunk, length)
             # Padded to the batch's longest row (the model is length-agnostic).
-            width = max(len(r) for r in rows)
-            ids = np.zeros((len(chunk), width), "int32")
-            for i, row in enumerate(rows):
-                ids[i, : len(row)] = row
+            ids, segments = padded_inputs(
+                tokenizer, texts[start : start + batch_size], length
+            )
             vectors = run.model(
-                {"token_ids": ids, "segment_ids": np.zeros_like(ids)}, training=False
+                {"token_ids": ids, "segment_ids": segments}, training=False
             )["embedding"]
             out.append(ops.convert_to_numpy(vectors))
         dim = run.model.output["embedding"].shape[-1]

@@ -96,6 +96,21 @@ def encode_texts(tokenizer, texts, max_length):
     return rows, segments
 
 
+def padded_inputs(tokenizer, texts, max_length, width=None):
+    """`encode_texts` as `(token_ids, segment_ids)` int32 arrays, 0-padded to
+    `width` columns (None: the longest row)."""
+    import numpy as np
+
+    rows, segments = encode_texts(tokenizer, texts, max_length)
+    width = width or max((len(r) for r in rows), default=0)
+    ids = np.zeros((len(rows), width), "int32")
+    segment_ids = np.zeros((len(rows), width), "int32")
+    for i, (tokens, kinds) in enumerate(zip(rows, segments, strict=True)):
+        ids[i, : len(tokens)] = tokens
+        segment_ids[i, : len(kinds)] = kinds
+    return ids, segment_ids
+
+
 class TextClassificationTask(Task):
     name = "text_classification"
     DataConfig = ClassificationData
@@ -338,12 +353,7 @@ class TextClassificationTask(Task):
         out = []
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start : start + batch_size]
-            rows, segments = encode_texts(tokenizer, chunk, length)
-            ids = np.zeros((len(chunk), length), "int32")
-            segment_ids = np.zeros((len(chunk), length), "int32")
-            for row, (tokens, kinds) in enumerate(zip(rows, segments, strict=True)):
-                ids[row, : len(tokens)] = tokens
-                segment_ids[row, : len(kinds)] = kinds
+            ids, segment_ids = padded_inputs(tokenizer, chunk, length, width=length)
             logits = run.model(
                 {"token_ids": ids, "segment_ids": segment_ids}, training=False
             )

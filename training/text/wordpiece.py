@@ -80,12 +80,8 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id = ids["pad"], ids["unk"]
         self.start_id, self.end_id = ids["start"], ids["end"]
         self.mask_id = ids.get("mask")
-        # Dropped by detokenize: the special tokens (and every reserved id).
-        self.special_ids = sorted(
-            set(ids.values()) | set(range(len(RESERVED_TOKENS)))
-            if special_tokens is None
-            else set(ids.values())
-        )
+        # Dropped by detokenize (a learned vocabulary's: the reserved ids).
+        self.special_ids = sorted(set(ids.values()))
         self._tokenizer = tf_text.FastWordpieceTokenizer(
             vocab=vocabulary,
             token_out_type=tf.int32,
