@@ -58,9 +58,35 @@ class ImageData:
 
 @dataclasses.dataclass
 class ImageModel(ModelConfig):
-    """`ModelConfig` plus the ViT's patch size."""
+    """`ModelConfig` plus the ViT's patch size and the run to start from."""
 
     patch_size: int | None = None
+    # An image_classification run directory (trained, or a converted
+    # Hugging Face ViT): the classifier starts from its weights, sizes and
+    # pixel normalization, with a new head for this data's classes; a
+    # data.image_size other than its own resizes its position table
+    # (bicubic, as Hugging Face's ViT does). Read when training starts.
+    init_from: str | None = None
+
+
+# Model keys that come from model.init_from and must stay unset (or equal
+# its values).
+INIT_SIZE_KEYS = (
+    "preset",
+    "patch_size",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+)
+
+
+def one_source_message(d):
+    return (
+        "Give data.image_dir (a folder per class, or an archive of them) "
+        "or data.tfds_name, exactly one. Received: "
+        f"data.image_dir={d.image_dir!r}, data.tfds_name={d.tfds_name!r}"
+    )
 
 
 def augmentation(data_config):
@@ -101,12 +127,8 @@ class ImageClassificationTask(Task):
 
     def validate(self, config):
         d = config.data
-        if (d.image_dir is None) == (d.tfds_name is None):
-            raise ValueError(
-                "Give data.image_dir (a folder per class, or an archive of them) "
-                "or data.tfds_name, exactly one. Received: "
-                f"data.image_dir={d.image_dir!r}, data.tfds_name={d.tfds_name!r}"
-            )
+        if d.image_dir is not None and d.tfds_name is not None:
+            raise ValueError(one_source_message(d))
         positive("data.image_size", d.image_size)
         for key in ("crop_padding", "mixup_alpha", "cutmix_alpha"):
             if getattr(d, key) < 0:
@@ -118,6 +140,8 @@ class ImageClassificationTask(Task):
                 f"data.class_names has duplicates. Received: {list(d.class_names)}"
             )
         check_holdout_fraction(d)
+        if config.model.init_from is not None:
+            return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)
         patch = sizes["patch_size"]
         if d.image_size % patch:
@@ -141,6 +165,10 @@ class ImageClassificationTask(Task):
         import numpy as np
 
         d = data_config
+        if (d.image_dir is None) == (d.tfds_name is None):
+            # Checked here, when images are needed: a converted checkpoint's
+            # run predicts and exports without a source of images.
+            raise ValueError(one_source_message(d))
         if d.image_dir is not None:
             from tfformer.training.sources.image_folders import read_image_folders
 
@@ -261,6 +289,8 @@ class ImageClassificationTask(Task):
     def build_model(self, config, data):
         from tfformer.models import from_preset
 
+        if config.model.init_from is not None:
+            return initialized_vit(config, data.num_classes)
         mean, std = channel_statistics(data.examples["train"].features["images"])
         return from_preset(
             self.preset(config.model),
@@ -396,6 +426,134 @@ class ImageClassificationTask(Task):
                 title=f"{name}: attention rollout",
             )
         return scores
+
+
+def vit_settings(model):
+    """`vit` keyword arguments of a built ViT classifier (its sizes, layer
+    norm epsilon and pixel normalization), read from its layers."""
+    import numpy as np
+
+    patches = model.get_layer("patch_embedding")
+    blocks = [
+        layer for layer in model.layers if layer.name.startswith("encoder_block_")
+    ]
+    if not blocks:
+        raise ValueError(f"model {model.name!r} has no encoder blocks.")
+    block = blocks[0].get_config()
+    settings = {
+        "patch_size": patches.patch_size,
+        "num_layers": len(blocks),
+        "hidden_dim": patches.hidden_dim,
+        "num_heads": block["num_heads"],
+        "intermediate_dim": block["intermediate_dim"],
+        "layer_norm_epsilon": model.get_layer("encoder_norm").epsilon,
+        "image_size": int(model.inputs[0].shape[1]),
+    }
+    try:
+        norm = model.get_layer("pixel_normalization").get_config()
+    except ValueError:
+        return settings
+    settings["pixel_mean"] = np.ravel(norm["mean"]).tolist()
+    settings["pixel_std"] = np.sqrt(np.ravel(norm["variance"])).tolist()
+    return settings
+
+
+def cubic_resize_matrix(old, new, a=-0.75):
+    """(new, old) weights of 1-D bicubic resizing as PyTorch's
+    `interpolate(mode="bicubic", align_corners=False)` (Keys' kernel with
+    a = -0.75, half-pixel centres, border indices clamped)."""
+    import numpy as np
+
+    def kernel(x):
+        x = abs(x)
+        if x <= 1:
+            return ((a + 2) * x - (a + 3)) * x * x + 1
+        if x < 2:
+            return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return 0.0
+
+    weights = np.zeros((new, old))
+    for i in range(new):
+        source = (i + 0.5) * old / new - 0.5
+        first = int(np.floor(source))
+        t = source - first
+        for k in range(-1, 3):
+            weights[i, min(max(first + k, 0), old - 1)] += kernel(k - t)
+    return weights
+
+
+def resized_positions(table, grid, new_grid):
+    """A (1, 1 + grid², d) position table for a new_grid x new_grid patch grid:
+    the class token's row kept, the patch rows resized bicubically as an
+    image, as Hugging Face's ViT `interpolate_pos_encoding` does."""
+    import numpy as np
+
+    d = table.shape[-1]
+    patches = table[0, 1:].reshape(grid, grid, d).astype("float64")
+    weights = cubic_resize_matrix(grid, new_grid)
+    rows = np.einsum("ai,bj,ijd->abd", weights, weights, patches)
+    rows = rows.reshape(1, new_grid * new_grid, d)
+    return np.concatenate([table[:, :1], rows], axis=1).astype(table.dtype)
+
+
+def initialized_vit(config, num_classes, progress=print):
+    """The ViT of `model.init_from` (its sizes, weights and pixel
+    normalization; this config's dropout) with a new head of `num_classes`
+    and, for another data.image_size, a resized position table. ValueError
+    naming the key when the run is not an image classifier or the image
+    size does not fit its patches."""
+    from tfformer.models import vit
+    from tfformer.rundir.run import RunDirectory
+
+    where = f"model.init_from={config.model.init_from!r}"
+    try:
+        run = RunDirectory(os.path.abspath(config.model.init_from))
+        if run.task != "image_classification":
+            raise ValueError(
+                f"it holds a {run.task!r} run; an image classifier starts from "
+                "an image_classification run"
+            )
+        source = run.load_model()
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    settings = vit_settings(source)
+    for key in INIT_SIZE_KEYS:
+        value = getattr(config.model, key)
+        if value is not None and value != settings.get(key):
+            raise ValueError(
+                f"{where}: model.{key} comes from that run "
+                f"({settings.get(key)!r}); leave it unset. Received: "
+                f"model.{key}={value!r}"
+            )
+    theirs, size = settings.pop("image_size"), config.data.image_size
+    patch = settings["patch_size"]
+    if size % patch:
+        raise ValueError(
+            f"{where}: its patch size is {patch}; data.image_size must be a "
+            f"multiple of it. Received: data.image_size={size}"
+        )
+    dropout = config.model.dropout if config.model.dropout is not None else 0.0
+    model = vit(size, num_classes, dropout=dropout, **settings)
+    for layer in model.layers:
+        if not layer.weights or layer.name == "head":
+            continue
+        values = source.get_layer(layer.name).get_weights()
+        if layer.name == "patch_embedding" and size != theirs:
+            table = layer.position_embeddings
+            i = [w.path for w in layer.weights].index(table.path)
+            values[i] = resized_positions(values[i], theirs // patch, size // patch)
+        layer.set_weights(values)
+    progress(
+        f"Model: from {config.model.init_from} ({settings['num_layers']} layers, "
+        f"width {settings['hidden_dim']}, patch {patch}), a new {num_classes}-class "
+        "head"
+        + (
+            f"; position table resized from {theirs}x{theirs} to {size}x{size} images"
+            if size != theirs
+            else ""
+        )
+    )
+    return model
 
 
 def spread_over_classes(truth, count):
