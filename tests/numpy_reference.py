@@ -32,6 +32,21 @@ def relu(x):
     return np.maximum(x, 0.0)
 
 
+def silu(x):
+    """x * sigmoid(x) (the "swish" of SwiGLU)."""
+    return x / (1.0 + np.exp(-x))
+
+
+def rms_norm(x, gamma, epsilon):
+    """x / sqrt(mean(x^2) + eps) * gamma (Zhang and Sennrich 2019)."""
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + epsilon) * gamma
+
+
+def swiglu(x, w_gate, w_up, w_down):
+    """(SiLU(x W_gate) * (x W_up)) W_down, no biases (Shazeer 2020; Llama)."""
+    return (silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+
 def feed_forward(x, w1, b1, w2, b2, activation=relu):
     """FFN(x) = act(x W1 + b1) W2 + b2 (section 3.3)."""
     return activation(x @ w1 + b1) @ w2 + b2

@@ -64,6 +64,7 @@ from tfformer.export.tasks.text import (
     clamp_ids,
     device_text_settings,
     make_tokenizer,
+    refuse_token_ids,
     valid_utf8,
 )
 from tfformer.export.wordpiece import probe_character_classes
@@ -111,6 +112,9 @@ def read_run(run_dir, checkpoint="model.keras"):
     if run.task != "causal_lm":
         raise ValueError(f"{run.path} holds a {run.task!r} run, not a causal_lm run.")
     spec = run.tokenizer("text")
+    # Its start and end ids are the checkpoint's, not the reserved 2 and 3
+    # the exported decoding loop and device runtime use.
+    refuse_token_ids(spec)
     context = int(run.setting("max_length"))
     model = run.load_model(checkpoint)
     return CausalLMRun(

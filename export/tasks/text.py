@@ -23,8 +23,20 @@ DEVICE_TOKENIZER = os.path.join(
 )
 
 
+def refuse_token_ids(spec):
+    """Exports tokenize text in their graph; a run that reads token ids (a
+    converted Llama-style decoder) has no text tokenizer to put there."""
+    if spec.kind == "ids":
+        raise ValueError(
+            f"{spec.path} is a token-id tokenizer (a checkpoint converted without "
+            "its own tokenizer): exports with a text tokenizer are not made for "
+            "such runs yet."
+        )
+
+
 def make_tokenizer(spec, character_classes=None):
     """The core-op tokenizer of a `TokenizerSpec`."""
+    refuse_token_ids(spec)
     if spec.kind == "byte":
         return ByteTokenizer()
     return CoreWordPiece(
@@ -38,6 +50,7 @@ def make_tokenizer(spec, character_classes=None):
 def special_ids(spec, *roles):
     """The ids of `roles` (default start and end) in a `TokenizerSpec`'s
     vocabulary: the reserved ids, or a converted vocabulary's own."""
+    refuse_token_ids(spec)
     if spec.kind == "byte":
         ids = {"pad": 0, "unk": UNK_ID, "start": 2, "end": 3}
     else:

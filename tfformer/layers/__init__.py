@@ -7,6 +7,7 @@ from tfformer.layers.learned_position_embedding import LearnedPositionEmbedding
 from tfformer.layers.masked_lm_head import MaskedLMHead
 from tfformer.layers.multi_head_attention import MultiHeadAttention
 from tfformer.layers.patch_embedding import PatchEmbedding
+from tfformer.layers.rms_normalization import RMSNormalization
 from tfformer.layers.rotary_embedding import RotaryEmbedding
 from tfformer.layers.sequence_pooling import SequencePooling
 from tfformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
@@ -21,6 +22,7 @@ __all__ = [
     "MaskedLMHead",
     "MultiHeadAttention",
     "PatchEmbedding",
+    "RMSNormalization",
     "RotaryEmbedding",
     "SequencePooling",
     "SinusoidalPositionEncoding",

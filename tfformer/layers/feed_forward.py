@@ -11,12 +11,19 @@ class FeedForward(keras.layers.Layer):
 
         FFN(x) = act(x W1 + b1) W2 + b2,   act = max(0, .) in the paper
 
+    or, gated (GLU variants, Shazeer 2020; SwiGLU in Llama with act = SiLU):
+
+        FFN(x) = (act(x W_gate + b_gate) * (x W1 + b1)) W2 + b2
+
     Args:
         intermediate_dim: width of the hidden layer (d_ff, 2048 in the paper).
         activation: "relu" (the paper), "gelu" (BERT, GPT-2, ViT) or any Keras
             activation.
         dropout: dropout on the hidden activations.
         output_dim: output width; defaults to the input's.
+        gated: add the gate projection (`gate`, with the activation; the
+            `intermediate` projection is then linear).
+        use_bias: whether the projections have biases (Llama's have none).
         kernel_initializer, bias_initializer: initializers of both layers.
 
     Call arguments:
@@ -37,6 +44,8 @@ class FeedForward(keras.layers.Layer):
         activation="relu",
         dropout=0.0,
         output_dim=None,
+        gated=False,
+        use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -49,6 +58,8 @@ class FeedForward(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
         self.dropout = dropout
         self.output_dim = output_dim
+        self.gated = gated
+        self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -64,6 +75,7 @@ class FeedForward(keras.layers.Layer):
             return keras.layers.Dense(
                 units,
                 activation=activation,
+                use_bias=self.use_bias,
                 kernel_initializer=self.kernel_initializer.clone(),
                 bias_initializer=self.bias_initializer.clone(),
                 dtype=self.dtype_policy,
@@ -71,9 +83,14 @@ class FeedForward(keras.layers.Layer):
             )
 
         self.intermediate_dense = dense(
-            self.intermediate_dim, self.activation, "intermediate"
+            self.intermediate_dim,
+            None if self.gated else self.activation,
+            "intermediate",
         )
         self.intermediate_dense.build(inputs_shape)
+        if self.gated:
+            self.gate_dense = dense(self.intermediate_dim, self.activation, "gate")
+            self.gate_dense.build(inputs_shape)
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.output_dense = dense(self.output_dim or inputs_shape[-1], None, "output")
         self.output_dense.build((*inputs_shape[:-1], self.intermediate_dim))
@@ -81,6 +98,8 @@ class FeedForward(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         hidden = self.intermediate_dense(inputs)
+        if self.gated:
+            hidden = self.gate_dense(inputs) * hidden
         hidden = self.dropout_layer(hidden, training=training)
         return self.output_dense(hidden)
 
@@ -95,6 +114,8 @@ class FeedForward(keras.layers.Layer):
                 "activation": keras.activations.serialize(self.activation),
                 "dropout": self.dropout,
                 "output_dim": self.output_dim,
+                "gated": self.gated,
+                "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -6,11 +6,14 @@ from keras import ops
 from tfformer.layers.feed_forward import FeedForward
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.multi_head_attention import MultiHeadAttention
+from tfformer.layers.rms_normalization import RMSNormalization
 from tfformer.layers.validation import (
     check_positive_int,
     check_positive_number,
     check_rate,
 )
+
+NORMALIZATIONS = ("layer", "rms")
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -21,6 +24,11 @@ class TransformerBlock(keras.layers.Layer):
 
         post-norm (the paper):  x = LayerNorm(x + Dropout(Sublayer(x)))
         pre-norm:               x = x + Dropout(Sublayer(LayerNorm(x)))
+
+    `normalization="rms"` uses `RMSNormalization` for every norm,
+    `gated_ffn=True` a gated feed-forward network (SwiGLU with
+    activation="silu") and `use_bias=False` drops every projection's bias:
+    together with rotary positions and grouped-query attention, Llama's block.
 
     Not used directly; see the subclasses for the arguments.
     """
@@ -38,6 +46,9 @@ class TransformerBlock(keras.layers.Layer):
         normalize_first=False,
         fused_qkv=False,
         rotary_max_wavelength=None,
+        normalization="layer",
+        gated_ffn=False,
+        use_bias=True,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -49,6 +60,11 @@ class TransformerBlock(keras.layers.Layer):
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout, allow_none=True)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(
+                f"normalization must be one of {NORMALIZATIONS}. Received: "
+                f"normalization={normalization!r}"
+            )
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
@@ -61,6 +77,9 @@ class TransformerBlock(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.fused_qkv = fused_qkv
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.normalization = normalization
+        self.gated_ffn = gated_ffn
+        self.use_bias = use_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -93,6 +112,7 @@ class TransformerBlock(keras.layers.Layer):
                 else self.attention_dropout
             ),
             output_dim=hidden_dim,
+            use_bias=self.use_bias,
             fused_qkv=self.fused_qkv and self_attention,
             rotary_max_wavelength=(
                 self.rotary_max_wavelength if self_attention else None
@@ -104,9 +124,8 @@ class TransformerBlock(keras.layers.Layer):
         )
 
     def _make_norm(self, hidden_dim, name):
-        norm = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        kind = RMSNormalization if self.normalization == "rms" else LayerNormalization
+        norm = kind(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
         norm.build((None, None, hidden_dim))
         return norm
 
@@ -118,6 +137,8 @@ class TransformerBlock(keras.layers.Layer):
             self.intermediate_dim,
             activation=self.activation,
             dropout=self.dropout,
+            gated=self.gated_ffn,
+            use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer.clone(),
             bias_initializer=self.bias_initializer.clone(),
             dtype=self.dtype_policy,
@@ -170,6 +191,9 @@ class TransformerBlock(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "fused_qkv": self.fused_qkv,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
+                "normalization": self.normalization,
+                "gated_ffn": self.gated_ffn,
+                "use_bias": self.use_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

@@ -3,6 +3,7 @@
 import keras
 
 from tfformer.layers.layer_normalization import LayerNormalization
+from tfformer.layers.rms_normalization import RMSNormalization
 from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
@@ -12,11 +13,13 @@ def float32_logits(x, name="logits"):
     return keras.layers.Activation("linear", dtype="float32", name=name)(x)
 
 
-def final_norm(x, normalize_first, epsilon, name):
-    """Pre-norm stacks end with a LayerNorm; post-norm ones already did."""
+def final_norm(x, normalize_first, epsilon, name, normalization="layer"):
+    """Pre-norm stacks end with a LayerNorm (or an RMSNorm); post-norm ones
+    already did."""
     if not normalize_first:
         return x
-    return LayerNormalization(epsilon=epsilon, name=name)(x)
+    kind = RMSNormalization if normalization == "rms" else LayerNormalization
+    return kind(epsilon=epsilon, name=name)(x)
 
 
 def encoder_stack(x, num_layers, padding_mask=None, **block_kwargs):

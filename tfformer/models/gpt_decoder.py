@@ -29,6 +29,9 @@ def gpt_decoder(
     tie_embeddings=True,
     num_key_value_heads=None,
     rotary_max_wavelength=10000,
+    normalization="layer",
+    gated_ffn=False,
+    use_bias=True,
     name="gpt_decoder",
 ):
     """Builds a causal language model as a functional `keras.Model`.
@@ -36,7 +39,10 @@ def gpt_decoder(
     `{"token_ids": (batch, T)}` in, `(batch, T, vocabulary_size)` float32
     next-token logits out; position t sees tokens 0..t only. Id 0 is padding.
     The defaults are GPT-2 small (12 layers, d 768, 12 heads, pre-norm, GELU,
-    learned positions, tied output projection).
+    learned positions, tied output projection). Llama's decoder is
+    `position="rotary", normalization="rms", gated_ffn=True,
+    activation="silu", use_bias=False` (with `num_key_value_heads` for
+    grouped-query attention and usually `tie_embeddings=False`).
 
     Args:
         vocabulary_size: vocabulary size.
@@ -51,6 +57,10 @@ def gpt_decoder(
         tie_embeddings: share the token embedding with the output projection.
         num_key_value_heads: grouped-/multi-query attention.
         rotary_max_wavelength: base of the rotary frequencies.
+        normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`),
+            for every norm including the final one.
+        gated_ffn: a gated feed-forward network (SwiGLU with "silu").
+        use_bias: biases in the attention and feed-forward projections.
         name: the model's name.
 
     Returns:
@@ -87,7 +97,12 @@ def gpt_decoder(
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=normalize_first,
         rotary_max_wavelength=rotary_max_wavelength if position == "rotary" else None,
+        normalization=normalization,
+        gated_ffn=gated_ffn,
+        use_bias=use_bias,
     )
-    x = final_norm(x, normalize_first, layer_norm_epsilon, "decoder_norm")
+    x = final_norm(
+        x, normalize_first, layer_norm_epsilon, "decoder_norm", normalization
+    )
     logits = float32_logits(embedding(x, reverse=True))
     return keras.Model({"token_ids": token_ids}, logits, name=name)

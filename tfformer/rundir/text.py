@@ -179,3 +179,91 @@ class ByteTokenizer(tf.Module):
         if not isinstance(spec, dict) or spec.get("tokenizer") != "byte":
             raise ValueError(f"{path} does not describe a byte tokenizer: {spec}")
         return cls()
+
+
+class TokenIdTokenizer(tf.Module):
+    """Text of whitespace-separated token ids ("1 450 4996") to int32 ids and
+    back ("450 4996"): the tokenizer of a checkpoint converted without its
+    own (Llama-style decoders), so prompts are the ids its Hugging Face
+    tokenizer gives and outputs are ids for it to decode.
+
+    `tokenize` refuses (ValueError naming the text) anything but ids below
+    `vocabulary_size`; `detokenize` writes every id but padding.
+    """
+
+    unk_id = None
+
+    def __init__(self, vocabulary_size, start_id, end_id, pad_id=0):
+        super().__init__()
+        for name, value in (
+            ("start_id", start_id),
+            ("end_id", end_id),
+            ("pad_id", pad_id),
+        ):
+            if not isinstance(value, int) or not 0 <= value < vocabulary_size:
+                raise ValueError(
+                    f"{name} must be an id below {vocabulary_size}. Received: {value!r}"
+                )
+        self.vocabulary_size = vocabulary_size
+        self.start_id, self.end_id, self.pad_id = start_id, end_id, pad_id
+
+    def tokenize(self, strings):
+        """`(batch,)` strings of ids to a `(batch, None)` int32 RaggedTensor."""
+        strings = tf.convert_to_tensor(strings, tf.string)
+        if tf.executing_eagerly():
+            for text in strings.numpy().reshape(-1):
+                words = text.decode("utf-8", "replace").split()
+                if not all(w.isascii() and w.isdigit() for w in words) or any(
+                    int(w) >= self.vocabulary_size for w in words
+                ):
+                    raise ValueError(
+                        "This run reads token ids: whitespace-separated integers "
+                        f"below {self.vocabulary_size}. Received: {text[:200]!r}"
+                    )
+        pieces = tf.strings.split(strings)
+        return pieces.with_flat_values(
+            tf.strings.to_number(pieces.flat_values, tf.int32)
+        )
+
+    def detokenize(self, ids):
+        """Ids (Ragged or dense) to strings of ids; padding is dropped."""
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        ids = tf.ragged.boolean_mask(
+            ids, tf.not_equal(tf.cast(ids, tf.int32), self.pad_id)
+        )
+        return tf.strings.reduce_join(tf.strings.as_string(ids), axis=-1, separator=" ")
+
+    def save(self, path):
+        atomic_write_text(
+            path,
+            json.dumps(
+                {
+                    "tokenizer": "ids",
+                    "vocabulary_size": self.vocabulary_size,
+                    "start_id": self.start_id,
+                    "end_id": self.end_id,
+                    "pad_id": self.pad_id,
+                }
+            )
+            + "\n",
+        )
+
+    @classmethod
+    def load(cls, path):
+        with open(path, encoding="utf-8") as f:
+            try:
+                spec = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(spec, dict) or spec.get("tokenizer") != "ids":
+            raise ValueError(f"{path} does not describe a token-id tokenizer: {spec}")
+        try:
+            return cls(
+                spec["vocabulary_size"],
+                spec["start_id"],
+                spec["end_id"],
+                spec["pad_id"],
+            )
+        except KeyError as e:
+            raise ValueError(f"{path} lacks {e}.") from None

@@ -12,7 +12,10 @@ sentence-transformers models) into a `sentence_embedding` run, which
 `tfformer-predict`, `tfformer-export` and a text classifier's
 `model.init_from` read; ViT image classifiers (`model_type` "vit",
 `ViTForImageClassification`) into an `image_classification` run, its
-preprocessing (rescale, per-channel normalization) inside the model.
+preprocessing (rescale, per-channel normalization) inside the model; and
+Llama-style decoders (`model_type` "llama": RMSNorm, SwiGLU, rotary
+positions, grouped-query attention) into a `causal_lm` run that reads and
+writes token ids (its tokenizer is not converted).
 
 Nothing is written unless the whole conversion succeeds: the run is built
 in a temporary directory beside `out` and renamed into place.
@@ -765,7 +768,201 @@ def convert_vit(source, config, staging, progress):
     }
 
 
-CONVERTERS = {"bert": convert_bert, "vit": convert_vit}
+# -- Llama ---------------------------------------------------------------------
+
+
+def llama_sizes(config):
+    """`gpt_decoder` keyword arguments from a Llama config.json: rotary
+    positions, RMSNorm, SwiGLU, no biases, grouped-query attention."""
+    hidden = config_value(config, "hidden_size", int)
+    heads = config_value(config, "num_attention_heads", int)
+    kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
+    if hidden % heads or heads % kv_heads:
+        raise ValueError(
+            f"config.json: hidden_size ({hidden}) must be a multiple of "
+            f"num_attention_heads ({heads}), and that of num_key_value_heads "
+            f"({kv_heads})."
+        )
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise ValueError(
+            "config.json: head_dim must be hidden_size / num_attention_heads "
+            f"({hidden // heads}). Received: {head_dim!r}"
+        )
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(
+            f"config.json: hidden_act must be 'silu' (SwiGLU). Received: {act!r}"
+        )
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key, False):
+            raise ValueError(
+                f"config.json: {key} must be false (tfformer's Llama has no "
+                f"biases). Received: {config[key]!r}"
+            )
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling")
+    if scaling is not None or rope.get("rope_type", "default") != "default":
+        raise ValueError(
+            "config.json: rope_scaling must be null (plain rotary positions; "
+            f"Llama 3's and linear scaling are not supported). Received: "
+            f"{scaling if scaling is not None else rope!r}"
+        )
+    theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
+        raise ValueError(
+            f"config.json: rope_theta must be positive. Received: {theta!r}"
+        )
+    return {
+        "vocabulary_size": config_value(config, "vocab_size", int),
+        "num_layers": config_value(config, "num_hidden_layers", int),
+        "hidden_dim": hidden,
+        "num_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_dim": config_value(config, "intermediate_size", int),
+        "max_sequence_length": config_value(config, "max_position_embeddings", int),
+        "layer_norm_epsilon": float(
+            config_value(config, "rms_norm_eps", (int, float), default=1e-6)
+        ),
+        "rotary_max_wavelength": float(theta),
+        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+    }
+
+
+def llama_special_id(config, key, default, vocabulary_size, progress):
+    """`bos_token_id` or `eos_token_id` of config.json (a list, as Llama 3's
+    eos: its first, said)."""
+    value = config.get(key, default)
+    if isinstance(value, list) and value:
+        progress(f"{key} lists {value}: generation stops at the first, {value[0]}.")
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"config.json: {key} must be a token id. Received: {value!r}")
+    if not 0 <= value < vocabulary_size:
+        raise ValueError(
+            f"config.json: {key} must be below vocab_size ({vocabulary_size}). "
+            f"Received: {value!r}"
+        )
+    return value
+
+
+def load_llama(model, weights, sizes, checkpoint):
+    """Copies a Hugging Face Llama's tensors into a `gpt_decoder`."""
+    d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
+    kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
+    vocab = sizes["vocabulary_size"]
+    embedding = model.get_layer("decoder_embedding")
+    name = "embed_tokens.weight"
+    assign(embedding.token_embeddings, weights(name, (vocab, d)), name)
+    if not sizes["tie_embeddings"]:
+        head = Weights(checkpoint, "")
+        assign(
+            embedding.reverse_embeddings,
+            head("lm_head.weight", (vocab, d)).T,
+            "lm_head.weight",
+        )
+    elif "lm_head.weight" in checkpoint:
+        checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
+    for i in range(sizes["num_layers"]):
+        block = model.get_layer(f"decoder_block_{i}")
+        attention = block.self_attention
+        layer = f"layers.{i}"
+        for part, dense, units in (
+            ("q", attention.query_dense, d),
+            ("k", attention.key_dense, kv),
+            ("v", attention.value_dense, kv),
+        ):
+            name = f"{layer}.self_attn.{part}_proj.weight"
+            assign(dense.kernel, weights(name, (units, d)).T, name)
+        name = f"{layer}.self_attn.o_proj.weight"
+        assign(attention.output_dense.kernel, weights(name, (d, d)).T, name)
+        ffn = block.ffn
+        for part, dense, shape in (
+            ("gate", ffn.gate_dense, (inner, d)),
+            ("up", ffn.intermediate_dense, (inner, d)),
+            ("down", ffn.output_dense, (d, inner)),
+        ):
+            name = f"{layer}.mlp.{part}_proj.weight"
+            assign(dense.kernel, weights(name, shape).T, name)
+        for norm, target in (
+            ("input_layernorm", block.self_attention_norm),
+            ("post_attention_layernorm", block.ffn_norm),
+        ):
+            name = f"{layer}.{norm}.weight"
+            assign(target.gamma, weights(name, (d,)), name)
+    assign(
+        model.get_layer("decoder_norm").gamma,
+        weights("norm.weight", (d,)),
+        "norm.weight",
+    )
+
+
+def convert_llama(source, config, staging, progress):
+    """A Llama-style decoder (`LlamaForCausalLM`) into a `causal_lm` run
+    that reads and writes token ids."""
+    import keras
+
+    from tfformer.models import gpt_decoder
+    from tfformer.rundir.text import TokenIdTokenizer
+
+    sizes = llama_sizes(config)
+    vocab = sizes["vocabulary_size"]
+    start = llama_special_id(config, "bos_token_id", 1, vocab, progress)
+    end = llama_special_id(config, "eos_token_id", 2, vocab, progress)
+    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0)
+    checkpoint = Checkpoint(source)
+    weights = Weights(
+        checkpoint, find_prefix(checkpoint, "embed_tokens.weight", ("model.", ""))
+    )
+    keras.utils.set_random_seed(0)
+    model = gpt_decoder(
+        dropout=0.0,
+        position="rotary",
+        normalize_first=True,
+        activation="silu",
+        normalization="rms",
+        gated_ffn=True,
+        use_bias=False,
+        name="llama",
+        **sizes,
+    )
+    load_llama(model, weights, sizes, checkpoint)
+    progress(
+        f"Llama decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
+        f"{sizes['num_heads']} heads ({sizes['num_key_value_heads']} key/value), "
+        f"{vocab} tokens, context {sizes['max_sequence_length']}; token ids in "
+        f"and out (start {start}, end {end})"
+    )
+    unused = [n for n in checkpoint.unused() if "rotary_emb" not in n]
+    if unused:
+        raise ValueError(
+            f"{source}: tensors this conversion does not use (an unsupported "
+            f"option or architecture?): {unused[:5]}"
+            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+        )
+    run = RunDirectory(staging)
+    tokenizer.save(run.file(tokenizer_file("ids", "text")))
+    model.save(run.file("model.keras"))
+    context = sizes["max_sequence_length"]
+    run.write_manifest("causal_lm", {"text": ("ids", False)}, {"max_length": context})
+    return {
+        "task": "causal_lm",
+        "data": {
+            "tokenizer": "ids",
+            "vocabulary_size": vocab,
+            "max_length": context,
+        },
+        "model": {
+            "num_layers": sizes["num_layers"],
+            "hidden_dim": sizes["hidden_dim"],
+            "num_heads": sizes["num_heads"],
+            "intermediate_dim": sizes["intermediate_dim"],
+            "dropout": 0.0,
+        },
+    }
+
+
+CONVERTERS = {"bert": convert_bert, "vit": convert_vit, "llama": convert_llama}
 
 
 def convert(source, out, *, progress=print):

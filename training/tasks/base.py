@@ -21,7 +21,7 @@ class TextDataConfig:
     # Seed of shuffling, of the splits and of the vocabulary sample.
     seed: int = 0
     # wordpiece (learned from the training split) or byte.
-    tokenizer: Literal["wordpiece", "byte"] = "wordpiece"
+    tokenizer: Literal["wordpiece", "byte", "ids"] = "wordpiece"
     vocabulary_size: int = 2000
     # WordPiece is learned from at most this many training sentences (seeded
     # sample): the learner's time grows with the number of distinct words.

@@ -38,14 +38,15 @@ class CausalLMTask(Task):
 
     def validate(self, config):
         super().validate(config)
-        d = config.data
-        if not d.text_path:
-            raise ValueError("task 'causal_lm' needs data.text_path.")
-        check_holdout_fraction(d)
+        check_holdout_fraction(config.data)
 
     def raw_splits(self, data_config):
         from tfformer.training.sources.text_files import read_text
 
+        # Checked here, when text is needed: a converted checkpoint's run
+        # generates without one.
+        if not data_config.text_path:
+            raise ValueError("task 'causal_lm' needs data.text_path.")
         text = read_text(data_config.text_path)
         cut = int(len(text) * (1 - data_config.holdout_fraction))
         middle = cut + (len(text) - cut) // 2

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from tfformer.rundir.run import tokenizer_file
-from tfformer.rundir.text import ByteTokenizer
+from tfformer.rundir.text import ByteTokenizer, TokenIdTokenizer
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 
@@ -21,6 +21,12 @@ def learn_or_load(
     made (bytes). `directory` None: always learned (never a file that
     happens to lie in the working directory).
     """
+    if config.tokenizer == "ids":
+        raise ValueError(
+            "data.tokenizer='ids' is the tokenizer of converted checkpoints "
+            "(token ids in and out); training reads text: use 'wordpiece' or "
+            "'byte'."
+        )
     path = directory and os.path.join(directory, tokenizer_file(config.tokenizer, role))
     if config.tokenizer == "byte":
         return (
@@ -59,6 +65,8 @@ def load_tokenizer(spec):
     """The tokenizer a run directory's `TokenizerSpec` describes."""
     if spec.kind == "byte":
         return ByteTokenizer()
+    if spec.kind == "ids":
+        return TokenIdTokenizer.load(spec.path)
     return WordPieceTokenizer.load(
         spec.path, lower_case=spec.lower_case, **spec.options
     )

@@ -54,3 +54,45 @@ def test_bad_arguments():
         FeedForward(0)
     with pytest.raises(ValueError, match="dropout must be in"):
         FeedForward(4, dropout=-0.1)
+
+
+def test_gated_without_biases_is_swiglu():
+    layer = FeedForward(24, activation="silu", gated=True, use_bias=False)
+    x = RNG.normal(size=(2, 5, 8)).astype("float32")
+    out = layer(x)
+    assert [w.name for w in layer.weights] == ["kernel"] * 3  # no biases
+    np.testing.assert_allclose(
+        out,
+        ref.swiglu(
+            x,
+            np.asarray(layer.gate_dense.kernel),
+            np.asarray(layer.intermediate_dense.kernel),
+            np.asarray(layer.output_dense.kernel),
+        ),
+        atol=1e-5,
+    )
+
+
+def test_gated_hand_computed():
+    # gate relu(x Wg) = relu(2, -1) = (2, 0); up x Wu = (3, 5); product (6, 0);
+    # out = 6 * 1 + 0 * 7 = 6.
+    layer = FeedForward(2, output_dim=1, gated=True, use_bias=False)
+    layer.build((None, 2))
+    layer.gate_dense.kernel.assign([[2.0, -1.0], [0.0, 0.0]])
+    layer.intermediate_dense.kernel.assign([[3.0, 5.0], [1.0, 1.0]])
+    layer.output_dense.kernel.assign([[1.0], [7.0]])
+    np.testing.assert_allclose(layer(np.array([[1.0, 0.0]])), [[6.0]])
+
+
+def test_gated_layer_contract(tmp_path):
+    run_layer_test(
+        FeedForward,
+        {
+            "intermediate_dim": 16,
+            "activation": "silu",
+            "gated": True,
+            "use_bias": False,
+        },
+        {"inputs": RNG.normal(size=(2, 5, 8)).astype("float32")},
+        tmp_path,
+    )

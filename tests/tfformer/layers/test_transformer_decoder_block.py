@@ -211,3 +211,91 @@ def test_return_attention_scores_gives_the_weights_without_changing_outputs():
             self_attention_cache_update_index=0,
             return_attention_scores=True,
         )
+
+
+def llama_block(**kwargs):
+    return TransformerDecoderBlock(
+        num_heads=4,
+        intermediate_dim=24,
+        num_key_value_heads=2,
+        activation="silu",
+        layer_norm_epsilon=1e-5,
+        normalize_first=True,
+        rotary_max_wavelength=500,
+        normalization="rms",
+        gated_ffn=True,
+        use_bias=False,
+        **kwargs,
+    )
+
+
+def reference_llama_block(block, x):
+    """Llama's decoder layer in NumPy: pre-RMSNorm, grouped-query causal
+    attention with rotate-half RoPE on queries and keys, SwiGLU, no biases."""
+    n = np.asarray
+    att, ffn = block.self_attention, block.ffn
+    heads, kv, d = 4, 2, x.shape[-1] // 4
+    out = []
+    for seq in x:
+        t = seq.shape[0]
+        h = ref.rms_norm(seq, n(block.self_attention_norm.gamma), 1e-5)
+        q, k, v = (h @ n(att.query_dense.kernel), h @ n(att.key_dense.kernel),
+                   h @ n(att.value_dense.kernel))  # fmt: skip
+        mixed = []
+        for i in range(heads):
+            g = i // (heads // kv)
+            qi = ref.rotary(q[:, i * d : (i + 1) * d], max_wavelength=500.0)
+            kg = ref.rotary(k[:, g * d : (g + 1) * d], max_wavelength=500.0)
+            mixed.append(
+                ref.attention(qi, kg, v[:, g * d : (g + 1) * d], ref.causal(t))[0]
+            )
+        seq = seq + np.concatenate(mixed, -1) @ n(att.output_dense.kernel)
+        h = ref.rms_norm(seq, n(block.ffn_norm.gamma), 1e-5)
+        seq = seq + ref.swiglu(
+            h,
+            n(ffn.gate_dense.kernel),
+            n(ffn.intermediate_dense.kernel),
+            n(ffn.output_dense.kernel),
+        )
+        out.append(seq)
+    return np.stack(out)
+
+
+def test_llama_style_block_matches_numpy():
+    block = llama_block()
+    x = _normal(2, 6, 16)
+    out = block(x)
+    assert not [w for w in block.weights if w.name == "bias"]
+    np.testing.assert_allclose(out, reference_llama_block(block, x), atol=1e-4)
+    # Cached one-token steps give the same outputs.
+    cache, steps = block.init_cache(2, 8), []
+    for i in range(6):
+        step, cache = block(
+            x[:, i : i + 1],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=i,
+        )
+        steps.append(np.asarray(step))
+    np.testing.assert_allclose(np.concatenate(steps, 1), out, atol=1e-5)
+
+
+def test_llama_style_layer_contract(tmp_path):
+    run_layer_test(
+        TransformerDecoderBlock,
+        dict(
+            num_heads=2,
+            intermediate_dim=16,
+            normalization="rms",
+            gated_ffn=True,
+            use_bias=False,
+            activation="silu",
+            normalize_first=True,
+        ),
+        {"decoder_sequence": _normal(2, 4, 8)},
+        tmp_path,
+    )
+
+
+def test_unknown_normalization_is_refused():
+    with pytest.raises(ValueError, match=r"normalization must be one of .*'batch'"):
+        TransformerDecoderBlock(num_heads=2, intermediate_dim=8, normalization="batch")

@@ -27,6 +27,40 @@ def test_model_contract(position, tmp_path):
     )
 
 
+LLAMA = dict(
+    position="rotary",
+    normalization="rms",
+    gated_ffn=True,
+    activation="silu",
+    use_bias=False,
+    tie_embeddings=False,
+    num_key_value_heads=2,
+)
+
+
+def test_llama_style_model_contract(tmp_path):
+    model = run_model_test(
+        lambda: gpt_decoder(30, **SMALL, **LLAMA),
+        {"token_ids": TOKENS},
+        np.roll(TOKENS, -1, axis=1),
+        tmp_path,
+    )
+    assert not [w for w in model.weights if w.name in ("bias", "beta")]
+    assert type(model.get_layer("decoder_norm")).__name__ == "RMSNormalization"
+
+
+def test_llama_style_cached_decoding_equals_the_full_pass():
+    model = gpt_decoder(30, **{**SMALL, "dropout": 0.0}, **LLAMA)
+    full = np.asarray(model({"token_ids": TOKENS[:1]}))
+    decoder = CachedDecoder(model)
+    cache = decoder.init_cache(1, 6)
+    steps = []
+    for i in range(6):
+        logits, cache, _ = decoder.step(TOKENS[:1, i : i + 1], cache, i)
+        steps.append(np.asarray(logits))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
 @pytest.mark.parametrize("position", ["learned", "rotary"])
 def test_no_causal_leakage(position):
     model = gpt_decoder(30, **SMALL, position=position)

@@ -1,0 +1,252 @@
+"""`tfformer-convert` on small random Llama-style decoders in the Hugging
+Face layout (`LlamaForCausalLM`'s tensor names and shapes), checked against
+keras-hub's `Llama3Backbone` reading the same directory; the converted run
+generates token ids, and refuses what it does not reproduce."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tfformer.rundir.text import TokenIdTokenizer
+from tfformer.training.commands import predict as predict_cli
+from tfformer.training.config import load_config
+from tfformer.training.convert import convert
+from tfformer.training.fit.trainer import train
+from tfformer.training.tasks import get_task
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+SIZES = {"vocab": 40, "hidden": 16, "heads": 4, "kv": 2, "layers": 2, "inner": 24}
+
+
+def llama_tensors(rng, *, tie=False):
+    s = SIZES
+    d, inner, v = s["hidden"], s["inner"], s["vocab"]
+    kv = s["kv"] * d // s["heads"]
+
+    def normal(*shape, scale=0.3):
+        return (scale * rng.normal(size=shape)).astype("float32")
+
+    t = {
+        "model.embed_tokens.weight": normal(v, d),
+        "model.norm.weight": 1 + normal(d, scale=0.1),
+    }
+    for i in range(s["layers"]):
+        layer = f"model.layers.{i}"
+        t[f"{layer}.self_attn.q_proj.weight"] = normal(d, d)
+        t[f"{layer}.self_attn.k_proj.weight"] = normal(kv, d)
+        t[f"{layer}.self_attn.v_proj.weight"] = normal(kv, d)
+        t[f"{layer}.self_attn.o_proj.weight"] = normal(d, d)
+        t[f"{layer}.mlp.gate_proj.weight"] = normal(inner, d)
+        t[f"{layer}.mlp.up_proj.weight"] = normal(inner, d)
+        t[f"{layer}.mlp.down_proj.weight"] = normal(d, inner)
+        t[f"{layer}.input_layernorm.weight"] = 1 + normal(d, scale=0.1)
+        t[f"{layer}.post_attention_layernorm.weight"] = 1 + normal(d, scale=0.1)
+    if not tie:
+        t["lm_head.weight"] = normal(v, d)
+    return t
+
+
+def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None):
+    """A LlamaForCausalLM checkpoint as `save_pretrained` writes it (its
+    tokenizer files are not read)."""
+    os.makedirs(path, exist_ok=True)
+    s = SIZES
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": s["vocab"],
+        "hidden_size": s["hidden"],
+        "intermediate_size": s["inner"],
+        "num_hidden_layers": s["layers"],
+        "num_attention_heads": s["heads"],
+        "num_key_value_heads": s["kv"],
+        "hidden_act": "silu",
+        "max_position_embeddings": 32,
+        # keras-hub's Llama has a fixed 1e-6.
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 500.0,
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": tie,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        **(config or {}),
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    safetensors_numpy.save_file(
+        tensors if tensors is not None else llama_tensors(rng, tie=tie),
+        os.path.join(path, "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    return path
+
+
+def quiet(*_):
+    pass
+
+
+def ragged_batch(rng):
+    """Three sequences of 7, 5 and 3 ids (>= 3: id 0 is tfformer's padding),
+    padded with 0; and their padding mask."""
+    ids = rng.integers(3, SIZES["vocab"], (3, 7)).astype("int32")
+    mask = np.arange(7)[None] < np.array([[7], [5], [3]])
+    return np.where(mask, ids, 0), mask
+
+
+@pytest.mark.parametrize("tie", [False, True], ids=["lm_head", "tied"])
+def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
+    keras_hub = pytest.importorskip("keras_hub")
+    rng = np.random.default_rng(0)
+    source = write_checkpoint(tmp_path / "hf", rng, tie=tie)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    model = get_task("causal_lm").load(run).model
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    ids, mask = ragged_batch(rng)
+    hidden = reference({"token_ids": ids, "padding_mask": mask})
+    expected = np.asarray(reference.token_embedding(hidden, reverse=True))
+    ours = np.asarray(model({"token_ids": ids}))
+    np.testing.assert_allclose(ours[mask], expected[mask], atol=1e-5)
+    # Grouped-query attention: 2 key/value heads for 4 query heads.
+    attention = model.get_layer("decoder_block_0").self_attention
+    assert tuple(attention.key_dense.kernel.shape) == (16, 8)
+
+
+def test_the_run_keeps_the_checkpoints_settings(tmp_path):
+    source = write_checkpoint(
+        tmp_path / "hf",
+        np.random.default_rng(1),
+        config={"rms_norm_eps": 1e-5, "eos_token_id": [2, 7]},
+    )
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    loaded = get_task("causal_lm").load(run)
+    assert loaded.model.get_layer("decoder_norm").epsilon == 1e-5
+    block = loaded.model.get_layer("decoder_block_1")
+    assert block.rotary_max_wavelength == 500.0 and block.normalization == "rms"
+    tokenizer = loaded.tokenizers["text"]
+    assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (1, 2, 0)
+    assert any("eos_token_id lists [2, 7]" in line for line in said)
+    assert loaded.directory.setting("max_length") == 32
+
+
+def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
+    """`tfformer-predict` (KV-cached greedy decoding) continues a prompt of
+    ids with the tokens a full keras-hub forward pass picks one at a time."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    ids = [1, 5, 9, 12]
+    for _ in range(6):
+        x = np.array([ids], "int32")
+        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
+        ids.append(int(logits.argmax()))
+        if ids[-1] == 2:  # the end id stops tfformer's decoding
+            break
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 9 12"])
+    assert code == 0
+    expected = " ".join(str(i) for i in ids if i != 2)
+    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+
+
+def test_token_id_tokenizer():
+    tokenizer = TokenIdTokenizer(50, start_id=1, end_id=2)
+    ids = tokenizer.tokenize(["1 17  4\t9", ""])
+    assert ids.to_list() == [[1, 17, 4, 9], []]
+    assert tokenizer.detokenize([[1, 17, 0, 0]]).numpy().tolist() == [b"1 17"]
+    for text in ("one two", "1 -3", "1 50", "1.5"):
+        with pytest.raises(ValueError, match=r"reads token ids: .* below 50"):
+            tokenizer.tokenize([text])
+    with pytest.raises(ValueError, match=r"end_id must be an id below 50"):
+        TokenIdTokenizer(50, start_id=1, end_id=50)
+
+
+def test_text_prompts_exports_and_training_are_refused(tmp_path, capsys):
+    from tfformer.export.cli import main as export_main
+
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(3))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "2", "hi"]) == 2
+    assert "reads token ids" in capsys.readouterr().err
+    out = tmp_path / "device"
+    assert (
+        export_main(["--checkpoint", run, "--format", "tflite", "--out", str(out)]) == 2
+    )
+    assert "token-id tokenizer" in capsys.readouterr().err
+    assert not out.exists()
+    config = load_config(
+        overrides=[
+            "task=causal_lm",
+            "data.tokenizer=ids",
+            f"data.text_path={source / 'config.json'}",
+            f"train.output_dir={tmp_path / 'trained'}",
+        ]
+    )
+    with pytest.raises(ValueError, match=r"data.tokenizer='ids' is the tokenizer of"):
+        train(config, progress=quiet)
+
+
+# -- bad input -----------------------------------------------------------------
+
+
+def nothing_written(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"drop": "model.layers.1.mlp.up_proj.weight"},
+            "no tensor 'model.layers.1.mlp.up_proj.weight'",
+        ),
+        (
+            {"drop": "lm_head.weight"},
+            "no tensor 'lm_head.weight'",
+        ),
+        (
+            {"config": {"num_key_value_heads": 4}},
+            r"'model.layers.0.self_attn.k_proj.weight' has shape \[8, 16\]; "
+            r"the config implies \[16, 16\]",
+        ),
+        (
+            {
+                "config": {
+                    "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
+                }
+            },
+            "rope_scaling must be null.*llama3",
+        ),
+        ({"config": {"attention_bias": True}}, "attention_bias must be false"),
+        ({"config": {"hidden_act": "gelu"}}, "hidden_act must be 'silu'"),
+        ({"config": {"head_dim": 8}}, "head_dim must be hidden_size / num_attention"),
+        (
+            {"config": {"num_key_value_heads": 3}},
+            "and that of num_key_value_heads \\(3\\)",
+        ),
+        ({"config": {"eos_token_id": 99}}, "eos_token_id must be below vocab_size"),
+        (
+            {"extra": "model.layers.0.self_attn.q_norm.weight"},
+            "does not use .*q_norm",
+        ),
+    ],
+)
+def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
+    rng = np.random.default_rng(4)
+    tensors = llama_tensors(rng)
+    if "drop" in change:
+        del tensors[change["drop"]]
+    if "extra" in change:
+        tensors[change["extra"]] = np.ones((4,), "float32")
+    source = write_checkpoint(
+        tmp_path / "hf", rng, tensors=tensors, config=change.get("config")
+    )
+    with pytest.raises(ValueError, match=message):
+        convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert nothing_written(tmp_path)
