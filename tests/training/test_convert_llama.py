@@ -228,7 +228,7 @@ def nothing_written(tmp_path):
         ({"config": {"head_dim": 8}}, "head_dim must be hidden_size / num_attention"),
         (
             {"config": {"num_key_value_heads": 3}},
-            "and that of num_key_value_heads \\(3\\)",
+            r"multiple of num_key_value_heads \(3\)",
         ),
         ({"config": {"eos_token_id": 99}}, "eos_token_id must be below vocab_size"),
         (

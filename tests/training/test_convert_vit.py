@@ -437,6 +437,10 @@ def nothing_written(tmp_path):
             r"the config implies \[32, 16\]",
         ),
         ({"config": {"hidden_act": "gelu_new"}}, "hidden_act must be 'gelu'"),
+        (
+            {"config": {"num_attention_heads": 3}},
+            r"hidden_size \(16\) must be a multiple of num_attention_heads \(3\)",
+        ),
         ({"config": {"image_size": 10}}, r"image_size \(10\) must be a multiple"),
         ({"config": {"num_channels": 1}}, "num_channels must be 3"),
         ({"config": {"id2label": {"0": "a", "2": "b"}}}, "must name classes 0 to 1"),

@@ -131,6 +131,19 @@ def join_punctuation(strings):
     return strings
 
 
+def read_tokenizer_json(path, kind):
+    """The settings a tokenizer's JSON file holds, checked to describe a
+    `kind` tokenizer (ValueError naming the file otherwise)."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            spec = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(spec, dict) or spec.get("tokenizer") != kind:
+        raise ValueError(f"{path} does not describe a {kind} tokenizer: {spec}")
+    return spec
+
+
 class ByteTokenizer(tf.Module):
     """Strings to int32 byte ids (byte value + 4) and back, in core ops.
 
@@ -171,13 +184,7 @@ class ByteTokenizer(tf.Module):
 
     @classmethod
     def load(cls, path):
-        with open(path, encoding="utf-8") as f:
-            try:
-                spec = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(spec, dict) or spec.get("tokenizer") != "byte":
-            raise ValueError(f"{path} does not describe a byte tokenizer: {spec}")
+        read_tokenizer_json(path, "byte")
         return cls()
 
 
@@ -251,13 +258,7 @@ class TokenIdTokenizer(tf.Module):
 
     @classmethod
     def load(cls, path):
-        with open(path, encoding="utf-8") as f:
-            try:
-                spec = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(spec, dict) or spec.get("tokenizer") != "ids":
-            raise ValueError(f"{path} does not describe a token-id tokenizer: {spec}")
+        spec = read_tokenizer_json(path, "ids")
         try:
             return cls(
                 spec["vocabulary_size"],

@@ -99,6 +99,30 @@ def find_prefix(checkpoint, probe, candidates):
     )
 
 
+def refuse_unused(source, unused):
+    """ValueError naming the checkpoint's tensors a conversion left unread
+    (an option or architecture tfformer does not implement)."""
+    if unused:
+        raise ValueError(
+            f"{source}: tensors this conversion does not use (an unsupported "
+            f"option or architecture?): {unused[:5]}"
+            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
+        )
+
+
+def attention_sizes(config):
+    """(hidden_size, num_attention_heads) of config.json, the first a
+    multiple of the second."""
+    hidden = config_value(config, "hidden_size", int)
+    heads = config_value(config, "num_attention_heads", int)
+    if hidden % heads:
+        raise ValueError(
+            f"config.json: hidden_size ({hidden}) must be a multiple of "
+            f"num_attention_heads ({heads})."
+        )
+    return hidden, heads
+
+
 def assign(variable, value, name):
     """`variable.assign(value)`, shapes checked (ValueError naming the tensor)."""
     if tuple(variable.shape) != tuple(value.shape):
@@ -242,13 +266,7 @@ BERT_ACTIVATIONS = {"gelu": "gelu", "relu": "relu"}
 
 def bert_sizes(config):
     """`bert_encoder` keyword arguments from a BERT config.json."""
-    hidden = config_value(config, "hidden_size", int)
-    heads = config_value(config, "num_attention_heads", int)
-    if hidden % heads:
-        raise ValueError(
-            f"config.json: hidden_size ({hidden}) must be a multiple of "
-            f"num_attention_heads ({heads})."
-        )
+    hidden, heads = attention_sizes(config)
     position = config.get("position_embedding_type", "absolute")
     if position != "absolute":
         raise ValueError(
@@ -487,12 +505,7 @@ def convert_bert(source, config, staging, progress):
             f"Not converted (task heads; this run embeds): {heads[:4]}"
             + (f" and {len(heads) - 4} more" if len(heads) > 4 else "")
         )
-    if unused:
-        raise ValueError(
-            f"{source}: tensors this conversion does not use (an unsupported "
-            f"option or architecture?): {unused[:5]}"
-            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
-        )
+    refuse_unused(source, unused)
     run = RunDirectory(staging)
     tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
     model.save(run.file("model.keras"))
@@ -537,13 +550,7 @@ VIT_PROCESSORS = (
 
 def vit_sizes(config):
     """`vit` keyword arguments from a ViT config.json."""
-    hidden = config_value(config, "hidden_size", int)
-    heads = config_value(config, "num_attention_heads", int)
-    if hidden % heads:
-        raise ValueError(
-            f"config.json: hidden_size ({hidden}) must be a multiple of "
-            f"num_attention_heads ({heads})."
-        )
+    hidden, heads = attention_sizes(config)
     image_size = config_value(config, "image_size", int)
     patch = config_value(config, "patch_size", int)
     if image_size % patch:
@@ -740,12 +747,7 @@ def convert_vit(source, config, staging, progress):
         f"{sizes['image_size']}x{sizes['image_size']} images, {len(labels)} classes"
     )
     unused = [n for n in checkpoint.unused() if not n.endswith("position_ids")]
-    if unused:
-        raise ValueError(
-            f"{source}: tensors this conversion does not use (an unsupported "
-            f"option or architecture?): {unused[:5]}"
-            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
-        )
+    refuse_unused(source, unused)
     run = RunDirectory(staging)
     model.save(run.file("model.keras"))
     run.write_manifest(
@@ -774,14 +776,12 @@ def convert_vit(source, config, staging, progress):
 def llama_sizes(config):
     """`gpt_decoder` keyword arguments from a Llama config.json: rotary
     positions, RMSNorm, SwiGLU, no biases, grouped-query attention."""
-    hidden = config_value(config, "hidden_size", int)
-    heads = config_value(config, "num_attention_heads", int)
+    hidden, heads = attention_sizes(config)
     kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
-    if hidden % heads or heads % kv_heads:
+    if heads % kv_heads:
         raise ValueError(
-            f"config.json: hidden_size ({hidden}) must be a multiple of "
-            f"num_attention_heads ({heads}), and that of num_key_value_heads "
-            f"({kv_heads})."
+            f"config.json: num_attention_heads ({heads}) must be a multiple of "
+            f"num_key_value_heads ({kv_heads})."
         )
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim != hidden // heads:
@@ -934,12 +934,7 @@ def convert_llama(source, config, staging, progress):
         f"and out (start {start}, end {end})"
     )
     unused = [n for n in checkpoint.unused() if "rotary_emb" not in n]
-    if unused:
-        raise ValueError(
-            f"{source}: tensors this conversion does not use (an unsupported "
-            f"option or architecture?): {unused[:5]}"
-            + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
-        )
+    refuse_unused(source, unused)
     run = RunDirectory(staging)
     tokenizer.save(run.file(tokenizer_file("ids", "text")))
     model.save(run.file("model.keras"))
