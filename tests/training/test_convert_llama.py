@@ -120,7 +120,11 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     source = write_checkpoint(
         tmp_path / "hf",
         np.random.default_rng(1),
-        config={"rms_norm_eps": 1e-5, "eos_token_id": [2, 7]},
+        config={
+            "rms_norm_eps": 1e-5,
+            "eos_token_id": [2, 7],
+            "rope_scaling": {"rope_type": "default"},
+        },
     )
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
@@ -190,6 +194,13 @@ def test_text_prompts_exports_and_training_are_refused(tmp_path, capsys):
     )
     with pytest.raises(ValueError, match=r"data.tokenizer='ids' is the tokenizer of"):
         train(config, progress=quiet)
+    # The converted run's config has no text: training it again needs one.
+    config = load_config(
+        overrides=["task=causal_lm", f"train.output_dir={tmp_path / 'again'}"]
+    )
+    with pytest.raises(ValueError, match=r"task 'causal_lm' needs data.text_path"):
+        train(config, progress=quiet)
+    assert not (tmp_path / "trained").exists() and not (tmp_path / "again").exists()
 
 
 # -- bad input -----------------------------------------------------------------
@@ -230,7 +241,14 @@ def nothing_written(tmp_path):
             {"config": {"num_key_value_heads": 3}},
             r"multiple of num_key_value_heads \(3\)",
         ),
-        ({"config": {"eos_token_id": 99}}, "eos_token_id must be below vocab_size"),
+        (
+            {"config": {"eos_token_id": 99}},
+            r"eos_token_id must be in \[1, vocab_size\)",
+        ),
+        (
+            {"config": {"bos_token_id": 0}},
+            "bos_token_id must be in .*id 0 is tfformer's",
+        ),
         (
             {"extra": "model.layers.0.self_attn.q_norm.weight"},
             "does not use .*q_norm",

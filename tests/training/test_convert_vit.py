@@ -133,6 +133,7 @@ def hugging_face_pixels(pixels):
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     root = tmp_path_factory.mktemp("convert_vit")
+    colour_images(root / "data", np.random.default_rng(5))
     source = write_checkpoint(root / "hf", np.random.default_rng(0))
     run = convert(str(source), str(root / "run"), progress=quiet)
     return root, source, run
@@ -312,6 +313,13 @@ def test_bicubic_resizing_is_pytorchs():
         [-0.10546875, 0.2265625, 0.7734375, 1.10546875],
         atol=1e-12,
     )
+    # Down: [0, 1, 2] to 2 points, t = 0.25 and 0.75 over clamped borders:
+    # 0.26171875 - 2 * 0.03515625 and 0.26171875 + 2 * (0.87890625 - 0.10546875).
+    np.testing.assert_allclose(
+        cubic_resize_matrix(3, 2) @ np.array([0.0, 1.0, 2.0]),
+        [0.19140625, 1.80859375],
+        atol=1e-12,
+    )
     np.testing.assert_allclose(cubic_resize_matrix(5, 5), np.eye(5), atol=1e-12)
     np.testing.assert_allclose(cubic_resize_matrix(7, 3).sum(1), 1.0, atol=1e-12)
     table = np.random.default_rng(4).normal(size=(1, 1 + 9, 5)).astype("float32")
@@ -327,7 +335,7 @@ def test_bicubic_resizing_is_pytorchs():
         )
 
 
-def finetune_config(root, run, *extra):
+def finetune_config(root, run, *extra, out="finetuned"):
     return load_config(
         overrides=[
             "task=image_classification",
@@ -342,7 +350,7 @@ def finetune_config(root, run, *extra):
             "train.learning_rate=0.003",
             "train.warmup_steps=2",
             "train.verbose=0",
-            f"train.output_dir={root / 'finetuned'}",
+            f"train.output_dir={root / out}",
             *extra,
         ]
     )
@@ -350,10 +358,9 @@ def finetune_config(root, run, *extra):
 
 def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     root, _, run = converted
-    colour_images(root / "data", np.random.default_rng(5))
     source = get_task("image_classification").load(run).model
     config = finetune_config(root, run, "data.image_size=16")
-    model = initialized_vit(config, len(COLOURS), progress=quiet)
+    model = initialized_vit(config, len(COLOURS))
     # Every layer but the head and the position table is the source's.
     for layer in model.layers:
         if layer.weights and layer.name not in ("head", "patch_embedding"):
@@ -377,7 +384,9 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     assert np.ravel(model.get_layer("pixel_normalization").mean) == pytest.approx(
         255 * np.array(MEAN)
     )
-    result = train(config, progress=quiet)
+    said = []
+    result = train(config, progress=said.append)
+    assert any("position table resized from 8x8 to 16x16" in line for line in said)
     # Chance is 1/3; the class is the strongest channel.
     assert result.metrics["test_accuracy"] > 0.9
     loaded = get_task("image_classification").load(str(root / "finetuned"))
@@ -394,9 +403,10 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
 )
 def test_fine_tuning_refuses_sizes_of_its_own(converted, override, message):
     root, _, run = converted
+    config = finetune_config(root, run, override, out="refused")
     with pytest.raises(ValueError, match=message):
-        config = finetune_config(root, run, override)
-        initialized_vit(config, 3, progress=quiet)
+        train(config, progress=quiet)
+    assert not (root / "refused").exists()  # refused before anything is written
 
 
 def test_fine_tuning_refuses_a_run_of_another_task(tmp_path, converted):
@@ -408,9 +418,10 @@ def test_fine_tuning_refuses_a_run_of_another_task(tmp_path, converted):
         str(tmp_path / "bert_run"),
         progress=quiet,
     )
-    config = finetune_config(root, bert)
+    config = finetune_config(root, bert, out="refused_bert")
     with pytest.raises(ValueError, match=r"holds a 'sentence_embedding' run"):
-        initialized_vit(config, 3, progress=quiet)
+        train(config, progress=quiet)
+    assert not (root / "refused_bert").exists()
 
 
 # -- bad input -----------------------------------------------------------------
@@ -456,6 +467,19 @@ def nothing_written(tmp_path):
             {"preprocessor": {"image_std": [0.5, 0.0, 0.5]}},
             "'image_std' must be positive",
         ),
+        (
+            {"preprocessor": {"rescale_factor": 0}},
+            "'rescale_factor' must be positive",
+        ),
+        (
+            {"drop": "vit.encoder.layer.0.attention.attention.key.bias"},
+            "no tensor 'vit.encoder.layer.0.attention.attention.key.bias'",
+        ),
+        (
+            {"config": {"qkv_bias": False}},
+            "does not use .*attention.attention.query.bias",
+        ),
+        ({"config": {"qkv_bias": 1}}, "'qkv_bias' must be true or false"),
         (
             {"extra": "vit.embeddings.mask_token"},
             "does not use .*vit.embeddings.mask_token",

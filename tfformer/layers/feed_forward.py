@@ -24,7 +24,7 @@ class FeedForward(keras.layers.Layer):
         gated: add the gate projection (`gate`, with the activation; the
             `intermediate` projection is then linear).
         use_bias: whether the projections have biases (Llama's have none).
-        kernel_initializer, bias_initializer: initializers of both layers.
+        kernel_initializer, bias_initializer: initializers of every projection.
 
     Call arguments:
         inputs: `(..., features)`.

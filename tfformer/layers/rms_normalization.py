@@ -18,8 +18,10 @@ class RMSNormalization(keras.layers.Layer):
     `LlamaRMSNorm` does, so half-precision models round alike.
 
     Keras's own `LayerNormalization(rms_scaling=True)` divides by the
-    standard deviation instead (deprecated for that reason); this layer is
-    the formula of the paper.
+    standard deviation instead (deprecated for that reason). Keras 3.15's
+    `keras.layers.RMSNormalization` computes in the layer's dtype and names
+    its weight `scale`; this layer keeps the float32 upcast Llama's weights
+    were trained with and the `gamma` of tfformer's other norms.
 
     Args:
         epsilon: added to the mean square.

@@ -634,6 +634,10 @@ def vit_pixel_statistics(source):
         scale = float(
             config_value(settings, "rescale_factor", (int, float), where, 1 / 255)
         )
+        if scale <= 0:
+            raise ValueError(
+                f"{where}: 'rescale_factor' must be positive. Received: {scale!r}"
+            )
     mean, std = [0.0] * 3, [1.0] * 3
     if settings.get("do_normalize", True):
         mean = settings.get("image_mean", [0.5] * 3)
@@ -686,9 +690,9 @@ def load_vit(model, weights, sizes, num_classes):
         ):
             name = f"{layer}.attention.attention.{part}"
             assign(dense.kernel, weights(f"{name}.weight", (d, d)).T, name)
-            if weights.has(f"{name}.bias"):  # absent with qkv_bias=false
+            if sizes["qkv_bias"]:
                 assign(dense.bias, weights(f"{name}.bias", (d,)), f"{name}.bias")
-            else:
+            else:  # Hugging Face's Linear(bias=False): a bias tensor is unused
                 dense.bias.assign(np.zeros((d,), dense.bias.dtype))
         linear(
             attention.output_dense, weights, f"{layer}.attention.output.dense", (d, d)
@@ -715,10 +719,10 @@ def convert_vit(source, config, staging, progress):
     from tfformer.models import vit
 
     sizes = vit_sizes(config)
-    if config.get("qkv_bias", True) not in (True, False):
+    qkv_bias = config.get("qkv_bias", True)
+    if not isinstance(qkv_bias, bool):
         raise ValueError(
-            f"config.json: 'qkv_bias' must be true or false. Received: "
-            f"{config['qkv_bias']!r}"
+            f"config.json: 'qkv_bias' must be true or false. Received: {qkv_bias!r}"
         )
     labels = vit_labels(config, progress)
     mean, std = vit_pixel_statistics(source)
@@ -740,7 +744,7 @@ def convert_vit(source, config, staging, progress):
         pixel_std=std,
         **sizes,
     )
-    load_vit(model, weights, sizes, len(labels))
+    load_vit(model, weights, {**sizes, "qkv_bias": qkv_bias}, len(labels))
     progress(
         f"ViT: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
         f"{sizes['num_heads']} heads, patch {sizes['patch_size']}, "
@@ -802,7 +806,8 @@ def llama_sizes(config):
             )
     rope = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling")
-    if scaling is not None or rope.get("rope_type", "default") != "default":
+    plain = (None, {"rope_type": "default"}, {"type": "default"})
+    if scaling not in plain or rope.get("rope_type", "default") != "default":
         raise ValueError(
             "config.json: rope_scaling must be null (plain rotary positions; "
             f"Llama 3's and linear scaling are not supported). Received: "
@@ -838,10 +843,11 @@ def llama_special_id(config, key, default, vocabulary_size, progress):
         value = value[0]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"config.json: {key} must be a token id. Received: {value!r}")
-    if not 0 <= value < vocabulary_size:
+    if not 0 < value < vocabulary_size:
+        # Id 0 is tfformer's padding: never generated, masked in prompts.
         raise ValueError(
-            f"config.json: {key} must be below vocab_size ({vocabulary_size}). "
-            f"Received: {value!r}"
+            f"config.json: {key} must be in [1, vocab_size) ({vocabulary_size}; "
+            f"id 0 is tfformer's padding). Received: {value!r}"
         )
     return value
 

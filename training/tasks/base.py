@@ -20,7 +20,9 @@ class TextDataConfig:
 
     # Seed of shuffling, of the splits and of the vocabulary sample.
     seed: int = 0
-    # wordpiece (learned from the training split) or byte.
+    # wordpiece (learned from the training split) or byte; ids is the
+    # tokenizer of a converted checkpoint (token ids in and out), which
+    # predicts but does not train.
     tokenizer: Literal["wordpiece", "byte", "ids"] = "wordpiece"
     vocabulary_size: int = 2000
     # WordPiece is learned from at most this many training sentences (seeded

@@ -236,6 +236,20 @@ class ImageClassificationTask(Task):
 
         del directory
         names = raw["labels"]
+        if config.model.init_from is not None:
+            _, settings = initial_vit(config)  # refused before anything is written
+            theirs, size = settings["image_size"], config.data.image_size
+            progress(
+                f"Model: from {config.model.init_from} ({settings['num_layers']} "
+                f"layers, width {settings['hidden_dim']}, patch "
+                f"{settings['patch_size']}), a new {len(names)}-class head"
+                + (
+                    f"; position table resized from {theirs}x{theirs} to "
+                    f"{size}x{size} images"
+                    if size != theirs
+                    else ""
+                )
+            )
         examples = {
             split: ImageExamples.of(
                 *raw[split],
@@ -496,13 +510,15 @@ def resized_positions(table, grid, new_grid):
     return np.concatenate([table[:, :1], rows], axis=1).astype(table.dtype)
 
 
-def initialized_vit(config, num_classes, progress=print):
-    """The ViT of `model.init_from` (its sizes, weights and pixel
-    normalization; this config's dropout) with a new head of `num_classes`
-    and, for another data.image_size, a resized position table. ValueError
-    naming the key when the run is not an image classifier or the image
-    size does not fit its patches."""
-    from tfformer.models import vit
+_INITIAL = {}  # the last model.init_from read: {(path, mtime): (model, settings)}
+
+
+def initial_vit(config):
+    """(model, `vit_settings`) of `model.init_from`, checked when training
+    starts, before anything is written (ValueError naming the key): an
+    image_classification run whose sizes the config leaves unset (or
+    equal), with a patch size that divides data.image_size. Loaded once per
+    model file."""
     from tfformer.rundir.run import RunDirectory
 
     where = f"model.init_from={config.model.init_from!r}"
@@ -513,25 +529,42 @@ def initialized_vit(config, num_classes, progress=print):
                 f"it holds a {run.task!r} run; an image classifier starts from "
                 "an image_classification run"
             )
-        source = run.load_model()
+        path = run.checkpoint_path()
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
-    settings = vit_settings(source)
-    for key in INIT_SIZE_KEYS:
-        value = getattr(config.model, key)
-        if value is not None and value != settings.get(key):
+    key = (path, os.path.getmtime(path))
+    if key not in _INITIAL:
+        source = run.load_model()
+        _INITIAL.clear()
+        _INITIAL[key] = (source, vit_settings(source))
+    source, settings = _INITIAL[key]
+    for name in INIT_SIZE_KEYS:
+        value = getattr(config.model, name)
+        if value is not None and value != settings.get(name):
             raise ValueError(
-                f"{where}: model.{key} comes from that run "
-                f"({settings.get(key)!r}); leave it unset. Received: "
-                f"model.{key}={value!r}"
+                f"{where}: model.{name} comes from that run "
+                f"({settings.get(name)!r}); leave it unset. Received: "
+                f"model.{name}={value!r}"
             )
-    theirs, size = settings.pop("image_size"), config.data.image_size
-    patch = settings["patch_size"]
+    patch, size = settings["patch_size"], config.data.image_size
     if size % patch:
         raise ValueError(
             f"{where}: its patch size is {patch}; data.image_size must be a "
             f"multiple of it. Received: data.image_size={size}"
         )
+    return source, dict(settings)
+
+
+def initialized_vit(config, num_classes):
+    """The ViT of `model.init_from` (`initial_vit`: its sizes, weights and
+    pixel normalization; this config's dropout) with a new head of
+    `num_classes` and, for another data.image_size, a resized position
+    table."""
+    from tfformer.models import vit
+
+    source, settings = initial_vit(config)
+    theirs, size = settings.pop("image_size"), config.data.image_size
+    patch = settings["patch_size"]
     dropout = config.model.dropout if config.model.dropout is not None else 0.0
     model = vit(size, num_classes, dropout=dropout, **settings)
     for layer in model.layers:
@@ -543,16 +576,6 @@ def initialized_vit(config, num_classes, progress=print):
             i = [w.path for w in layer.weights].index(table.path)
             values[i] = resized_positions(values[i], theirs // patch, size // patch)
         layer.set_weights(values)
-    progress(
-        f"Model: from {config.model.init_from} ({settings['num_layers']} layers, "
-        f"width {settings['hidden_dim']}, patch {patch}), a new {num_classes}-class "
-        "head"
-        + (
-            f"; position table resized from {theirs}x{theirs} to {size}x{size} images"
-            if size != theirs
-            else ""
-        )
-    )
     return model
 
 
