@@ -21,7 +21,10 @@ are next to it.
 
 A reused `--pretrained RUN` reports the wall and CPU seconds of the
 `/usr/bin/time -v` report at the end of `RUN.log`, if there is one (the
-command below writes it).
+command below writes it). `RUN` may also be a converted checkpoint
+(`tfformer-convert`, no training of ours: no metrics.json); with
+`--finetune-config training/configs/polarity_minilm.yaml --kinds
+pretrained` the classifiers are fine-tuned from it with that recipe.
 
 Usage:
   /usr/bin/time -v tfformer-train --config training/configs/polarity_mlm.yaml \
@@ -30,6 +33,7 @@ Usage:
       [--seeds 0 1 2] [--work ~/.cache/tfformer/bert]
       [--output bench/results/bert_pretraining.json] [--set-finetune K=V ...]
       [--set-pretrain K=V ...] [--kinds pretrained scratch]
+      [--finetune-config training/configs/polarity_finetune.yaml]
 
 Writes the JSON and a bar plot (PNG) next to it.
 """
@@ -124,6 +128,32 @@ def final_metrics(run_dir):
         return json.load(f)["results"]
 
 
+def pretrained_metrics(pretrained, pre_config, args):
+    """What our own pre-training run reports (metrics.json)."""
+    results = final_metrics(pretrained)
+    return {
+        "run": pretrained,
+        "config": PRETRAIN,
+        "model": pre_config["model"],
+        "steps": results["global_step"],
+        "train_seconds": results.get("train_seconds"),
+        "run_wall_seconds": results.get("wall_seconds"),
+        "overrides": args.set_pretrain,
+        # With next-sentence prediction Keras names the metrics after
+        # the outputs (masked_lm_..., next_sentence_...).
+        "val_masked_accuracy": results.get(
+            "val_accuracy", results.get("val_masked_lm_accuracy")
+        ),
+        "test_masked_accuracy": results.get(
+            "test_accuracy", results.get("test_masked_lm_accuracy")
+        ),
+        "test_masked_loss": results.get(
+            "test_loss", results.get("test_masked_lm_loss")
+        ),
+        "test_next_sentence_accuracy": results.get("test_next_sentence_accuracy"),
+    }
+
+
 def summary(values):
     return {
         "mean": statistics.mean(values),
@@ -145,6 +175,11 @@ def main():
         "--output", default=os.path.join("bench", "results", "bert_pretraining.json")
     )
     p.add_argument("--set-finetune", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument(
+        "--finetune-config",
+        default=FINETUNE,
+        help="the fine-tuning recipe (polarity_minilm.yaml for a converted run)",
+    )
     p.add_argument(
         "--set-pretrain",
         action="append",
@@ -183,32 +218,16 @@ def main():
         pretraining = {"wall_seconds": wall, "cpu_seconds": cpu}
     else:
         pretraining = time_log(pretrained + ".log")
-    results = final_metrics(pretrained)
     with open(os.path.join(pretrained, "config.json")) as f:
         pre_config = json.load(f)
-    pretraining.update(
-        {
-            "run": pretrained,
-            "config": PRETRAIN,
-            "model": pre_config["model"],
-            "steps": results["global_step"],
-            "train_seconds": results.get("train_seconds"),
-            "run_wall_seconds": results.get("wall_seconds"),
-            "overrides": args.set_pretrain,
-            # With next-sentence prediction Keras names the metrics after
-            # the outputs (masked_lm_..., next_sentence_...).
-            "val_masked_accuracy": results.get(
-                "val_accuracy", results.get("val_masked_lm_accuracy")
-            ),
-            "test_masked_accuracy": results.get(
-                "test_accuracy", results.get("test_masked_lm_accuracy")
-            ),
-            "test_masked_loss": results.get(
-                "test_loss", results.get("test_masked_lm_loss")
-            ),
-            "test_next_sentence_accuracy": results.get("test_next_sentence_accuracy"),
-        }
-    )
+    if not os.path.isfile(os.path.join(pretrained, "metrics.json")):
+        # A converted checkpoint: nothing of ours trained it.
+        pretraining.update(
+            {"run": pretrained, "converted": True, "model": pre_config["model"]}
+        )
+    else:
+        pretraining.update(pretrained_metrics(pretrained, pre_config, args))
+    print(json.dumps(pretraining, indent=1))
     print(json.dumps(pretraining, indent=1))
     sizes = [
         f"model.{k}={v}"
@@ -225,7 +244,7 @@ def main():
                 sys.exit(f"{out} exists; remove it or use another --work")
             if kind == "pretrained":
                 argv = train_command(
-                    FINETUNE,
+                    args.finetune_config,
                     out,
                     [
                         f"model.init_from={pretrained}",
@@ -272,7 +291,7 @@ def main():
     report = {
         "machine": {"cpus": os.cpu_count()},
         "pretraining": pretraining,
-        "finetune_config": FINETUNE,
+        "finetune_config": args.finetune_config,
         "finetune_overrides": args.set_finetune,
         "scratch_config": SCRATCH,
         "scratch_overrides": sizes,

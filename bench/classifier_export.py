@@ -18,7 +18,7 @@ Keras, the largest probability difference from Keras, and the median
 latency per sentence with its 10th-90th percentile spread.
 
 Usage: python bench/classifier_export.py --checkpoint RUN
-    [--output bench/results/classifier_export.json]
+    [--output bench/results/classifier_export.json] [--variants none int8 ...]
 """
 
 import argparse
@@ -79,6 +79,13 @@ def main():
     p.add_argument(
         "--output", default=os.path.join("bench", "results", "classifier_export.json")
     )
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=VARIANTS,
+        default=list(VARIANTS),
+        help="the TFLite variants to make (default: all five)",
+    )
     args = p.parse_args()
     task = get_task("text_classification")
     loaded = task.load(args.checkpoint)
@@ -126,7 +133,7 @@ def main():
     with open(calibration, "w", encoding="utf-8") as f:
         for text, _ in splits["train"][:200]:
             f.write((text if isinstance(text, str) else "\t".join(text)) + "\n")
-    for quantize in VARIANTS:
+    for quantize in args.variants:
         out = os.path.join(work, f"tflite_{quantize}")
         argv = ["--checkpoint", args.checkpoint, "--format", "tflite", "--out", out]
         if quantize != "none":
