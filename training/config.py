@@ -41,6 +41,13 @@ class TrainConfig:
     learning_rate: float | None = None
     final_learning_rate_fraction: float = 0.1
     schedule_steps: int | None = None
+    # What the "cosine"/"linear" decay runs on: "steps" (to schedule_steps),
+    # or "budget": warmup by steps, then decay over the share of
+    # time_budget_minutes left after warmup, so it reaches its floor when the
+    # budget ends whatever the machine's speed (no probe, no guess of steps).
+    # The budget is then the run's total: a resumed run goes on from the
+    # time already used.
+    schedule_clock: Literal["steps", "budget"] = "steps"
     # "adamw": Adam with decoupled weight decay (Loshchilov & Hutter) on
     # every weight but biases and LayerNorm scales and offsets, as BERT.
     optimizer: Literal["adam", "adamw"] = "adam"
@@ -328,6 +335,15 @@ def validate(config):
         raise ValueError(
             "train.final_evaluation_examples must be >= 1 (train.final_evaluation"
             f"=false skips it). Received: {t.final_evaluation_examples}"
+        )
+    if t.schedule_clock == "budget" and (
+        t.schedule not in ("cosine", "linear") or t.time_budget_minutes is None
+    ):
+        raise ValueError(
+            "train.schedule_clock='budget' decays a 'cosine' or 'linear' schedule "
+            "over train.time_budget_minutes; set both. Received: "
+            f"train.schedule={t.schedule!r}, "
+            f"train.time_budget_minutes={t.time_budget_minutes}"
         )
     if t.time_budget_minutes is not None:
         positive("train.time_budget_minutes", t.time_budget_minutes)

@@ -243,20 +243,57 @@ class TrainingReport(keras.callbacks.Callback):
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops `fit` after the batch during which `minutes` of wall time (since
-    this callback was made) ran out. Keras then validates the cut epoch and
+    this callback was made, plus what a resumed run used before with a
+    budget-clocked schedule) ran out. Keras then validates the cut epoch and
     runs the epoch-end callbacks, so it is saved like any other.
 
     Args:
         minutes: the budget; 0 or None means no limit.
         clock: a function returning seconds (tests pass a fake one).
+        schedule: a `WarmupCosineSchedule` with `clock="budget"`, whose
+            share of the budget used this callback keeps up to date before
+            each batch (any other schedule is left alone).
+        state: what `state()` returned in the run this one resumes: its
+            budget continues from the seconds already used, and the
+            schedule from where its decay started.
     """
 
-    def __init__(self, minutes, clock=time.perf_counter):
+    def __init__(self, minutes, clock=time.perf_counter, schedule=None, state=None):
         super().__init__()
+        self.schedule = (
+            schedule if getattr(schedule, "clock", None) == "budget" else None
+        )
         self.seconds = 60.0 * minutes if minutes else None
         self.clock = clock
-        self.started = clock()
+        state = state or {}
+        self.started = clock() - float(state.get("budget_used_seconds", 0.0))
+        if self.schedule is not None and "budget_decay_start" in state:
+            self.schedule.decay_start.assign(float(state["budget_decay_start"]))
         self.exhausted = False
+
+    def state(self):
+        """For a budget-clocked schedule, the seconds of the budget used and
+        the share at which decay started (a resumed run goes on from them);
+        empty otherwise (each invocation has the whole budget)."""
+        if self.schedule is None:
+            return {}
+        return {
+            "budget_used_seconds": self.clock() - self.started,
+            "budget_decay_start": float(
+                keras.ops.convert_to_numpy(self.schedule.decay_start)
+            ),
+        }
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # A schedule clocked by the budget (`WarmupCosineSchedule(...,
+        # clock="budget")`) reads the share used; warmup ends at its step.
+        schedule = self.schedule
+        if self.seconds is None or schedule is None:
+            return
+        used = min((self.clock() - self.started) / self.seconds, 1.0)
+        schedule.budget_used.assign(used)
+        if int(self.model.optimizer.iterations.numpy()) < schedule.warmup_steps:
+            schedule.decay_start.assign(used)
 
     def on_train_batch_end(self, batch, logs=None):
         if self.seconds is not None and self.clock() - self.started >= self.seconds:

@@ -57,7 +57,13 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(
-        self, peak, warmup_steps, total_steps, final_fraction=0.1, decay="cosine"
+        self,
+        peak,
+        warmup_steps,
+        total_steps,
+        final_fraction=0.1,
+        decay="cosine",
+        clock="steps",
     ):
         if decay not in ("cosine", "linear"):
             raise ValueError(
@@ -82,6 +88,15 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
             raise ValueError(
                 f"final_fraction must be in [0, 1]. Received: {final_fraction!r}"
             )
+        if clock not in ("steps", "budget"):
+            raise ValueError(
+                f"clock must be 'steps' or 'budget'. Received: clock={clock!r}"
+            )
+        self.clock = clock
+        # With clock="budget": the share of the time budget used so far, and
+        # that share when warmup ended; `TimeBudget` sets both.
+        self.budget_used = keras.Variable(0.0, trainable=False, name="budget_used")
+        self.decay_start = keras.Variable(0.0, trainable=False, name="decay_start")
         self.peak = float(peak)
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
@@ -91,9 +106,21 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
         warm = self.peak * step / self.warmup_steps
-        progress = ops.clip(
-            (step - self.warmup_steps) / (self.total_steps - self.warmup_steps), 0, 1
-        )
+        if self.clock == "budget":
+            # Decay over the time left after warmup, whatever the speed.
+            start = ops.convert_to_tensor(self.decay_start)
+            progress = ops.clip(
+                (ops.convert_to_tensor(self.budget_used) - start)
+                / ops.maximum(1.0 - start, 1e-6),
+                0,
+                1,
+            )
+        else:
+            progress = ops.clip(
+                (step - self.warmup_steps) / (self.total_steps - self.warmup_steps),
+                0,
+                1,
+            )
         floor = self.peak * self.final_fraction
         if self.decay == "linear":
             shape = 1.0 - progress
@@ -110,4 +137,5 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
             "total_steps": self.total_steps,
             "final_fraction": self.final_fraction,
             "decay": self.decay,
+            "clock": self.clock,
         }

@@ -60,16 +60,21 @@ def learning_rate(config, total_steps=None):
             steps,
             t.final_learning_rate_fraction,
             decay=t.schedule,
+            clock=t.schedule_clock,
         )
     hidden_dim = get_task(config.task).model_sizes(config.model)["hidden_dim"]
     return TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale)
 
 
-def compile_model(model, config, total_steps=None):
+def compile_model(model, config, total_steps=None, schedule=None):
     """Adam or AdamW with `train.schedule`; the task's loss and metrics.
     `total_steps`: the run's optimizer steps, which a cosine or linear
-    schedule decays over unless `train.schedule_steps` says otherwise."""
+    schedule decays over unless `train.schedule_steps` says otherwise.
+    `schedule`: the learning-rate schedule, when the caller keeps it (a
+    budget-clocked one, which `TimeBudget` drives)."""
     t = config.train
+    if schedule is None:
+        schedule = learning_rate(config, total_steps)
     arguments = dict(
         beta_1=t.beta_1,
         beta_2=t.beta_2,
@@ -80,16 +85,14 @@ def compile_model(model, config, total_steps=None):
     )
     if t.optimizer == "adamw":
         optimizer = keras.optimizers.AdamW(
-            learning_rate(config, total_steps),
+            schedule,
             weight_decay=t.weight_decay,
             **arguments,
         )
         # Not biases, LayerNorm scales (gamma) and offsets (beta), as BERT.
         optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     else:
-        optimizer = keras.optimizers.Adam(
-            learning_rate(config, total_steps), **arguments
-        )
+        optimizer = keras.optimizers.Adam(schedule, **arguments)
     jit = {"auto": "auto", "true": True, "false": False}[t.jit_compile]
     model.compile(
         optimizer=optimizer,
@@ -247,12 +250,14 @@ def previous_report(path):
         }
 
 
-def build_callbacks(config, state=None, *, write=True):
+def build_callbacks(config, state=None, *, write=True, schedule=None):
     """The callback list of a run of `config`, in the order they must run.
 
     Args:
         state: the restored backup state of a resumed run (None: a new run).
         write: whether this process writes files (the chief).
+        schedule: the model's learning-rate schedule (a budget-clocked one
+            is driven by the `TimeBudget`).
     """
     t = config.train
     out = t.output_dir
@@ -267,7 +272,7 @@ def build_callbacks(config, state=None, *, write=True):
         write=write,
         initial=previous_report(report_path) if state else None,
     )
-    budget = TimeBudget(t.time_budget_minutes)
+    budget = TimeBudget(t.time_budget_minutes, schedule=schedule, state=state)
     averaged = [AveragedWeights()] if t.ema_momentum else []
     callbacks = [
         budget,
@@ -275,7 +280,7 @@ def build_callbacks(config, state=None, *, write=True):
             os.path.join(out, "backup"),
             t.checkpoint_every_steps,
             write=write,
-            extra_state=lambda: {"best_val_loss": best.best},
+            extra_state=lambda: {"best_val_loss": best.best, **budget.state()},
         ),
         # After the backup (raw weights), before everything that validates or
         # saves the model (averaged weights).
@@ -340,7 +345,8 @@ def train(config, *, progress=print):
 
     steps = steps_per_epoch(config, data, layout)
     with dtype_policy(t.precision), strategy.scope():
-        model = compile_model(build_model(config, data), config, t.epochs * steps)
+        schedule = learning_rate(config, t.epochs * steps)
+        model = compile_model(build_model(config, data), config, schedule=schedule)
     backup_dir = os.path.join(out, "backup")
     state = None
     if os.path.isdir(backup_dir):
@@ -393,7 +399,7 @@ def train(config, *, progress=print):
         )
         return -(-batches // layout.batches_per_step)
 
-    run_callbacks = build_callbacks(config, state, write=chief)
+    run_callbacks = build_callbacks(config, state, write=chief, schedule=schedule)
     budget = run_callbacks.budget
     validation = eval_data("validation")
     fit_context = (
