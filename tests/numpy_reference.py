@@ -28,6 +28,11 @@ def gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
+def gelu_tanh(x):
+    # GPT-2's tanh approximation ("gelu_new").
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
 def relu(x):
     return np.maximum(x, 0.0)
 

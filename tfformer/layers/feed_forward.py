@@ -6,6 +6,20 @@ from tfformer.layers.validation import check_positive_int, check_rate
 
 
 @keras.saving.register_keras_serializable(package="tfformer")
+def gelu_approximate(x):
+    """GELU's tanh approximation, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715
+    x^3))): GPT-2's "gelu_new" (Keras's "gelu" is the exact, erf form)."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+def get_activation(identifier):
+    """`keras.activations.get`, which also knows "gelu_approximate"."""
+    if identifier == "gelu_approximate":
+        return gelu_approximate
+    return keras.activations.get(identifier)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
 class FeedForward(keras.layers.Layer):
     """Position-wise feed-forward network (paper section 3.3).
 
@@ -17,8 +31,8 @@ class FeedForward(keras.layers.Layer):
 
     Args:
         intermediate_dim: width of the hidden layer (d_ff, 2048 in the paper).
-        activation: "relu" (the paper), "gelu" (BERT, GPT-2, ViT) or any Keras
-            activation.
+        activation: "relu" (the paper), "gelu" (BERT, ViT; exact),
+            "gelu_approximate" (GPT-2's tanh form) or any Keras activation.
         dropout: dropout on the hidden activations.
         output_dim: output width; defaults to the input's.
         gated: add the gate projection (`gate`, with the activation; the
@@ -55,7 +69,7 @@ class FeedForward(keras.layers.Layer):
         check_rate("dropout", dropout)
         super().__init__(**kwargs)
         self.intermediate_dim = intermediate_dim
-        self.activation = keras.activations.get(activation)
+        self.activation = get_activation(activation)
         self.dropout = dropout
         self.output_dim = output_dim
         self.gated = gated

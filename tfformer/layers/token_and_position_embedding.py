@@ -32,6 +32,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             does; BERT and GPT-2 do not.
         tie_weights: reuse the embedding matrix for `reverse=True`.
         mask_zero: treat id 0 as padding and attach a Keras mask.
+        padding_logit: None, or the constant `reverse=True` writes as id 0's
+            logit instead of its dot product. A checkpoint converted with its
+            ids shifted by one (GPT-2, whose id 0 is a real token) keeps id 0
+            for padding with -1e4 there, so padding takes no probability.
         embeddings_initializer: initializer of the token (and output) matrix.
 
     Call arguments:
@@ -61,6 +65,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         tie_weights=True,
         mask_zero=False,
         embeddings_initializer=None,
+        padding_logit=None,
         **kwargs,
     ):
         check_positive_int("vocabulary_size", vocabulary_size)
@@ -76,8 +81,18 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "position='learned' needs sequence_length. "
                 "Received: sequence_length=None"
             )
+        if padding_logit is not None and (
+            isinstance(padding_logit, bool)
+            or not isinstance(padding_logit, int | float)
+            or not math.isfinite(padding_logit)
+        ):
+            raise ValueError(
+                "padding_logit must be None or a finite number. "
+                f"Received: padding_logit={padding_logit!r}"
+            )
         super().__init__(**kwargs)
         self.vocabulary_size = vocabulary_size
+        self.padding_logit = padding_logit
         self.embedding_dim = embedding_dim
         self.sequence_length = sequence_length
         self.position = position
@@ -129,7 +144,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 kernel = ops.transpose(self.token_embeddings)
             else:
                 kernel = self.reverse_embeddings
-            return ops.matmul(inputs, ops.cast(kernel, inputs.dtype))
+            logits = ops.matmul(inputs, ops.cast(kernel, inputs.dtype))
+            if self.padding_logit is not None:
+                is_padding = ops.arange(self.vocabulary_size) == 0
+                constant = ops.cast(self.padding_logit, logits.dtype)
+                logits = ops.where(is_padding, constant, logits)
+            return logits
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if "int" not in dtype:
             raise TypeError(
@@ -172,6 +192,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 "scale_embeddings": self.scale_embeddings,
                 "tie_weights": self.tie_weights,
                 "mask_zero": self.mask_zero,
+                "padding_logit": self.padding_logit,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from tfformer.layers.feed_forward import FeedForward
+from tfformer.layers.feed_forward import FeedForward, get_activation
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.multi_head_attention import MultiHeadAttention
 from tfformer.layers.rms_normalization import RMSNormalization
@@ -72,7 +72,7 @@ class TransformerBlock(keras.layers.Layer):
         self.num_key_value_heads = num_key_value_heads
         self.dropout = dropout
         self.attention_dropout = attention_dropout
-        self.activation = keras.activations.get(activation)
+        self.activation = get_activation(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
         self.fused_qkv = fused_qkv

@@ -32,6 +32,7 @@ def gpt_decoder(
     normalization="layer",
     gated_ffn=False,
     use_bias=True,
+    padding_logit=None,
     name="gpt_decoder",
 ):
     """Builds a causal language model as a functional `keras.Model`.
@@ -61,6 +62,9 @@ def gpt_decoder(
             for every norm including the final one.
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
         use_bias: biases in the attention and feed-forward projections.
+        padding_logit: None, or the constant logit of id 0 (padding): a
+            checkpoint converted with its ids shifted by one (GPT-2's id 0
+            is "!") writes -1e4 there (see `TokenAndPositionEmbedding`).
         name: the model's name.
 
     Returns:
@@ -81,6 +85,7 @@ def gpt_decoder(
         scale_embeddings=False,
         tie_weights=tie_embeddings,
         mask_zero=True,
+        padding_logit=padding_logit,
         name="decoder_embedding",
     )
     token_ids = keras.Input((None,), dtype="int32", name="token_ids")

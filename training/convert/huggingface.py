@@ -14,8 +14,10 @@ sentence-transformers models) into a `sentence_embedding` run, which
 `ViTForImageClassification`) into an `image_classification` run, its
 preprocessing (rescale, per-channel normalization) inside the model; and
 Llama-style decoders (`model_type` "llama": RMSNorm, SwiGLU, rotary
-positions, grouped-query attention) into a `causal_lm` run that reads and
-writes token ids (its tokenizer is not converted).
+positions, grouped-query attention) and GPT-2 (`model_type` "gpt2") into
+`causal_lm` runs that read and write token ids (their tokenizers are not
+converted; GPT-2's ids are shifted by one inside the model, so that id 0
+stays padding, and back on the way out).
 
 Nothing is written unless the whole conversion succeeds: the run is built
 in a temporary directory beside `out` and renamed into place.
@@ -23,6 +25,7 @@ in a temporary directory beside `out` and renamed into place.
 
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -963,7 +966,203 @@ def convert_llama(source, config, staging, progress):
     }
 
 
-CONVERTERS = {"bert": convert_bert, "vit": convert_vit, "llama": convert_llama}
+# -- GPT-2 ---------------------------------------------------------------------
+
+# config.json's activation_function: the tanh form ("gelu_new", GPT-2's) or
+# the exact one.
+GPT2_ACTIVATIONS = {
+    "gelu_new": "gelu_approximate",
+    "gelu_pytorch_tanh": "gelu_approximate",
+    "gelu_fast": "gelu_approximate",
+    "gelu": "gelu",
+    "relu": "relu",
+}
+# GPT-2's id 0 ("!") is a real token and tfformer's models mask id 0: the
+# converted model's ids are the checkpoint's plus one, and id 0's logit is
+# this constant (padding takes no probability).
+GPT2_ID_OFFSET = 1
+GPT2_PADDING_LOGIT = -1e4
+
+
+def gpt2_sizes(config):
+    """`gpt_decoder` keyword arguments from a GPT-2 config.json (in the
+    model's ids: one more token than the checkpoint's)."""
+    hidden = config_value(config, "n_embd", int)
+    heads = config_value(config, "n_head", int)
+    if hidden % heads:
+        raise ValueError(
+            f"config.json: n_embd ({hidden}) must be a multiple of n_head ({heads})."
+        )
+    act = config.get("activation_function", "gelu_new")
+    if act not in GPT2_ACTIVATIONS:
+        raise ValueError(
+            f"config.json: activation_function must be one of "
+            f"{sorted(GPT2_ACTIVATIONS)}. Received: {act!r}"
+        )
+    for key, supported in (
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+        ("add_cross_attention", False),
+    ):
+        if config.get(key, supported) is not supported:
+            raise ValueError(
+                f"config.json: {key} must be {str(supported).lower()} (tfformer's "
+                f"GPT-2 attention). Received: {config[key]!r}"
+            )
+    inner = config.get("n_inner")
+    if inner is None:
+        inner = 4 * hidden
+    return {
+        "vocabulary_size": config_value(config, "vocab_size", int) + GPT2_ID_OFFSET,
+        "num_layers": config_value(config, "n_layer", int),
+        "hidden_dim": hidden,
+        "num_heads": heads,
+        "intermediate_dim": config_value({"n_inner": inner}, "n_inner", int),
+        "max_sequence_length": config_value(config, "n_positions", int),
+        "activation": GPT2_ACTIVATIONS[act],
+        "layer_norm_epsilon": float(
+            config_value(config, "layer_norm_epsilon", (int, float), default=1e-5)
+        ),
+        "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+    }
+
+
+def shifted_rows(matrix):
+    """`matrix` (V, d) under a zero row: row k + 1 holds the checkpoint's id k."""
+    return np.concatenate([np.zeros_like(matrix[:1]), matrix], axis=0)
+
+
+def load_gpt2(model, weights, sizes, checkpoint):
+    """Copies a Hugging Face GPT-2's tensors into a `gpt_decoder` whose ids
+    are the checkpoint's plus one. Conv1D weights are (in, out) already."""
+    d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
+    vocab = sizes["vocabulary_size"] - GPT2_ID_OFFSET
+    embedding = model.get_layer("decoder_embedding")
+    name = "wte.weight"
+    assign(embedding.token_embeddings, shifted_rows(weights(name, (vocab, d))), name)
+    name = "wpe.weight"
+    assign(
+        embedding.position_embedding.position_embeddings,
+        weights(name, (sizes["max_sequence_length"], d)),
+        name,
+    )
+    if not sizes["tie_embeddings"]:
+        name = "lm_head.weight"
+        head = Weights(checkpoint, "")(name, (vocab, d))
+        assign(embedding.reverse_embeddings, shifted_rows(head).T, name)
+    elif "lm_head.weight" in checkpoint:
+        checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
+
+    def norm(target, name):
+        assign(target.gamma, weights(f"{name}.weight", (d,)), f"{name}.weight")
+        assign(target.beta, weights(f"{name}.bias", (d,)), f"{name}.bias")
+
+    def conv1d(dense, name, shape):
+        assign(dense.kernel, weights(f"{name}.weight", shape), f"{name}.weight")
+        assign(dense.bias, weights(f"{name}.bias", shape[1:]), f"{name}.bias")
+
+    for i in range(sizes["num_layers"]):
+        block = model.get_layer(f"decoder_block_{i}")
+        attention = block.self_attention
+        layer = f"h.{i}"
+        norm(block.self_attention_norm, f"{layer}.ln_1")
+        name = f"{layer}.attn.c_attn"
+        kernel = weights(f"{name}.weight", (d, 3 * d))
+        bias = weights(f"{name}.bias", (3 * d,))
+        for k, dense in enumerate(
+            (attention.query_dense, attention.key_dense, attention.value_dense)
+        ):
+            part = slice(k * d, (k + 1) * d)
+            assign(dense.kernel, kernel[:, part], f"{name}.weight")
+            assign(dense.bias, bias[part], f"{name}.bias")
+        conv1d(attention.output_dense, f"{layer}.attn.c_proj", (d, d))
+        norm(block.ffn_norm, f"{layer}.ln_2")
+        conv1d(block.ffn.intermediate_dense, f"{layer}.mlp.c_fc", (d, inner))
+        conv1d(block.ffn.output_dense, f"{layer}.mlp.c_proj", (inner, d))
+    norm(model.get_layer("decoder_norm"), "ln_f")
+
+
+def gpt2_special_id(config, key, vocabulary_size):
+    """config.json's `bos_token_id`/`eos_token_id` (50256 by default), in
+    the model's ids."""
+    value = config.get(key, 50256)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value < vocabulary_size - GPT2_ID_OFFSET
+    ):
+        raise ValueError(
+            f"config.json: {key} must be a token id below vocab_size "
+            f"({vocabulary_size - GPT2_ID_OFFSET}). Received: {value!r}"
+        )
+    return value + GPT2_ID_OFFSET
+
+
+def convert_gpt2(source, config, staging, progress):
+    """A GPT-2 (`GPT2LMHeadModel` or `GPT2Model`) into a `causal_lm` run that
+    reads and writes the checkpoint's token ids."""
+    import keras
+
+    from tfformer.models import gpt_decoder
+    from tfformer.rundir.text import TokenIdTokenizer
+
+    sizes = gpt2_sizes(config)
+    vocab = sizes["vocabulary_size"]
+    start = gpt2_special_id(config, "bos_token_id", vocab)
+    end = gpt2_special_id(config, "eos_token_id", vocab)
+    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=GPT2_ID_OFFSET)
+    checkpoint = Checkpoint(source)
+    weights = Weights(
+        checkpoint, find_prefix(checkpoint, "wte.weight", ("transformer.", ""))
+    )
+    keras.utils.set_random_seed(0)
+    model = gpt_decoder(
+        dropout=0.0,
+        position="learned",
+        normalize_first=True,
+        padding_logit=GPT2_PADDING_LOGIT,
+        name="gpt2",
+        **sizes,
+    )
+    load_gpt2(model, weights, sizes, checkpoint)
+    progress(
+        f"GPT-2 decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
+        f"{sizes['num_heads']} heads, {vocab - GPT2_ID_OFFSET} tokens, context "
+        f"{sizes['max_sequence_length']}; token ids in and out (the checkpoint's; "
+        f"the model's are one higher, id 0 padding), end {end - GPT2_ID_OFFSET}"
+    )
+    # Older checkpoints keep each layer's causal-mask buffers.
+    buffer = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")
+    unused = [n for n in checkpoint.unused() if not buffer.fullmatch(n)]
+    refuse_unused(source, unused)
+    run = RunDirectory(staging)
+    tokenizer.save(run.file(tokenizer_file("ids", "text")))
+    model.save(run.file("model.keras"))
+    context = sizes["max_sequence_length"]
+    run.write_manifest("causal_lm", {"text": ("ids", False)}, {"max_length": context})
+    return {
+        "task": "causal_lm",
+        "data": {
+            "tokenizer": "ids",
+            "vocabulary_size": vocab,
+            "max_length": context,
+        },
+        "model": {
+            "num_layers": sizes["num_layers"],
+            "hidden_dim": sizes["hidden_dim"],
+            "num_heads": sizes["num_heads"],
+            "intermediate_dim": sizes["intermediate_dim"],
+            "dropout": 0.0,
+        },
+    }
+
+
+CONVERTERS = {
+    "bert": convert_bert,
+    "vit": convert_vit,
+    "llama": convert_llama,
+    "gpt2": convert_gpt2,
+}
 
 
 def convert(source, out, *, progress=print):

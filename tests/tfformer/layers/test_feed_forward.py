@@ -4,16 +4,24 @@ import pytest
 from tests import numpy_reference as ref
 from tests.testing import ffn_weights, run_layer_test
 from tfformer.layers import FeedForward
+from tfformer.layers.feed_forward import gelu_approximate
 
 RNG = np.random.default_rng(5)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+NUMPY_ACTIVATIONS = {
+    "relu": ref.relu,
+    "gelu": ref.gelu,
+    "gelu_approximate": ref.gelu_tanh,
+}
+
+
+@pytest.mark.parametrize("activation", sorted(NUMPY_ACTIVATIONS))
 def test_matches_numpy_formula(activation):
     layer = FeedForward(32, activation=activation, bias_initializer="random_normal")
-    x = RNG.normal(size=(2, 5, 8)).astype("float32")
+    x = 2 * RNG.normal(size=(2, 5, 8)).astype("float32")
     out = layer(x)
-    act = ref.relu if activation == "relu" else ref.gelu
+    act = NUMPY_ACTIVATIONS[activation]
     np.testing.assert_allclose(
         out, ref.feed_forward(x, *ffn_weights(layer), act), atol=1e-5
     )
@@ -44,6 +52,19 @@ def test_layer_contract(tmp_path):
     run_layer_test(
         FeedForward,
         {"intermediate_dim": 16, "activation": "gelu", "dropout": 0.1},
+        {"inputs": RNG.normal(size=(2, 5, 8)).astype("float32")},
+        tmp_path,
+    )
+
+
+def test_gelu_approximate_is_the_tanh_form_and_survives_saving(tmp_path):
+    x = np.linspace(-4, 4, 81).astype("float32")
+    np.testing.assert_allclose(gelu_approximate(x), ref.gelu_tanh(x), atol=1e-6)
+    # It is not the exact form: they differ by up to 4.7e-4 (at |x| = 2.7).
+    assert np.abs(ref.gelu_tanh(x) - ref.gelu(x)).max() > 1e-4
+    run_layer_test(
+        FeedForward,
+        {"intermediate_dim": 16, "activation": "gelu_approximate"},
         {"inputs": RNG.normal(size=(2, 5, 8)).astype("float32")},
         tmp_path,
     )

@@ -49,6 +49,25 @@ def test_untied_reverse_has_its_own_matrix():
     np.testing.assert_allclose(layer(hidden, reverse=True)[0, 0], own.sum(0), atol=1e-5)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_padding_logit_replaces_id_zeros_column(tie):
+    layer = TokenAndPositionEmbedding(
+        12, 6, position="none", tie_weights=tie, padding_logit=-1e4
+    )
+    layer(IDS)
+    hidden = np.random.default_rng(1).normal(size=(2, 3, 6)).astype("float32")
+    matrix = keras.ops.convert_to_numpy(
+        layer.token_embeddings if tie else keras.ops.transpose(layer.reverse_embeddings)
+    )
+    want = hidden @ matrix.T
+    want[..., 0] = -1e4
+    np.testing.assert_allclose(layer(hidden, reverse=True), want, atol=1e-5)
+    # Saved and loaded with its setting (run_layer_test compares outputs).
+    assert TokenAndPositionEmbedding.from_config(layer.get_config()).padding_logit == (
+        -1e4
+    )
+
+
 def test_mask_zero_attaches_the_padding_mask():
     layer = TokenAndPositionEmbedding(12, 6, mask_zero=True)
     mask = keras_mask(layer(IDS))
@@ -73,6 +92,9 @@ def test_bad_arguments():
         TokenAndPositionEmbedding(10, 4, position="learned")
     with pytest.raises(ValueError, match="vocabulary_size must be a positive int"):
         TokenAndPositionEmbedding(0, 4)
+    for bad in (float("-inf"), "low", True):
+        with pytest.raises(ValueError, match="padding_logit must be None or a finite"):
+            TokenAndPositionEmbedding(10, 4, padding_logit=bad)
     layer = TokenAndPositionEmbedding(10, 4)
     with pytest.raises(TypeError, match="expects integer token ids"):
         layer(np.zeros((1, 3), "float32"))

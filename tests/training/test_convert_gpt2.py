@@ -1,0 +1,239 @@
+"""`tfformer-convert` on small random GPT-2 checkpoints in the Hugging Face
+layout (`GPT2LMHeadModel`'s and `GPT2Model`'s tensor names and shapes,
+Conv1D weights stored (in, out)), checked against keras-hub's `GPT2Backbone`
+reading the same directory. GPT-2's id 0 is a real token ("!"): the
+converted model shifts every id by one so that id 0 stays padding, which
+these tests feed on purpose."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tfformer.rundir.text import TokenIdTokenizer
+from tfformer.training.commands import predict as predict_cli
+from tfformer.training.convert import convert
+from tfformer.training.tasks import get_task
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+SIZES = {"vocab": 40, "hidden": 16, "heads": 4, "layers": 2, "positions": 24}
+
+
+def gpt2_tensors(rng, *, prefix="transformer.", tie=True, buffers=False):
+    s = SIZES
+    d, v = s["hidden"], s["vocab"]
+
+    def normal(*shape, scale=0.3):
+        return (scale * rng.normal(size=shape)).astype("float32")
+
+    t = {
+        f"{prefix}wte.weight": normal(v, d),
+        f"{prefix}wpe.weight": normal(s["positions"], d),
+        f"{prefix}ln_f.weight": 1 + normal(d, scale=0.1),
+        f"{prefix}ln_f.bias": normal(d, scale=0.1),
+    }
+    for i in range(s["layers"]):
+        layer = f"{prefix}h.{i}"
+        for norm in ("ln_1", "ln_2"):
+            t[f"{layer}.{norm}.weight"] = 1 + normal(d, scale=0.1)
+            t[f"{layer}.{norm}.bias"] = normal(d, scale=0.1)
+        for name, shape in (
+            ("attn.c_attn", (d, 3 * d)),
+            ("attn.c_proj", (d, d)),
+            ("mlp.c_fc", (d, 4 * d)),
+            ("mlp.c_proj", (4 * d, d)),
+        ):
+            t[f"{layer}.{name}.weight"] = normal(*shape)
+            t[f"{layer}.{name}.bias"] = normal(shape[1], scale=0.1)
+        if buffers:  # what older checkpoints keep
+            n = s["positions"]
+            t[f"{layer}.attn.bias"] = np.tril(np.ones((1, 1, n, n), "float32"))
+            t[f"{layer}.attn.masked_bias"] = np.array(-1e4, "float32")
+    if not tie:
+        t["lm_head.weight"] = normal(v, d)
+    return t
+
+
+def write_checkpoint(path, rng, *, tensors=None, config=None, **kwargs):
+    """A GPT-2 checkpoint as `save_pretrained` writes it (its tokenizer
+    files are not read)."""
+    os.makedirs(path, exist_ok=True)
+    s = SIZES
+    cfg = {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": s["vocab"],
+        "n_embd": s["hidden"],
+        "n_head": s["heads"],
+        "n_layer": s["layers"],
+        "n_positions": s["positions"],
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": 0.1,
+        "scale_attn_weights": True,
+        "bos_token_id": s["vocab"] - 1,
+        "eos_token_id": s["vocab"] - 1,
+        **(config or {}),
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    safetensors_numpy.save_file(
+        tensors if tensors is not None else gpt2_tensors(rng, **kwargs),
+        os.path.join(path, "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    return path
+
+
+def quiet(*_):
+    pass
+
+
+def ragged_batch(rng):
+    """Three sequences of 7, 5 and 3 of the checkpoint's ids, id 0 ("!")
+    among them, and their padding mask."""
+    ids = rng.integers(0, SIZES["vocab"], (3, 7)).astype("int32")
+    ids[:, 1] = 0
+    mask = np.arange(7)[None] < np.array([[7], [5], [3]])
+    return ids, mask
+
+
+def keras_hub_logits(keras_hub, source, ids, mask, lm_head=None):
+    reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
+    hidden = reference({"token_ids": ids, "padding_mask": mask})
+    if lm_head is not None:  # keras-hub's GPT-2 always ties
+        return np.asarray(hidden) @ lm_head.T
+    return np.asarray(reference.token_embedding(hidden, reverse=True))
+
+
+@pytest.mark.parametrize(
+    "prefix, tie, buffers",
+    [("transformer.", True, True), ("", True, False), ("transformer.", False, False)],
+    ids=["lm_head_model", "gpt2_model", "untied"],
+)
+def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, prefix, tie, buffers):
+    keras_hub = pytest.importorskip("keras_hub")
+    rng = np.random.default_rng(0)
+    tensors = gpt2_tensors(rng, prefix=prefix, tie=tie, buffers=buffers)
+    source = write_checkpoint(
+        tmp_path / "hf", rng, tensors=tensors, config={"tie_word_embeddings": tie}
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    model = get_task("causal_lm").load(run).model
+    ids, mask = ragged_batch(rng)
+    expected = keras_hub_logits(
+        keras_hub, source, ids, mask, None if tie else tensors["lm_head.weight"]
+    )
+    # The model's ids are the checkpoint's plus one; 0 is padding.
+    ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
+    assert ours.shape == (3, 7, SIZES["vocab"] + 1)
+    np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-5)
+    np.testing.assert_array_equal(ours[..., 0], -1e4)
+
+
+def test_the_run_keeps_the_checkpoints_settings(tmp_path):
+    source = write_checkpoint(
+        tmp_path / "hf",
+        np.random.default_rng(1),
+        config={"layer_norm_epsilon": 1e-6, "activation_function": "gelu"},
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    loaded = get_task("causal_lm").load(run)
+    assert loaded.model.get_layer("decoder_norm").epsilon == 1e-6
+    block = loaded.model.get_layer("decoder_block_0")
+    assert block.ffn.activation.__name__ == "gelu"  # exact, as configured
+    tokenizer = loaded.tokenizers["text"]
+    last = SIZES["vocab"] - 1
+    assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (
+        last + 1,
+        last + 1,
+        0,
+    )
+    assert loaded.directory.setting("max_length") == SIZES["positions"]
+
+
+def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
+    """`tfformer-predict` (KV-cached greedy decoding) continues a prompt of
+    the checkpoint's ids, "!" (id 0) included, with the tokens a full
+    keras-hub forward pass picks one at a time."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
+    end = SIZES["vocab"] - 1
+    ids = [3, 5, 0, 12]
+    for _ in range(6):
+        x = np.array([ids], "int32")
+        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
+        ids.append(int(logits.argmax()))
+        if ids[-1] == end:  # the end id stops tfformer's decoding
+            break
+    prompt = " ".join(str(i) for i in ids[:4])
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    expected = " ".join(str(i) for i in ids if i != end)
+    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+
+
+def test_token_id_tokenizer_with_an_offset():
+    tokenizer = TokenIdTokenizer(51, start_id=50, end_id=50, id_offset=1)
+    ids = tokenizer.tokenize(["49 0  4", ""])
+    assert ids.to_list() == [[50, 1, 5], []]
+    assert tokenizer.detokenize([[50, 1, 5, 0, 0]]).numpy().tolist() == [b"49 0 4"]
+    with pytest.raises(ValueError, match=r"reads token ids: .* below 50"):
+        tokenizer.tokenize(["50"])
+    with pytest.raises(ValueError, match=r"id_offset must be an int in \[0, 51\)"):
+        TokenIdTokenizer(51, start_id=1, end_id=2, id_offset=-1)
+
+
+# -- bad input -----------------------------------------------------------------
+
+
+def nothing_written(tmp_path):
+    return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"drop": "transformer.h.1.mlp.c_fc.bias"}, "no tensor 'transformer.h.1.mlp"),
+        (
+            {"config": {"tie_word_embeddings": False}},
+            "no tensor 'lm_head.weight'",
+        ),
+        (
+            {"config": {"n_inner": 32}},
+            r"'transformer.h.0.mlp.c_fc.weight' has shape \[16, 64\]; "
+            r"the config implies \[16, 32\]",
+        ),
+        ({"config": {"n_head": 3}}, r"n_embd \(16\) must be a multiple of n_head"),
+        (
+            {"config": {"activation_function": "swish"}},
+            "activation_function must be one of",
+        ),
+        (
+            {"config": {"scale_attn_by_inverse_layer_idx": True}},
+            "scale_attn_by_inverse_layer_idx must be false",
+        ),
+        ({"config": {"add_cross_attention": True}}, "add_cross_attention must be"),
+        ({"config": {"eos_token_id": 40}}, r"eos_token_id must be a token id below"),
+        ({"extra": "transformer.h.0.attn.q_attn.weight"}, "does not use .*q_attn"),
+    ],
+)
+def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
+    rng = np.random.default_rng(4)
+    tensors = gpt2_tensors(rng)
+    if "drop" in change:
+        del tensors[change["drop"]]
+    if "extra" in change:
+        tensors[change["extra"]] = np.ones((4,), "float32")
+    source = write_checkpoint(
+        tmp_path / "hf", rng, tensors=tensors, config=change.get("config")
+    )
+    with pytest.raises(ValueError, match=message):
+        convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert nothing_written(tmp_path)
