@@ -157,14 +157,14 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
 
 def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     """`tfformer-predict` (KV-cached greedy decoding) continues a prompt of
-    the checkpoint's ids, "!" (id 0) included, with the tokens a full
-    keras-hub forward pass picks one at a time."""
+    the checkpoint's ids, "!" (id 0) and the end id included, with the
+    tokens a full keras-hub forward pass picks one at a time."""
     keras_hub = pytest.importorskip("keras_hub")
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
     end = SIZES["vocab"] - 1
-    ids = [3, 5, 0, 12]
+    ids = [end, 5, 0, 12]  # GPT-2's prompts often start with <|endoftext|>
     for _ in range(6):
         x = np.array([ids], "int32")
         hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
@@ -175,7 +175,8 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     prompt = " ".join(str(i) for i in ids[:4])
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
     assert code == 0
-    expected = " ".join(str(i) for i in ids if i != end)
+    # The prompt's end id stays; generation stops at the next one.
+    expected = " ".join(str(i) for i in ids[:4] + [i for i in ids[4:] if i != end])
     assert capsys.readouterr().out.split("\n")[0].strip() == expected
 
 

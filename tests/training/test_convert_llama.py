@@ -91,11 +91,13 @@ def quiet(*_):
 
 
 def ragged_batch(rng):
-    """Three sequences of 7, 5 and 3 ids (>= 3: id 0 is tfformer's padding),
-    padded with 0; and their padding mask."""
-    ids = rng.integers(3, SIZES["vocab"], (3, 7)).astype("int32")
+    """Three sequences of 7, 5 and 3 of the checkpoint's ids, id 0 among
+    them (a real token: the model's ids are one higher), and their padding
+    mask."""
+    ids = rng.integers(0, SIZES["vocab"], (3, 7)).astype("int32")
+    ids[:, 1] = 0
     mask = np.arange(7)[None] < np.array([[7], [5], [3]])
-    return np.where(mask, ids, 0), mask
+    return ids, mask
 
 
 @pytest.mark.parametrize("tie", [False, True], ids=["lm_head", "tied"])
@@ -109,8 +111,9 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
     ids, mask = ragged_batch(rng)
     hidden = reference({"token_ids": ids, "padding_mask": mask})
     expected = np.asarray(reference.token_embedding(hidden, reverse=True))
-    ours = np.asarray(model({"token_ids": ids}))
-    np.testing.assert_allclose(ours[mask], expected[mask], atol=1e-5)
+    ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
+    np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-5)
+    np.testing.assert_array_equal(ours[..., 0], -1e4)  # padding
     # Grouped-query attention: 2 key/value heads for 4 query heads.
     attention = model.get_layer("decoder_block_0").self_attention
     assert tuple(attention.key_dense.kernel.shape) == (16, 8)
@@ -133,7 +136,8 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     block = loaded.model.get_layer("decoder_block_1")
     assert block.rotary_max_wavelength == 500.0 and block.normalization == "rms"
     tokenizer = loaded.tokenizers["text"]
-    assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (1, 2, 0)
+    # The model's ids: the checkpoint's plus one.
+    assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (2, 3, 0)
     assert any("eos_token_id lists [2, 7]" in line for line in said)
     assert loaded.directory.setting("max_length") == 32
 
@@ -145,7 +149,7 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
-    ids = [1, 5, 9, 12]
+    ids = [1, 5, 0, 12]  # id 0 is a real token of the checkpoint
     for _ in range(6):
         x = np.array([ids], "int32")
         hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
@@ -153,10 +157,25 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
         ids.append(int(logits.argmax()))
         if ids[-1] == 2:  # the end id stops tfformer's decoding
             break
-    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 9 12"])
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
     assert code == 0
     expected = " ".join(str(i) for i in ids if i != 2)
     assert capsys.readouterr().out.split("\n")[0].strip() == expected
+
+
+def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
+    """SmolLM's bos and eos are id 0: the run keeps them (as model id 1)
+    and generation stops there."""
+    source = write_checkpoint(
+        tmp_path / "hf",
+        np.random.default_rng(5),
+        config={"bos_token_id": 0, "eos_token_id": 0},
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    tokenizer = get_task("causal_lm").load(run).tokenizers["text"]
+    assert (tokenizer.start_id, tokenizer.end_id, tokenizer.id_offset) == (1, 1, 1)
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "3", "0 5"]) == 0
+    assert capsys.readouterr().out.split()[:2] == ["0", "5"]
 
 
 def test_token_id_tokenizer():
@@ -242,12 +261,8 @@ def nothing_written(tmp_path):
             r"multiple of num_key_value_heads \(3\)",
         ),
         (
-            {"config": {"eos_token_id": 99}},
-            r"eos_token_id must be in \[1, vocab_size\)",
-        ),
-        (
-            {"config": {"bos_token_id": 0}},
-            "bos_token_id must be in .*id 0 is tfformer's",
+            {"config": {"eos_token_id": 40}},
+            r"eos_token_id must be a token id below vocab_size \(40\)",
         ),
         (
             {"extra": "model.layers.0.self_attn.q_norm.weight"},

@@ -16,8 +16,8 @@ preprocessing (rescale, per-channel normalization) inside the model; and
 Llama-style decoders (`model_type` "llama": RMSNorm, SwiGLU, rotary
 positions, grouped-query attention) and GPT-2 (`model_type` "gpt2") into
 `causal_lm` runs that read and write token ids (their tokenizers are not
-converted; GPT-2's ids are shifted by one inside the model, so that id 0
-stays padding, and back on the way out).
+converted; the ids are shifted by one inside the model, so that id 0 stays
+padding, and back on the way out).
 
 Nothing is written unless the whole conversion succeeds: the run is built
 in a temporary directory beside `out` and renamed into place.
@@ -777,6 +777,41 @@ def convert_vit(source, config, staging, progress):
     }
 
 
+# -- decoders: ids shifted by one -----------------------------------------------
+
+# A decoder checkpoint's id 0 is a real token (GPT-2's and Llama 3's "!",
+# Llama 2's "<unk>"; SmolLM's "<|endoftext|>") and tfformer's models mask
+# id 0: the converted model's ids are the checkpoint's plus one, and id 0's
+# logit is this constant (padding takes no probability). The run's token-id
+# tokenizer adds and removes the one.
+ID_OFFSET = 1
+PADDING_LOGIT = -1e4
+
+
+def shifted_rows(matrix):
+    """`matrix` (V, d) under a zero row: row k + 1 holds the checkpoint's id k."""
+    return np.concatenate([np.zeros_like(matrix[:1]), matrix], axis=0)
+
+
+def decoder_special_id(config, key, default, vocabulary_size, progress):
+    """config.json's `bos_token_id` or `eos_token_id` (a list, as Llama 3's
+    eos: its first, said), in the model's ids."""
+    value = config.get(key, default)
+    if isinstance(value, list) and value:
+        progress(f"{key} lists {value}: generation stops at the first, {value[0]}.")
+        value = value[0]
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value < vocabulary_size
+    ):
+        raise ValueError(
+            f"config.json: {key} must be a token id below vocab_size "
+            f"({vocabulary_size}). Received: {value!r}"
+        )
+    return value + ID_OFFSET
+
+
 # -- Llama ---------------------------------------------------------------------
 
 
@@ -822,7 +857,7 @@ def llama_sizes(config):
             f"config.json: rope_theta must be positive. Received: {theta!r}"
         )
     return {
-        "vocabulary_size": config_value(config, "vocab_size", int),
+        "vocabulary_size": config_value(config, "vocab_size", int) + ID_OFFSET,
         "num_layers": config_value(config, "num_hidden_layers", int),
         "hidden_dim": hidden,
         "num_heads": heads,
@@ -837,39 +872,17 @@ def llama_sizes(config):
     }
 
 
-def llama_special_id(config, key, default, vocabulary_size, progress):
-    """`bos_token_id` or `eos_token_id` of config.json (a list, as Llama 3's
-    eos: its first, said)."""
-    value = config.get(key, default)
-    if isinstance(value, list) and value:
-        progress(f"{key} lists {value}: generation stops at the first, {value[0]}.")
-        value = value[0]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"config.json: {key} must be a token id. Received: {value!r}")
-    if not 0 < value < vocabulary_size:
-        # Id 0 is tfformer's padding: never generated, masked in prompts.
-        raise ValueError(
-            f"config.json: {key} must be in [1, vocab_size) ({vocabulary_size}; "
-            f"id 0 is tfformer's padding). Received: {value!r}"
-        )
-    return value
-
-
 def load_llama(model, weights, sizes, checkpoint):
     """Copies a Hugging Face Llama's tensors into a `gpt_decoder`."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
     kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
-    vocab = sizes["vocabulary_size"]
+    vocab = sizes["vocabulary_size"] - ID_OFFSET
     embedding = model.get_layer("decoder_embedding")
     name = "embed_tokens.weight"
-    assign(embedding.token_embeddings, weights(name, (vocab, d)), name)
+    assign(embedding.token_embeddings, shifted_rows(weights(name, (vocab, d))), name)
     if not sizes["tie_embeddings"]:
-        head = Weights(checkpoint, "")
-        assign(
-            embedding.reverse_embeddings,
-            head("lm_head.weight", (vocab, d)).T,
-            "lm_head.weight",
-        )
+        head = Weights(checkpoint, "")("lm_head.weight", (vocab, d))
+        assign(embedding.reverse_embeddings, shifted_rows(head).T, "lm_head.weight")
     elif "lm_head.weight" in checkpoint:
         checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
     for i in range(sizes["num_layers"]):
@@ -916,9 +929,9 @@ def convert_llama(source, config, staging, progress):
 
     sizes = llama_sizes(config)
     vocab = sizes["vocabulary_size"]
-    start = llama_special_id(config, "bos_token_id", 1, vocab, progress)
-    end = llama_special_id(config, "eos_token_id", 2, vocab, progress)
-    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0)
+    start = decoder_special_id(config, "bos_token_id", 1, vocab - ID_OFFSET, progress)
+    end = decoder_special_id(config, "eos_token_id", 2, vocab - ID_OFFSET, progress)
+    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=ID_OFFSET)
     checkpoint = Checkpoint(source)
     weights = Weights(
         checkpoint, find_prefix(checkpoint, "embed_tokens.weight", ("model.", ""))
@@ -932,6 +945,7 @@ def convert_llama(source, config, staging, progress):
         normalization="rms",
         gated_ffn=True,
         use_bias=False,
+        padding_logit=PADDING_LOGIT,
         name="llama",
         **sizes,
     )
@@ -939,8 +953,9 @@ def convert_llama(source, config, staging, progress):
     progress(
         f"Llama decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
         f"{sizes['num_heads']} heads ({sizes['num_key_value_heads']} key/value), "
-        f"{vocab} tokens, context {sizes['max_sequence_length']}; token ids in "
-        f"and out (start {start}, end {end})"
+        f"{vocab - ID_OFFSET} tokens, context {sizes['max_sequence_length']}; "
+        f"token ids in and out (the checkpoint's; the model's are one higher, id "
+        f"0 padding), start {start - ID_OFFSET}, end {end - ID_OFFSET}"
     )
     unused = [n for n in checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
@@ -977,11 +992,6 @@ GPT2_ACTIVATIONS = {
     "gelu": "gelu",
     "relu": "relu",
 }
-# GPT-2's id 0 ("!") is a real token and tfformer's models mask id 0: the
-# converted model's ids are the checkpoint's plus one, and id 0's logit is
-# this constant (padding takes no probability).
-GPT2_ID_OFFSET = 1
-GPT2_PADDING_LOGIT = -1e4
 
 
 def gpt2_sizes(config):
@@ -1013,7 +1023,7 @@ def gpt2_sizes(config):
     if inner is None:
         inner = 4 * hidden
     return {
-        "vocabulary_size": config_value(config, "vocab_size", int) + GPT2_ID_OFFSET,
+        "vocabulary_size": config_value(config, "vocab_size", int) + ID_OFFSET,
         "num_layers": config_value(config, "n_layer", int),
         "hidden_dim": hidden,
         "num_heads": heads,
@@ -1027,16 +1037,11 @@ def gpt2_sizes(config):
     }
 
 
-def shifted_rows(matrix):
-    """`matrix` (V, d) under a zero row: row k + 1 holds the checkpoint's id k."""
-    return np.concatenate([np.zeros_like(matrix[:1]), matrix], axis=0)
-
-
 def load_gpt2(model, weights, sizes, checkpoint):
     """Copies a Hugging Face GPT-2's tensors into a `gpt_decoder` whose ids
     are the checkpoint's plus one. Conv1D weights are (in, out) already."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
-    vocab = sizes["vocabulary_size"] - GPT2_ID_OFFSET
+    vocab = sizes["vocabulary_size"] - ID_OFFSET
     embedding = model.get_layer("decoder_embedding")
     name = "wte.weight"
     assign(embedding.token_embeddings, shifted_rows(weights(name, (vocab, d))), name)
@@ -1082,22 +1087,6 @@ def load_gpt2(model, weights, sizes, checkpoint):
     norm(model.get_layer("decoder_norm"), "ln_f")
 
 
-def gpt2_special_id(config, key, vocabulary_size):
-    """config.json's `bos_token_id`/`eos_token_id` (50256 by default), in
-    the model's ids."""
-    value = config.get(key, 50256)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 0 <= value < vocabulary_size - GPT2_ID_OFFSET
-    ):
-        raise ValueError(
-            f"config.json: {key} must be a token id below vocab_size "
-            f"({vocabulary_size - GPT2_ID_OFFSET}). Received: {value!r}"
-        )
-    return value + GPT2_ID_OFFSET
-
-
 def convert_gpt2(source, config, staging, progress):
     """A GPT-2 (`GPT2LMHeadModel` or `GPT2Model`) into a `causal_lm` run that
     reads and writes the checkpoint's token ids."""
@@ -1108,9 +1097,11 @@ def convert_gpt2(source, config, staging, progress):
 
     sizes = gpt2_sizes(config)
     vocab = sizes["vocabulary_size"]
-    start = gpt2_special_id(config, "bos_token_id", vocab)
-    end = gpt2_special_id(config, "eos_token_id", vocab)
-    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=GPT2_ID_OFFSET)
+    start = decoder_special_id(
+        config, "bos_token_id", 50256, vocab - ID_OFFSET, progress
+    )
+    end = decoder_special_id(config, "eos_token_id", 50256, vocab - ID_OFFSET, progress)
+    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=ID_OFFSET)
     checkpoint = Checkpoint(source)
     weights = Weights(
         checkpoint, find_prefix(checkpoint, "wte.weight", ("transformer.", ""))
@@ -1120,16 +1111,16 @@ def convert_gpt2(source, config, staging, progress):
         dropout=0.0,
         position="learned",
         normalize_first=True,
-        padding_logit=GPT2_PADDING_LOGIT,
+        padding_logit=PADDING_LOGIT,
         name="gpt2",
         **sizes,
     )
     load_gpt2(model, weights, sizes, checkpoint)
     progress(
         f"GPT-2 decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
-        f"{sizes['num_heads']} heads, {vocab - GPT2_ID_OFFSET} tokens, context "
+        f"{sizes['num_heads']} heads, {vocab - ID_OFFSET} tokens, context "
         f"{sizes['max_sequence_length']}; token ids in and out (the checkpoint's; "
-        f"the model's are one higher, id 0 padding), end {end - GPT2_ID_OFFSET}"
+        f"the model's are one higher, id 0 padding), end {end - ID_OFFSET}"
     )
     # Older checkpoints keep each layer's causal-mask buffers.
     buffer = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")

@@ -162,7 +162,7 @@ class CausalLMTask(Task):
                 ids = ids[-keep:]
             ids = ids or [tokenizer.start_id]
             if args.max_new_tokens == 0:
-                yield detokenize(tokenizer, ids)
+                yield detokenize(tokenizer, ids, len(ids))
                 continue
             generator = Generator(
                 run.model,
@@ -181,7 +181,7 @@ class CausalLMTask(Task):
             prompt_ids = np.array([ids], "int32")
             if args.search == "beam":
                 out = generator(prompt_ids)["token_ids"]
-                yield detokenize(tokenizer, np.asarray(out)[0])
+                yield detokenize(tokenizer, np.asarray(out)[0], len(ids))
                 continue
             yield from stream_text(tokenizer, ids, generator.stream(prompt_ids))
 
@@ -244,12 +244,14 @@ def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
     }
 
 
-def detokenize(tokenizer, ids):
-    """The text of `ids` (padding and everything after the end token left
-    out; the tokenizers drop their reserved tokens)."""
+def detokenize(tokenizer, ids, prompt_length=0):
+    """The text of `ids` (padding and everything from the first end token
+    after the prompt's `prompt_length` left out; the tokenizers drop their
+    reserved tokens, the token-id tokenizer keeps an end id in the prompt:
+    GPT-2's prompts often start with it)."""
     ids = [int(i) for i in ids]
-    if tokenizer.end_id in ids:
-        ids = ids[: ids.index(tokenizer.end_id)]
+    if tokenizer.end_id in ids[prompt_length:]:
+        ids = ids[: ids.index(tokenizer.end_id, prompt_length)]
     ids = [i for i in ids if i != tokenizer.pad_id]
     if not ids:
         return ""
@@ -273,15 +275,18 @@ def stream_text(tokenizer, prompt_ids, steps):
 
     hold = 0 if isinstance(tokenizer, ByteTokenizer) else 2
     ids = list(prompt_ids)
+    prompt = len(ids)
     shown = ""
 
     def news(final=False):
         nonlocal shown
-        text = detokenize(tokenizer, ids)
+        text = detokenize(tokenizer, ids, prompt)
         if final:
             settled = text
         else:
-            settled = detokenize(tokenizer, ids[: len(ids) - hold]).rstrip("\ufffd")
+            settled = detokenize(
+                tokenizer, ids[: len(ids) - hold], min(prompt, len(ids) - hold)
+            ).rstrip("\ufffd")
         if not (text.startswith(settled) and settled.startswith(shown)):
             return None
         if len(settled) == len(shown):
@@ -304,9 +309,9 @@ def stream_text(tokenizer, prompt_ids, steps):
     piece = news(final=True)
     if piece:
         yield piece
-    elif not detokenize(tokenizer, ids).startswith(shown):
+    elif not detokenize(tokenizer, ids, prompt).startswith(shown):
         # Cannot happen with the held-back tokens; kept as a guard.
-        yield Piece("\n" + detokenize(tokenizer, ids))
+        yield Piece("\n" + detokenize(tokenizer, ids, prompt))
     yield ""
 
 
