@@ -235,3 +235,35 @@ def run_python(script):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done
+
+
+END_OF_TEXT = "<|endoftext|>"
+BPE_WORDS = [
+    *"the cat sat on mat don't we'll I'm they're 2024 3.14 naïve café Straße "
+    "日本語 😀 e-mail hello world !! ... ünïcödé ab aaaa".split(),
+    "   ",
+    "\n",
+    "\t",
+]
+
+
+def train_byte_level_bpe(vocab_size=400, add_prefix_space=False):
+    """A GPT-2-style byte-level BPE (`<|endoftext|>` its first token)
+    trained by Hugging Face's tokenizers on sentences of `BPE_WORDS`."""
+    import random
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    rng = random.Random(0)
+    corpus = [" ".join(rng.choice(BPE_WORDS) for _ in range(12)) for _ in range(400)]
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    hf.train_from_iterator(corpus, trainer)
+    return hf

@@ -32,6 +32,11 @@ def refuse_token_ids(spec):
             "its own tokenizer): exports with a text tokenizer are not made for "
             "such runs yet."
         )
+    if spec.kind == "bpe":
+        raise ValueError(
+            f"{spec.path} is a converted GPT-2's byte-level BPE tokenizer: "
+            "exports of converted decoders are not made yet."
+        )
 
 
 def make_tokenizer(spec, character_classes=None):

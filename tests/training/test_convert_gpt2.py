@@ -11,6 +11,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.testing import END_OF_TEXT, train_byte_level_bpe
 from tfformer.rundir.text import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
@@ -21,9 +22,9 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 SIZES = {"vocab": 40, "hidden": 16, "heads": 4, "layers": 2, "positions": 24}
 
 
-def gpt2_tensors(rng, *, prefix="transformer.", tie=True, buffers=False):
+def gpt2_tensors(rng, *, prefix="transformer.", tie=True, buffers=False, vocab=None):
     s = SIZES
-    d, v = s["hidden"], s["vocab"]
+    d, v = s["hidden"], vocab or s["vocab"]
 
     def normal(*shape, scale=0.3):
         return (scale * rng.normal(size=shape)).astype("float32")
@@ -189,6 +190,121 @@ def test_token_id_tokenizer_with_an_offset():
         tokenizer.tokenize(["50"])
     with pytest.raises(ValueError, match=r"id_offset must be an int in \[0, 51\)"):
         TokenIdTokenizer(51, start_id=1, end_id=2, id_offset=-1)
+
+
+# -- with the checkpoint's tokenizer ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    pytest.importorskip("tokenizers")
+    return train_byte_level_bpe(vocab_size=300)
+
+
+def with_tokenizer(path, bpe, files="tokenizer.json", config=None):
+    """A GPT-2 checkpoint sized for `bpe` (whose `<|endoftext|>` is id 0,
+    GPT-2's bos and eos) with its tokenizer files."""
+    n = bpe.get_vocab_size()
+    source = write_checkpoint(
+        path,
+        np.random.default_rng(6),
+        vocab=n,
+        config={
+            "vocab_size": n,
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+            **(config or {}),
+        },
+    )
+    if files == "tokenizer.json":
+        bpe.save(str(source / "tokenizer.json"))
+    else:  # GPT-2's older files
+        bpe.model.save(str(source))
+    return source
+
+
+@pytest.mark.parametrize("files", ["tokenizer.json", "vocab.json"])
+def test_the_tokenizer_is_converted_into_graph_ops(tmp_path, bpe, files):
+    source = with_tokenizer(tmp_path / "hf", bpe, files)
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    loaded = get_task("causal_lm").load(run)
+    assert loaded.directory.tokenizer("text").kind == "bpe"
+    assert any(f"byte-level BPE from {files}" in line for line in said)
+    tokenizer = loaded.tokenizers["text"]
+    texts = ["the cat don't  stop", f"{END_OF_TEXT}naïve 日本語 😀\n", ""]
+    got = [[i - 1 for i in row] for row in tokenizer.tokenize(texts).to_list()]
+    assert got == [bpe.encode(t).ids for t in texts]
+    assert (tokenizer.start_id, tokenizer.end_id) == (1, 1)
+
+
+def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsys):
+    """`tfformer-predict` with a text prompt: the checkpoint's tokenizer's
+    ids, keras-hub's greedy argmax token by token, the tokenizer's text."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
+    prompt = "the cat sat on"
+    ids = bpe.encode(prompt).ids
+    for _ in range(6):
+        x = np.array([ids], "int32")
+        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
+        ids.append(int(logits.argmax()))
+        if ids[-1] == 0:  # <|endoftext|> stops tfformer's decoding
+            ids.pop()
+            break
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    assert capsys.readouterr().out == bpe.decode(ids) + "\n"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"normalizer": {"type": "NFC"}}, "normalizer must be None"),
+        ({"model.ignore_merges": True}, "model.ignore_merges must be False"),
+        ({"model.dropout": 0.1}, "model.dropout must be None"),
+        ({"pre_tokenizer": {"type": "Whitespace"}}, "pre_tokenizer.type must be"),
+        ({"post_processor": {"type": "TemplateProcessing"}}, "post_processor.type"),
+        ({"config": {"vocab_size": 200}}, "300 tokens, more than config.json's"),
+    ],
+)
+def test_bad_tokenizer_files_are_refused(tmp_path, bpe, change, message):
+    source = with_tokenizer(tmp_path / "hf", bpe, config=change.get("config"))
+    path = source / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    for key, value in change.items():
+        if key == "config":
+            continue
+        node, *rest = key.split(".")
+        if rest:
+            spec[node][rest[0]] = value
+        else:
+            spec[node] = value
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=message):
+        convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert nothing_written(tmp_path)
+
+
+def test_vocab_json_without_merges_and_exports_are_refused(tmp_path, bpe, capsys):
+    from tfformer.export.cli import main as export_main
+
+    source = with_tokenizer(tmp_path / "hf", bpe, files="vocab.json")
+    (source / "merges.txt").unlink()
+    with pytest.raises(ValueError, match=r"has vocab\.json but no merges\.txt"):
+        convert(str(source), str(tmp_path / "run"), progress=quiet)
+    source = with_tokenizer(tmp_path / "hf2", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    out = tmp_path / "serving"
+    assert (
+        export_main(["--checkpoint", run, "--format", "saved_model", "--out", str(out)])
+        == 2
+    )
+    assert "byte-level BPE tokenizer: exports of converted" in capsys.readouterr().err
+    assert not out.exists()
 
 
 # -- bad input -----------------------------------------------------------------

@@ -26,7 +26,7 @@ MANIFEST = "run.json"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 CHECKPOINTS = ("model.keras", "best.keras")
-TOKENIZER_KINDS = ("wordpiece", "byte", "ids")
+TOKENIZER_KINDS = ("wordpiece", "byte", "ids", "bpe")
 
 
 def tokenizer_file(kind, role):

@@ -1087,6 +1087,137 @@ def load_gpt2(model, weights, sizes, checkpoint):
     norm(model.get_layer("decoder_norm"), "ln_f")
 
 
+def _bpe_vocabulary(vocab, where):
+    """Tokens in id order from a {token: id} map, the ids 0..n-1."""
+    if not isinstance(vocab, dict) or not vocab:
+        raise ValueError(f"{where}: the vocabulary must be a {{token: id}} object.")
+    tokens = [None] * len(vocab)
+    for token, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(vocab):
+            raise ValueError(
+                f"{where}: ids must be 0..{len(vocab) - 1}. Received: {token!r}: {i!r}"
+            )
+        tokens[i] = token
+    if None in tokens:
+        raise ValueError(f"{where}: ids repeat; id {tokens.index(None)} is missing.")
+    return tokens
+
+
+def _bpe_merges(merges, where):
+    pairs = []
+    for rank, merge in enumerate(merges):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"{where}: merge {rank} is not a pair: {merge!r}")
+        pairs.append(tuple(pair))
+    return pairs
+
+
+def _expect(value, expected, where):
+    if value != expected:
+        raise ValueError(
+            f"{where} must be {expected!r} (GPT-2's byte-level BPE). Received: "
+            f"{value!r}"
+        )
+
+
+def gpt2_tokenizer(source, config, vocab_size, progress):
+    """The byte-level BPE tokenizer of a GPT-2 checkpoint directory, from
+    `tokenizer.json` (Hugging Face's fast tokenizer) or `vocab.json` and
+    `merges.txt`; None when it has neither. Its ids are the model's (one
+    higher than the checkpoint's)."""
+    from tfformer.rundir.bpe import ByteLevelBPETokenizer
+
+    settings = read_json(source, "tokenizer_config.json", required=False) or {}
+    spec = read_json(source, "tokenizer.json", required=False)
+    if spec is not None:
+        where = f"{source}/tokenizer.json"
+        model = spec.get("model") or {}
+        _expect(model.get("type"), "BPE", f"{where}: model.type")
+        for key, expected in (
+            ("dropout", None),
+            ("continuing_subword_prefix", ""),
+            ("end_of_word_suffix", ""),
+            ("byte_fallback", False),
+            ("ignore_merges", False),
+        ):
+            value = model.get(key)
+            if value is not None or expected is None:  # null means unset
+                _expect(value, expected, f"{where}: model.{key}")
+        _expect(spec.get("normalizer"), None, f"{where}: normalizer")
+        pre = spec.get("pre_tokenizer") or {}
+        _expect(pre.get("type"), "ByteLevel", f"{where}: pre_tokenizer.type")
+        _expect(pre.get("use_regex", True), True, f"{where}: pre_tokenizer.use_regex")
+        post = (spec.get("post_processor") or {}).get("type")
+        if post not in (None, "ByteLevel"):
+            raise ValueError(
+                f"{where}: post_processor.type must be null or 'ByteLevel' "
+                f"(nothing added around the text). Received: {post!r}"
+            )
+        tokens = _bpe_vocabulary(model.get("vocab"), where)
+        merges = _bpe_merges(model.get("merges") or [], where)
+        added = spec.get("added_tokens") or []
+        for entry in added:
+            for key in ("lstrip", "rstrip", "single_word"):
+                if entry.get(key):
+                    raise ValueError(
+                        f"{where}: added token {entry.get('content')!r} has "
+                        f"{key}, which tfformer does not reproduce."
+                    )
+        special = [entry["content"] for entry in added]
+        add_prefix_space = bool(pre.get("add_prefix_space", False))
+    elif os.path.isfile(os.path.join(source, "vocab.json")):
+        where = f"{source}/vocab.json"
+        tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
+        path = os.path.join(source, "merges.txt")
+        if not os.path.isfile(path):
+            raise ValueError(f"{source} has vocab.json but no merges.txt.")
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f]
+        lines = [x for x in lines if x and not x.startswith("#version")]
+        merges = _bpe_merges(lines, path)
+        special = []
+        add_prefix_space = bool(settings.get("add_prefix_space", False))
+    else:
+        return None
+    if len(tokens) > vocab_size:
+        raise ValueError(
+            f"{where}: {len(tokens)} tokens, more than config.json's vocab_size "
+            f"({vocab_size})."
+        )
+    names = {}
+    for key in ("bos_token_id", "eos_token_id"):
+        value = config.get(key, 50256)
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 0 <= value < len(tokens)
+        ):
+            names[key] = tokens[value]
+        else:
+            raise ValueError(
+                f"config.json: {key} ({value!r}) is not an id of the tokenizer's "
+                f"{len(tokens)} tokens."
+            )
+    for token in names.values():
+        if token not in special:
+            special.append(token)
+    tokenizer = ByteLevelBPETokenizer(
+        tokens,
+        merges,
+        special_tokens=special,
+        start_token=names["bos_token_id"],
+        end_token=names["eos_token_id"],
+        id_offset=ID_OFFSET,
+        add_prefix_space=add_prefix_space,
+    )
+    progress(
+        f"Tokenizer: byte-level BPE from {os.path.basename(where)}, "
+        f"{len(tokens)} tokens, {len(merges)} merges, special {special}"
+    )
+    return tokenizer
+
+
 def convert_gpt2(source, config, staging, progress):
     """A GPT-2 (`GPT2LMHeadModel` or `GPT2Model`) into a `causal_lm` run that
     reads and writes the checkpoint's token ids."""
@@ -1101,7 +1232,12 @@ def convert_gpt2(source, config, staging, progress):
         config, "bos_token_id", 50256, vocab - ID_OFFSET, progress
     )
     end = decoder_special_id(config, "eos_token_id", 50256, vocab - ID_OFFSET, progress)
-    tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=ID_OFFSET)
+    tokenizer = gpt2_tokenizer(source, config, vocab - ID_OFFSET, progress)
+    kind = "bpe"
+    if tokenizer is None:
+        progress("No tokenizer.json or vocab.json: the run reads and writes token ids.")
+        tokenizer = TokenIdTokenizer(vocab, start, end, pad_id=0, id_offset=ID_OFFSET)
+        kind = "ids"
     checkpoint = Checkpoint(source)
     weights = Weights(
         checkpoint, find_prefix(checkpoint, "wte.weight", ("transformer.", ""))
@@ -1119,22 +1255,22 @@ def convert_gpt2(source, config, staging, progress):
     progress(
         f"GPT-2 decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
         f"{sizes['num_heads']} heads, {vocab - ID_OFFSET} tokens, context "
-        f"{sizes['max_sequence_length']}; token ids in and out (the checkpoint's; "
-        f"the model's are one higher, id 0 padding), end {end - ID_OFFSET}"
+        f"{sizes['max_sequence_length']} (the model's ids are the checkpoint's plus "
+        f"one, id 0 padding), end {end - ID_OFFSET}"
     )
     # Older checkpoints keep each layer's causal-mask buffers.
     buffer = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")
     unused = [n for n in checkpoint.unused() if not buffer.fullmatch(n)]
     refuse_unused(source, unused)
     run = RunDirectory(staging)
-    tokenizer.save(run.file(tokenizer_file("ids", "text")))
+    tokenizer.save(run.file(tokenizer_file(kind, "text")))
     model.save(run.file("model.keras"))
     context = sizes["max_sequence_length"]
-    run.write_manifest("causal_lm", {"text": ("ids", False)}, {"max_length": context})
+    run.write_manifest("causal_lm", {"text": (kind, False)}, {"max_length": context})
     return {
         "task": "causal_lm",
         "data": {
-            "tokenizer": "ids",
+            "tokenizer": kind,
             "vocabulary_size": vocab,
             "max_length": context,
         },

@@ -20,10 +20,10 @@ class TextDataConfig:
 
     # Seed of shuffling, of the splits and of the vocabulary sample.
     seed: int = 0
-    # wordpiece (learned from the training split) or byte; ids is the
-    # tokenizer of a converted checkpoint (token ids in and out), which
-    # predicts but does not train.
-    tokenizer: Literal["wordpiece", "byte", "ids"] = "wordpiece"
+    # wordpiece (learned from the training split) or byte; ids and bpe are
+    # tokenizers of converted checkpoints (token ids in and out; GPT-2's
+    # byte-level BPE), which predict but do not train.
+    tokenizer: Literal["wordpiece", "byte", "ids", "bpe"] = "wordpiece"
     vocabulary_size: int = 2000
     # WordPiece is learned from at most this many training sentences (seeded
     # sample): the learner's time grows with the number of distinct words.

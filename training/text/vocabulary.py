@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from tfformer.rundir.bpe import ByteLevelBPETokenizer
 from tfformer.rundir.run import tokenizer_file
 from tfformer.rundir.text import ByteTokenizer, TokenIdTokenizer
 from tfformer.training.text.wordpiece import WordPieceTokenizer
@@ -21,11 +22,11 @@ def learn_or_load(
     made (bytes). `directory` None: always learned (never a file that
     happens to lie in the working directory).
     """
-    if config.tokenizer == "ids":
+    if config.tokenizer in ("ids", "bpe"):
         raise ValueError(
-            "data.tokenizer='ids' is the tokenizer of converted checkpoints "
-            "(token ids in and out); training reads text: use 'wordpiece' or "
-            "'byte'."
+            f"data.tokenizer={config.tokenizer!r} is the tokenizer of converted "
+            "checkpoints (token ids, GPT-2's BPE), which tfformer does not "
+            "train yet: use 'wordpiece' or 'byte'."
         )
     path = directory and os.path.join(directory, tokenizer_file(config.tokenizer, role))
     if config.tokenizer == "byte":
@@ -67,6 +68,8 @@ def load_tokenizer(spec):
         return ByteTokenizer()
     if spec.kind == "ids":
         return TokenIdTokenizer.load(spec.path)
+    if spec.kind == "bpe":
+        return ByteLevelBPETokenizer.load(spec.path)
     return WordPieceTokenizer.load(
         spec.path, lower_case=spec.lower_case, **spec.options
     )

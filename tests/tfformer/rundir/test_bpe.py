@@ -1,0 +1,211 @@
+"""`ByteLevelBPETokenizer` (GPT-2's byte-level BPE in core TensorFlow ops)
+against Hugging Face's `tokenizers` (the Rust implementation GPT-2's fast
+tokenizer is) on a byte-level BPE it trains here: the same ids for fixed
+cases and 1,000 random strings of letters, digits, contractions, Unicode
+whitespace, CJK, emoji, combining marks and the special token; text back
+unchanged; and the same from a SavedModel loaded by TensorFlow alone."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from tests.testing import END_OF_TEXT as END
+from tests.testing import run_python, train_byte_level_bpe
+from tfformer.rundir.bpe import ByteLevelBPETokenizer, bytes_to_unicode
+
+tokenizers = pytest.importorskip("tokenizers")
+
+CASES = [
+    "Hello world",
+    "don't  stop",
+    "a  b",
+    "a   \n b",
+    "x \n\n y",
+    "  lead",
+    "trail  ",
+    f"{END}Hello",
+    f" {END} x",
+    "",
+    " ",
+    "aaaa aaa",
+    "I'm 2024 naïve!!",
+    "tab\tand\u00a0nbsp\u3000ideographic\u2009thin",
+    "e\u0301 Ⅻ ٣ \u200b \x1c\x85\x0b\x0c\r\n",
+]
+POOL = [
+    *list("abc xyz  \n\t'sdmltvre0123456789.,!?-_"),
+    "é",
+    "ß",
+    "日",
+    "😀",
+    "\xa0",
+    "\u3000",
+    "\u2009",
+    "\x0b",
+    "\x0c",
+    "\x85",
+    "\r",
+    END,
+    "'s",
+    "'ll",
+    " 's",
+    "\u200b",
+    "\x1c",
+    "́",
+    "Ⅻ",
+    "٣",
+]
+
+
+def ours_from(hf, add_prefix_space=False, id_offset=1):
+    model = json.loads(hf.to_str())["model"]
+    tokens = sorted(model["vocab"], key=model["vocab"].get)
+    merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
+    return ByteLevelBPETokenizer(
+        tokens,
+        merges,
+        special_tokens=[END],
+        start_token=END,
+        end_token=END,
+        id_offset=id_offset,
+        add_prefix_space=add_prefix_space,
+    )
+
+
+@pytest.fixture(scope="module")
+def pair():
+    hf = train_byte_level_bpe()
+    return hf, ours_from(hf)
+
+
+def random_texts(n, seed=0):
+    rng = random.Random(seed)
+    return [
+        "".join(rng.choice(POOL) for _ in range(rng.randint(0, 25))) for _ in range(n)
+    ]
+
+
+def test_bytes_to_unicode_is_gpt2s_table():
+    table = bytes_to_unicode()
+    assert len(set(table.values())) == 256
+    # Printable ASCII is itself; space, newline and NUL are GPT-2's Ġ, Ċ, Ā.
+    assert table[ord("a")] == "a" and table[ord("~")] == "~"
+    assert (table[32], table[10], table[0]) == ("\u0120", "\u010a", "\u0100")
+
+
+def test_the_same_ids_as_hugging_faces_tokenizers(pair):
+    hf, ours = pair
+    texts = CASES + random_texts(1000)
+    want = [hf.encode(t).ids for t in texts]
+    got = [[i - 1 for i in row] for row in ours.tokenize(texts).to_list()]
+    mismatched = [
+        (t, w, g) for t, w, g in zip(texts, want, got, strict=False) if w != g
+    ]
+    assert not mismatched, mismatched[:3]
+    # Merges happened (not byte after byte) and the special token is one id.
+    assert sum(map(len, want)) < 0.85 * sum(len(t.encode()) for t in texts)
+    assert got[7][0] == hf.token_to_id(END)
+
+
+def test_text_comes_back_unchanged_and_as_hugging_face_decodes(pair):
+    hf, ours = pair
+    texts = CASES + random_texts(300, seed=1)
+    back = ours.detokenize(ours.tokenize(texts)).numpy()
+    assert [b.decode("utf-8") for b in back] == texts
+    decoded = [hf.decode(hf.encode(t).ids, skip_special_tokens=False) for t in texts]
+    assert decoded == texts
+    # Padding (0) and ids outside the vocabulary are dropped.
+    ids = ours.tokenize(["Hello world"]).to_tensor(shape=[1, 9]).numpy()
+    ids[0, -1] = 10**6
+    assert ours.detokenize(ids).numpy().tolist() == [b"Hello world"]
+
+
+def test_add_prefix_space_as_hugging_faces():
+    hf = train_byte_level_bpe(add_prefix_space=True)
+    ours = ours_from(hf, add_prefix_space=True, id_offset=0)
+    texts = ["Hello", " Hello", "\nHello", "", END, *random_texts(200, seed=2)]
+    want = [hf.encode(t).ids for t in texts]
+    assert ours.tokenize(texts).to_list() == want
+
+
+def test_ids_and_specials(pair):
+    hf, ours = pair
+    assert ours.vocabulary_size == hf.get_vocab_size() + 1
+    assert ours.start_id == ours.end_id == hf.token_to_id(END) + 1
+    assert ours.pad_id == 0 and ours.unk_id is None
+
+
+def test_saved_and_loaded(pair, tmp_path):
+    _, ours = pair
+    path = str(tmp_path / "text_tokenizer.json")
+    ours.save(path)
+    again = ByteLevelBPETokenizer.load(path)
+    texts = random_texts(100, seed=3)
+    np.testing.assert_array_equal(
+        again.tokenize(texts).flat_values, ours.tokenize(texts).flat_values
+    )
+    with open(path) as f:
+        spec = json.load(f)
+    del spec["merges"]
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    with pytest.raises(ValueError, match="lacks 'merges'"):
+        ByteLevelBPETokenizer.load(path)
+
+
+def test_in_a_saved_model_loaded_by_tensorflow_alone(pair, tmp_path):
+    import tensorflow as tf
+
+    hf, ours = pair
+
+    class Served(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokenizer = ours
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def tokenize(self, text):
+            ids = self.tokenizer.tokenize(text)
+            text = self.tokenizer.detokenize(ids)
+            return {"token_ids": ids.to_tensor(), "text": text}
+
+    served = Served()
+    tf.saved_model.save(
+        served, str(tmp_path / "sm"), signatures={"tokenize": served.tokenize}
+    )
+    texts = CASES[:9] + random_texts(20, seed=4)
+    script = f"""
+import json, sys
+import tensorflow as tf
+model = tf.saved_model.load({str(tmp_path / "sm")!r})
+out = model.signatures["tokenize"](text=tf.constant({texts!r}))
+ids = [[int(i) - 1 for i in row if i] for row in out["token_ids"].numpy()]
+print("IDS", json.dumps(ids))
+print("TEXT", json.dumps([t.decode() for t in out["text"].numpy()]))
+mods = ("tfformer", "keras", "tensorflow_text")
+print("LEAKED", [m for m in mods if m in sys.modules])
+"""
+    done = run_python(script)
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert json.loads(lines["IDS"]) == [hf.encode(t).ids for t in texts]
+    assert json.loads(lines["TEXT"]) == texts
+    # (Loading a SavedModel may import keras; nothing of ours or tf-text.)
+    assert lines["LEAKED"] in ("[]", "['keras']")
+
+
+def test_bad_vocabularies_are_refused(pair):
+    _, ours = pair
+    tokens, merges = list(ours.vocabulary), list(ours.merges)
+    kwargs = {"start_token": END, "end_token": END}
+    with pytest.raises(ValueError, match="lacks byte characters"):
+        ByteLevelBPETokenizer([t for t in tokens if t != "a"], [], **kwargs)
+    with pytest.raises(ValueError, match=r"merges\[0\]=\('x', 'nope'\)"):
+        ByteLevelBPETokenizer(tokens, [("x", "nope"), *merges], **kwargs)
+    with pytest.raises(ValueError, match="repeats tokens: \\['a'\\]"):
+        ByteLevelBPETokenizer([*tokens, "a"], merges, **kwargs)
+    with pytest.raises(ValueError, match="end_token='<eos>' is not in the vocab"):
+        ByteLevelBPETokenizer(tokens, merges, start_token=END, end_token="<eos>")
+    with pytest.raises(ValueError, match="special_tokens: '<x>' is not a token"):
+        ByteLevelBPETokenizer(tokens, merges, special_tokens=["<x>"], **kwargs)

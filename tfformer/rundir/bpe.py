@@ -1,0 +1,352 @@
+"""GPT-2's byte-level BPE tokenizer in core TensorFlow ops, so the same code
+tokenizes in a tf.data pipeline and inside an exported SavedModel.
+
+Hugging Face's tokenizers do three things, reproduced here:
+1. Pre-tokenization with GPT-2's pattern
+   `'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+`
+   (special tokens such as `<|endoftext|>` are cut out first). RE2 has no
+   lookahead: a first rewrite splits the last character off every run of
+   two or more whitespace characters that a non-space follows (what
+   `\\s+(?!\\S)` does by backtracking), then one rewrite marks where every
+   piece starts, and `tf.strings.split` cuts there. `\\s` is Unicode's
+   White_Space (RE2's own is ASCII).
+2. Bytes to GPT-2's 256 printable characters (`bytes_to_unicode`).
+3. BPE: in each piece, the adjacent pair with the lowest merge rank is
+   merged, the leftmost first, one merge at a time (Hugging Face's Rust
+   `BPE::merge_word`), in a `tf.while_loop` over every piece at once.
+
+Limits: a NUL character marks piece boundaries here and is dropped from the
+text (Hugging Face tokenizes it as a byte); BPE dropout and
+`continuing_subword_prefix` are not reproduced (conversions refuse them).
+"""
+
+import json
+
+import tensorflow as tf
+
+from tfformer.rundir.files import atomic_write_text
+from tfformer.rundir.text import read_tokenizer_json
+
+# Unicode's White_Space, what Hugging Face's `\s` matches.
+WHITESPACE = (
+    r"\t\n\x0b\x0c\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}"
+    r"\x{202f}\x{205f}\x{3000}"
+)
+SEP = "\x00"
+# A run of two or more whitespace characters before a non-space: the last
+# one is split off (it starts the next piece, as `\s+(?!\S)` leaves it).
+SPLIT_LAST_SPACE = rf"([{WHITESPACE}]+)([{WHITESPACE}])([^{WHITESPACE}\x00])"
+PIECE = (
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
+    rf"| ?[^{WHITESPACE}\p{{L}}\p{{N}}\x00]+|[{WHITESPACE}]+"
+)
+NO_MERGE = 2**31 - 1
+
+
+def bytes_to_unicode():
+    """GPT-2's map of the 256 byte values to printable characters: the
+    printable Latin-1 ones to themselves, the others to U+0100 onwards."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _escape_re2(text):
+    return "".join(c if c.isalnum() else "\\" + c for c in text)
+
+
+class ByteLevelBPETokenizer(tf.Module):
+    """GPT-2's byte-level BPE: strings to int32 ids and back, core ops only.
+
+    Args:
+        vocabulary: the tokens in id order (Hugging Face's ids).
+        merges: (left, right) pairs, in rank order.
+        special_tokens: tokens matched literally in the text before
+            pre-tokenization (`<|endoftext|>`); each must be in `vocabulary`.
+        start_token, end_token: tokens generation starts with and stops at.
+        id_offset: the model's id of a token is its index plus this (a
+            converted GPT-2 keeps id 0 for padding with 1).
+        add_prefix_space: put a space before a text (each text between
+            special tokens) that does not start with one (the tokenizer's
+            `add_prefix_space`).
+
+    Raises:
+        ValueError: a special, start or end token not in the vocabulary, a
+            merge of tokens the vocabulary lacks, a vocabulary without the
+            256 byte characters, or repeated tokens.
+    """
+
+    unk_id = None
+
+    def __init__(
+        self,
+        vocabulary,
+        merges,
+        *,
+        special_tokens=(),
+        start_token,
+        end_token,
+        id_offset=0,
+        add_prefix_space=False,
+    ):
+        super().__init__()
+        vocabulary, merges = list(vocabulary), [tuple(m) for m in merges]
+        index = {token: i for i, token in enumerate(vocabulary)}
+        if len(index) != len(vocabulary):
+            seen, repeated = set(), []
+            for token in vocabulary:
+                if token in seen:
+                    repeated.append(token)
+                seen.add(token)
+            raise ValueError(f"vocabulary repeats tokens: {repeated[:5]}")
+        symbols = bytes_to_unicode()
+        missing = [c for c in symbols.values() if c not in index]
+        if missing:
+            raise ValueError(
+                "vocabulary lacks byte characters (not a byte-level BPE "
+                f"vocabulary?): {missing[:5]}"
+            )
+        for rank, merge in enumerate(merges):
+            if (
+                len(merge) != 2
+                or merge[0] not in index
+                or merge[1] not in index
+                or merge[0] + merge[1] not in index
+            ):
+                raise ValueError(
+                    f"merges[{rank}]={merge!r}: its tokens and their merge must "
+                    "be in the vocabulary."
+                )
+        for name, token in (("start_token", start_token), ("end_token", end_token)):
+            if token not in index:
+                raise ValueError(f"{name}={token!r} is not in the vocabulary.")
+        special_tokens = list(special_tokens)
+        for token in special_tokens:
+            if not isinstance(token, str) or not token or token not in index:
+                raise ValueError(
+                    f"special_tokens: {token!r} is not a token of the vocabulary."
+                )
+        if isinstance(id_offset, bool) or not isinstance(id_offset, int):
+            raise ValueError(f"id_offset must be an int. Received: {id_offset!r}")
+        self.vocabulary, self.merges = vocabulary, merges
+        self.special_tokens = special_tokens
+        self.start_token, self.end_token = start_token, end_token
+        self.id_offset, self.add_prefix_space = id_offset, bool(add_prefix_space)
+        self.pad_id = 0
+        self.start_id = index[start_token] + id_offset
+        self.end_id = index[end_token] + id_offset
+        self.vocabulary_size = len(vocabulary) + id_offset
+        # Longest first, so that one special token inside another is not cut.
+        ordered = sorted(special_tokens, key=len, reverse=True)
+        self._special_pattern = "|".join(_escape_re2(t) for t in ordered) or None
+        piece = PIECE
+        if ordered:
+            piece = self._special_pattern + "|" + piece
+        self._piece_pattern = f"({piece})"
+        self._token_to_id = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(vocabulary), tf.range(len(vocabulary), dtype=tf.int32)
+            ),
+            default_value=-1,
+        )
+        self._merge_rank = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant([f"{a} {b}" for a, b in merges] or [" "]),
+                tf.range(max(len(merges), 1), dtype=tf.int32)
+                if merges
+                else tf.constant([NO_MERGE], tf.int32),
+            ),
+            default_value=NO_MERGE,
+        )
+        self._id_to_token = tf.constant(vocabulary)
+        self._special_values = tf.constant(special_tokens or [SEP])
+        self._byte_symbols = tf.constant([symbols[b] for b in range(256)])
+        # Code point -> its byte, for the 256 characters (others: -1).
+        decoder = [-1] * (max(ord(c) for c in symbols.values()) + 1)
+        for b, c in symbols.items():
+            decoder[ord(c)] = b
+        self._byte_of_code_point = tf.constant(decoder, tf.int32)
+        self._bytes = tf.constant([bytes([b]) for b in range(256)])
+
+    # -- tokenize --------------------------------------------------------------
+
+    def pieces(self, strings):
+        """`(batch,)` strings to their pre-tokenized pieces, `(batch, None)`."""
+        strings = tf.convert_to_tensor(strings, tf.string)
+        if self._special_pattern:
+            strings = tf.strings.regex_replace(
+                strings, f"({self._special_pattern})", SEP + r"\1" + SEP
+            )
+        if self.add_prefix_space:
+            # As Hugging Face's ByteLevel, on each text between special
+            # tokens that does not start with a space.
+            after = f"(?:{self._special_pattern}){SEP}" if self._special_pattern else ""
+            strings = tf.strings.regex_replace(
+                strings, f"(^|{after or '^'})([^ {SEP}])", r"\1 \2"
+            )
+        strings = tf.strings.regex_replace(
+            strings, SPLIT_LAST_SPACE, r"\1" + SEP + r"\2\3"
+        )
+        strings = tf.strings.regex_replace(strings, self._piece_pattern, SEP + r"\1")
+        pieces = tf.strings.split(strings, sep=SEP)
+        return tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
+
+    def tokenize(self, strings):
+        """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
+        pieces = self.pieces(strings)
+        words = pieces.flat_values
+        is_special = tf.reduce_any(
+            tf.equal(words[:, None], self._special_values[None, :]), axis=1
+        )
+        if not self.special_tokens:
+            is_special = tf.zeros_like(is_special)
+        # Each piece's bytes as GPT-2's characters; a special token stays whole.
+        raw = tf.strings.bytes_split(words)
+        codes = tf.io.decode_raw(raw.flat_values, tf.uint8, fixed_length=1)
+        characters = tf.gather(
+            self._byte_symbols, tf.reshape(tf.cast(codes, tf.int32), [-1])
+        )
+        lengths = tf.where(is_special, 1, tf.cast(raw.row_lengths(), tf.int32))
+        starts = tf.where(
+            is_special,
+            tf.size(characters, out_type=tf.int32)
+            + tf.range(tf.size(words, out_type=tf.int32)),
+            tf.cast(raw.row_starts(), tf.int32),
+        )
+        take = tf.ragged.range(lengths) + starts[:, None]
+        symbols = tf.gather(tf.concat([characters, words], 0), take.flat_values)
+        values, splits = self._merge(symbols, tf.cast(take.row_splits, tf.int64))
+        ids = self._token_to_id.lookup(values) + self.id_offset
+        per_piece = tf.RaggedTensor.from_row_splits(ids, splits, validate=False)
+        nested = tf.RaggedTensor.from_row_splits(
+            per_piece, pieces.row_splits, validate=False
+        )
+        return nested.merge_dims(1, 2)
+
+    def _merge(self, values, splits):
+        """BPE over every piece at once: `values` (symbols, flat) in rows cut
+        at `splits`; returns the merged ones the same way."""
+
+        def body(values, splits, _):
+            rows = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+            row_of = rows.value_rowids()
+            position = tf.range(tf.size(values, out_type=tf.int64)) - tf.gather(
+                splits, row_of
+            )
+            length = tf.gather(rows.row_lengths(), row_of)
+            following = tf.concat([values, [""]], 0)[1:]
+            has_pair = position + 1 < length
+            rank = self._merge_rank.lookup(tf.strings.join([values, following], " "))
+            rank = tf.where(has_pair, rank, NO_MERGE)
+            best = tf.math.unsorted_segment_min(rank, row_of, rows.nrows())
+            is_best = tf.logical_and(rank < NO_MERGE, rank == tf.gather(best, row_of))
+            leftmost = tf.math.unsorted_segment_min(
+                tf.where(is_best, position, tf.int64.max), row_of, rows.nrows()
+            )
+            # Rows with nothing to merge: a position no symbol has.
+            leftmost = tf.where(
+                leftmost == tf.int64.max, tf.constant(-2, tf.int64), leftmost
+            )
+            merge_here = tf.equal(position, tf.gather(leftmost, row_of))
+            dropped = tf.equal(position, tf.gather(leftmost, row_of) + 1)
+            values = tf.where(merge_here, tf.strings.join([values, following]), values)
+            kept = tf.logical_not(dropped)
+            new_lengths = tf.math.unsorted_segment_sum(
+                tf.cast(kept, tf.int64), row_of, rows.nrows()
+            )
+            splits = tf.concat([[0], tf.cumsum(new_lengths)], 0)
+            return (
+                tf.boolean_mask(values, kept),
+                splits,
+                tf.reduce_any(rank < NO_MERGE),
+            )
+
+        values, splits, _ = tf.while_loop(
+            lambda values, splits, merged: merged,
+            body,
+            (values, splits, tf.constant(True)),
+            shape_invariants=(
+                tf.TensorShape([None]),
+                tf.TensorShape([None]),
+                tf.TensorShape([]),
+            ),
+        )
+        return values, splits
+
+    # -- detokenize ------------------------------------------------------------
+
+    def detokenize(self, ids):
+        """Ids (Ragged or dense) back to strings (bytes; a token cut inside
+        a UTF-8 character stays cut). Padding and ids outside the
+        vocabulary are dropped; special tokens are written as text, as
+        Hugging Face's `decode` does."""
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        ids = tf.cast(ids, tf.int32) - self.id_offset
+        ids = tf.ragged.boolean_mask(
+            ids, tf.logical_and(ids >= 0, ids < len(self.vocabulary))
+        )
+        text = tf.strings.reduce_join(tf.gather(self._id_to_token, ids), axis=-1)
+        characters = tf.strings.unicode_split(text, "UTF-8", errors="replace")
+        points = tf.strings.unicode_decode(text, "UTF-8", errors="replace")
+        table_size = tf.shape(self._byte_of_code_point)[0]
+        byte = tf.gather(
+            self._byte_of_code_point,
+            tf.minimum(points.flat_values, table_size - 1),
+        )
+        byte = tf.where(points.flat_values < table_size, byte, -1)
+        # One of GPT-2's 256 characters is its byte; any other character
+        # (in an added token) is itself.
+        pieces = tf.where(
+            byte >= 0,
+            tf.gather(self._bytes, tf.maximum(byte, 0)),
+            characters.flat_values,
+        )
+        return tf.strings.reduce_join(characters.with_flat_values(pieces), axis=-1)
+
+    # -- files -----------------------------------------------------------------
+
+    def save(self, path):
+        atomic_write_text(
+            path,
+            json.dumps(
+                {
+                    "tokenizer": "bpe",
+                    "start_token": self.start_token,
+                    "end_token": self.end_token,
+                    "special_tokens": self.special_tokens,
+                    "id_offset": self.id_offset,
+                    "add_prefix_space": self.add_prefix_space,
+                    "vocabulary": self.vocabulary,
+                    "merges": [f"{a} {b}" for a, b in self.merges],
+                },
+                ensure_ascii=False,
+            )
+            + "\n",
+        )
+
+    @classmethod
+    def load(cls, path):
+        spec = read_tokenizer_json(path, "bpe")
+        try:
+            return cls(
+                spec["vocabulary"],
+                [m.split(" ") for m in spec["merges"]],
+                special_tokens=spec["special_tokens"],
+                start_token=spec["start_token"],
+                end_token=spec["end_token"],
+                id_offset=spec["id_offset"],
+                add_prefix_space=spec["add_prefix_space"],
+            )
+        except KeyError as e:
+            raise ValueError(f"{path} lacks {e}.") from None
