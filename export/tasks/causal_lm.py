@@ -103,6 +103,10 @@ class CausalLMRun:
     text: object  # TokenizerSpec
     context: int  # the training window: the caches' length
     vocabulary_size: int
+    # The generator's start and end ids: the reserved ones, or a converted
+    # checkpoint's (shifted by one).
+    start_id: int = START_ID
+    end_id: int = END_ID
 
 
 def read_run(run_dir, checkpoint="model.keras"):
@@ -112,18 +116,39 @@ def read_run(run_dir, checkpoint="model.keras"):
     if run.task != "causal_lm":
         raise ValueError(f"{run.path} holds a {run.task!r} run, not a causal_lm run.")
     spec = run.tokenizer("text")
-    # Its start and end ids are the checkpoint's, not the reserved 2 and 3
-    # the exported decoding loop and device runtime use.
-    refuse_token_ids(spec)
     context = int(run.setting("max_length"))
     model = run.load_model(checkpoint)
+    special = {}
+    if spec.kind in CONVERTED_KINDS:
+        tokenizer = converted_tokenizer(spec)
+        special = {"start_id": tokenizer.start_id, "end_id": tokenizer.end_id}
     return CausalLMRun(
         directory=run.path,
         model=model,
         text=spec,
         context=context,
         vocabulary_size=int(model.get_layer("decoder_embedding").vocabulary_size),
+        **special,
     )
+
+
+# A converted decoder's tokenizers (token ids; GPT-2's byte-level BPE), in
+# core ops: its SavedModel generates with them; TFLite has no device
+# tokenizer for them yet.
+CONVERTED_KINDS = ("ids", "bpe")
+
+
+def converted_tokenizer(spec):
+    from tfformer.rundir.bpe import ByteLevelBPETokenizer
+    from tfformer.rundir.text import TokenIdTokenizer
+
+    kind = ByteLevelBPETokenizer if spec.kind == "bpe" else TokenIdTokenizer
+    return kind.load(spec.path)
+
+
+def refuse_on_device(run):
+    if run.text.kind in CONVERTED_KINDS:
+        refuse_token_ids(run.text)
 
 
 def _rows_from(ids, starts, count, width):
@@ -154,15 +179,19 @@ class GeneratorGraph(tf.Module):
         if run.text.kind == "wordpiece" and character_classes is None:
             character_classes = probe_character_classes()
         self.model = run.model
-        self.tokenizer = make_tokenizer(run.text, character_classes)
+        if run.text.kind in CONVERTED_KINDS:
+            self.tokenizer = converted_tokenizer(run.text)
+        else:
+            self.tokenizer = make_tokenizer(run.text, character_classes)
         self.context = run.context
         self.vocabulary_size = run.vocabulary_size
+        self.start_id, self.end_id = run.start_id, run.end_id
         self.generator = Generator(
             run.model,
             max_length=run.context,
             search="sample",
-            start_id=START_ID,
-            end_id=END_ID,
+            start_id=run.start_id,
+            end_id=run.end_id,
             pad_id=PAD_ID,
             seed=0,
         )
@@ -205,7 +234,7 @@ class GeneratorGraph(tf.Module):
         rows = _rows_from(ids.to_tensor(), lengths - kept, kept, width)
         empty = kept == 0
         first = tf.range(width)[None, :] == 0
-        rows = tf.where(tf.logical_and(empty[:, None], first), START_ID, rows)
+        rows = tf.where(tf.logical_and(empty[:, None], first), self.start_id, rows)
         return rows, tf.where(empty, 1, kept)
 
     def _checks(self, batch, max_new_tokens, temperature, top_k, top_p, seed):
@@ -282,6 +311,11 @@ class GeneratorGraph(tf.Module):
         # The continuation's text: the whole text minus the prompt's (WordPiece
         # joins a "##" piece or punctuation to the prompt's last word).
         prompt_ids = _rows_from(tokens, tf.zeros_like(kept), kept, self.context)
+        # The end token is not text (a converted tokenizer would write it).
+        tokens = tf.where(
+            tf.logical_and(generated, tokens == self.end_id), PAD_ID, tokens
+        )
+        new_text_ids = tf.where(new_ids == self.end_id, PAD_ID, new_ids)
         whole = self.tokenizer.detokenize(tokens)
         before = self.tokenizer.detokenize(prompt_ids)
         cut = tf.strings.length(before)
@@ -289,7 +323,7 @@ class GeneratorGraph(tf.Module):
         text = tf.where(
             starts_alike,
             tf.strings.substr(whole, cut, tf.strings.length(whole) - cut),
-            self.tokenizer.detokenize(new_ids),
+            self.tokenizer.detokenize(new_text_ids),
         )
         return {
             "text": valid_utf8(text),
@@ -596,6 +630,7 @@ class CausalLMExporter:
 
     def tflite_sources(self, run, staging, quantize=None, prefill_lengths=None):
         del quantize  # one graph for every quantization
+        refuse_on_device(run)
         device = os.path.join(staging, "device")
         keys = write_device_saved_model(run, device, prefill_lengths)
         loop = os.path.join(staging, "loop")
@@ -615,6 +650,7 @@ class CausalLMExporter:
     def calibration(self, run, texts, prefill_lengths=None, limit=64):
         """Full-int8 samples: caches and tokens of real text for `decode`
         and each `prefill`, and prompts for the loop model."""
+        refuse_on_device(run)
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(

@@ -24,18 +24,19 @@ DEVICE_TOKENIZER = os.path.join(
 
 
 def refuse_token_ids(spec):
-    """Exports tokenize text in their graph; a run that reads token ids (a
-    converted Llama-style decoder) has no text tokenizer to put there."""
+    """The tokenizers of converted decoders (token ids; GPT-2's byte-level
+    BPE) go into their SavedModel only: refused everywhere else (TFLite has
+    no device tokenizer for them yet)."""
     if spec.kind == "ids":
         raise ValueError(
             f"{spec.path} is a token-id tokenizer (a checkpoint converted without "
-            "its own tokenizer): exports with a text tokenizer are not made for "
-            "such runs yet."
+            "its own tokenizer): only --format saved_model exports such runs "
+            "for now."
         )
     if spec.kind == "bpe":
         raise ValueError(
-            f"{spec.path} is a converted GPT-2's byte-level BPE tokenizer: "
-            "exports of converted decoders are not made yet."
+            f"{spec.path} is a converted GPT-2's byte-level BPE tokenizer: only "
+            "--format saved_model exports such runs for now."
         )
 
 

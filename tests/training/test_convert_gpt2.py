@@ -289,22 +289,48 @@ def test_bad_tokenizer_files_are_refused(tmp_path, bpe, change, message):
     assert nothing_written(tmp_path)
 
 
-def test_vocab_json_without_merges_and_exports_are_refused(tmp_path, bpe, capsys):
-    from tfformer.export.cli import main as export_main
-
+def test_vocab_json_without_merges_is_refused(tmp_path, bpe):
     source = with_tokenizer(tmp_path / "hf", bpe, files="vocab.json")
     (source / "merges.txt").unlink()
     with pytest.raises(ValueError, match=r"has vocab\.json but no merges\.txt"):
         convert(str(source), str(tmp_path / "run"), progress=quiet)
-    source = with_tokenizer(tmp_path / "hf2", bpe)
+    assert nothing_written(tmp_path)
+
+
+def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
+    """SavedModel `generate` (greedy: top_k 1) continues a prompt with the
+    text `tfformer-predict` prints, through the in-graph BPE tokenizer;
+    `tokenize` gives the checkpoint tokenizer's ids (plus one). TFLite is
+    refused, writing nothing."""
+    import tensorflow as tf
+
+    from tfformer.export.cli import main as export_main
+    from tfformer.export.saved_model import export_saved_model
+
+    source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    out = tmp_path / "serving"
-    assert (
-        export_main(["--checkpoint", run, "--format", "saved_model", "--out", str(out)])
-        == 2
+    prompt = "the cat sat on"
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt]) == 0
+    printed = capsys.readouterr().out[:-1]
+    path = export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    served = tf.saved_model.load(path)
+    out = served.signatures["generate"](
+        prompt=tf.constant([prompt, f"{END_OF_TEXT}the"]),
+        max_new_tokens=tf.constant([6, 3]),
+        temperature=tf.constant([1.0, 1.0]),
+        top_k=tf.constant([1, 1]),
+        top_p=tf.constant([1.0, 1.0]),
+        seed=tf.constant([0, 0]),
     )
-    assert "byte-level BPE tokenizer: exports of converted" in capsys.readouterr().err
-    assert not out.exists()
+    assert prompt + out["text"].numpy()[0].decode() == printed
+    assert END_OF_TEXT not in out["text"].numpy()[1].decode()
+    ids = served.signatures["tokenize"](text=tf.constant([prompt]))["token_ids"]
+    assert [i - 1 for i in ids.numpy()[0]] == bpe.encode(prompt).ids
+    device = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(device)]
+    assert export_main(argv) == 2
+    assert "only --format saved_model exports" in capsys.readouterr().err
+    assert not device.exists()
 
 
 # -- bad input -----------------------------------------------------------------

@@ -178,6 +178,34 @@ def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
     assert capsys.readouterr().out.split()[:2] == ["0", "5"]
 
 
+def test_the_saved_model_generates_the_ids_predict_does(tmp_path, capsys):
+    import tensorflow as tf
+
+    from tfformer.export.saved_model import export_saved_model
+
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(7))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    argv = ["--checkpoint", run, "--max-new-tokens", "5", "1 0 9"]
+    assert predict_cli.main(argv) == 0
+    printed = capsys.readouterr().out.strip()
+    served = tf.saved_model.load(
+        export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    )
+    out = served.signatures["generate"](
+        prompt=tf.constant(["1 0 9"]),
+        max_new_tokens=tf.constant([5]),
+        temperature=tf.constant([1.0]),
+        top_k=tf.constant([1]),
+        top_p=tf.constant([1.0]),
+        seed=tf.constant([0]),
+    )
+    new = out["text"].numpy()[0].decode().split()
+    assert ["1", "0", "9", *new] == printed.split()
+    # An id the checkpoint does not have fails the call, naming the range.
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"in \[0, 40\)"):
+        served.signatures["tokenize"](text=tf.constant(["1 40"]))
+
+
 def test_token_id_tokenizer():
     tokenizer = TokenIdTokenizer(50, start_id=1, end_id=2)
     ids = tokenizer.tokenize(["1 17  4\t9", ""])
@@ -201,7 +229,8 @@ def test_text_prompts_exports_and_training_are_refused(tmp_path, capsys):
     assert (
         export_main(["--checkpoint", run, "--format", "tflite", "--out", str(out)]) == 2
     )
-    assert "token-id tokenizer" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "token-id tokenizer" in err and "only --format saved_model" in err
     assert not out.exists()
     config = load_config(
         overrides=[

@@ -244,9 +244,16 @@ class TokenIdTokenizer(tf.Module):
                         f"below {limit}. Received: {text[:200]!r}"
                     )
         pieces = tf.strings.split(strings)
-        return pieces.with_flat_values(
-            tf.strings.to_number(pieces.flat_values, tf.int32) + self.id_offset
+        ids = tf.strings.to_number(pieces.flat_values, tf.int32)
+        limit = self.vocabulary_size - self.id_offset
+        # In a graph (an exported model) too: an InvalidArgumentError.
+        check = tf.debugging.Assert(
+            tf.reduce_all(tf.logical_and(ids >= 0, ids < limit)),
+            [f"token ids must be in [0, {limit})"],
         )
+        with tf.control_dependencies([check]):
+            ids = tf.identity(ids) + self.id_offset
+        return pieces.with_flat_values(ids)
 
     def detokenize(self, ids):
         """Ids (Ragged or dense) to strings of ids; padding is dropped."""
