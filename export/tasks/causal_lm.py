@@ -179,7 +179,8 @@ class GeneratorGraph(tf.Module):
         if run.text.kind == "wordpiece" and character_classes is None:
             character_classes = probe_character_classes()
         self.model = run.model
-        if run.text.kind in CONVERTED_KINDS:
+        self.converted = run.text.kind in CONVERTED_KINDS
+        if self.converted:
             self.tokenizer = converted_tokenizer(run.text)
         else:
             self.tokenizer = make_tokenizer(run.text, character_classes)
@@ -384,7 +385,18 @@ class GeneratorGraph(tf.Module):
             message=f"token_ids must have at most {self.context} columns (the context)",
         )
         with tf.control_dependencies([check]):
-            ids = clamp_ids(token_ids, self.vocabulary_size)
+            if self.converted:
+                # No [UNK] to map strays to: id 1 is the checkpoint's id 0.
+                inside = tf.debugging.Assert(
+                    tf.reduce_all(
+                        tf.logical_and(token_ids >= 0, token_ids < self.vocabulary_size)
+                    ),
+                    [f"token_ids must be in [0, {self.vocabulary_size})"],
+                )
+                with tf.control_dependencies([inside]):
+                    ids = tf.identity(token_ids)
+            else:
+                ids = clamp_ids(token_ids, self.vocabulary_size)
         logits = self.model({"token_ids": ids}, training=False)
         return {"logits": tf.cast(logits, tf.float32)}
 

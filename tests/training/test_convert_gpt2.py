@@ -289,6 +289,37 @@ def test_bad_tokenizer_files_are_refused(tmp_path, bpe, change, message):
     assert nothing_written(tmp_path)
 
 
+def test_added_tokens_and_tokenizer_config(tmp_path, bpe):
+    """An added token past model.vocab's end (a fine-tune's [PAD]) is one
+    token; tokenizer_config.json's add_prefix_space wins, as transformers'
+    GPT2TokenizerFast makes it; an added token with a wrong id is refused."""
+    source = with_tokenizer(tmp_path / "hf", bpe, config={"vocab_size": 301})
+    path = source / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    spec["added_tokens"].append(
+        {"id": 300, "content": "[PAD]", "special": True, "normalized": False}
+    )
+    path.write_text(json.dumps(spec))
+    (source / "tokenizer_config.json").write_text('{"add_prefix_space": true}')
+    # The checkpoint's tensors are sized for 301 tokens.
+    write_checkpoint(
+        source,
+        np.random.default_rng(6),
+        vocab=301,
+        config={"vocab_size": 301, "bos_token_id": 0, "eos_token_id": 0},
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    tokenizer = get_task("causal_lm").load(run).tokenizers["text"]
+    got = [i - 1 for i in tokenizer.tokenize(["cat[PAD]"])[0].numpy()]
+    # add_prefix_space: "cat" is tokenized as " cat".
+    assert got == [*bpe.encode(" cat").ids, 300]
+    spec["added_tokens"][-1]["id"] = 5
+    path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match=r"tokenizer.json: added token '\[PAD\]' "):
+        convert(str(source), str(tmp_path / "again"), progress=quiet)
+    assert not (tmp_path / "again").exists()
+
+
 def test_vocab_json_without_merges_is_refused(tmp_path, bpe):
     source = with_tokenizer(tmp_path / "hf", bpe, files="vocab.json")
     (source / "merges.txt").unlink()
@@ -326,11 +357,55 @@ def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
     assert END_OF_TEXT not in out["text"].numpy()[1].decode()
     ids = served.signatures["tokenize"](text=tf.constant([prompt]))["token_ids"]
     assert [i - 1 for i in ids.numpy()[0]] == bpe.encode(prompt).ids
+    # Out-of-range ids to `logits` fail (no [UNK] to map them to).
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be in \[0, 301\)"):
+        served.signatures["logits"](token_ids=tf.constant([[5, 301]]))
     device = tmp_path / "device"
     argv = ["--checkpoint", run, "--format", "tflite", "--out", str(device)]
     assert export_main(argv) == 2
     assert "only --format saved_model exports" in capsys.readouterr().err
     assert not device.exists()
+
+
+def test_generation_stops_at_the_end_token_and_leaves_it_out(tmp_path, bpe, capsys):
+    """A checkpoint whose every next token is <|endoftext|> (the final norm
+    outputs a constant aligned with its embedding): predict prints the
+    prompt alone; the SavedModel generates one token, the end, and no text."""
+    import tensorflow as tf
+
+    from tfformer.export.saved_model import export_saved_model
+
+    n = bpe.get_vocab_size()
+    tensors = gpt2_tensors(np.random.default_rng(8), vocab=n)
+    tensors["transformer.wte.weight"][0] *= 5  # the end token, id 0
+    tensors["transformer.ln_f.weight"][:] = 0
+    tensors["transformer.ln_f.bias"][:] = tensors["transformer.wte.weight"][0]
+    source = write_checkpoint(
+        tmp_path / "hf",
+        None,
+        tensors=tensors,
+        config={"vocab_size": n, "bos_token_id": 0, "eos_token_id": 0},
+    )
+    bpe.save(str(source / "tokenizer.json"))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert (
+        predict_cli.main(["--checkpoint", run, "--max-new-tokens", "4", "the cat"]) == 0
+    )
+    assert capsys.readouterr().out == "the cat\n"
+    served = tf.saved_model.load(
+        export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    )
+    out = served.signatures["generate"](
+        prompt=tf.constant(["the cat"]),
+        max_new_tokens=tf.constant([4]),
+        temperature=tf.constant([1.0]),
+        top_k=tf.constant([1]),
+        top_p=tf.constant([1.0]),
+        seed=tf.constant([0]),
+    )
+    assert out["num_tokens"].numpy().tolist() == [1]
+    assert out["token_ids"].numpy().tolist() == [[1]]  # the end token, shifted
+    assert out["text"].numpy().tolist() == [b""]
 
 
 # -- bad input -----------------------------------------------------------------

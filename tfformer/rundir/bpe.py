@@ -12,8 +12,10 @@ Hugging Face's tokenizers do three things, reproduced here:
    White_Space (RE2's own is ASCII).
 2. Bytes to GPT-2's 256 printable characters (`bytes_to_unicode`).
 3. BPE: in each piece, the adjacent pair with the lowest merge rank is
-   merged, the leftmost first, one merge at a time (Hugging Face's Rust
-   `BPE::merge_word`), in a `tf.while_loop` over every piece at once.
+   merged, every occurrence of it left to right, pass after pass, in one
+   `tf.while_loop` over every piece at once (the result of Hugging Face's
+   Rust `BPE::merge_word`, which merges the leftmost lowest-rank pair one
+   at a time).
 
 Limits: a NUL character marks piece boundaries here and is dropped from the
 text (Hugging Face tokenizes it as a byte); BPE dropout and
@@ -62,7 +64,16 @@ def bytes_to_unicode():
 
 
 def _escape_re2(text):
-    return "".join(c if c.isalnum() else "\\" + c for c in text)
+    """`text` as an RE2 literal: ASCII punctuation backslashed, any other
+    non-alphanumeric character as \\x{HHHH} (RE2 refuses a backslash
+    before a non-ASCII character)."""
+
+    def one(c):
+        if c.isascii():
+            return c if c.isalnum() else "\\" + c
+        return f"\\x{{{ord(c):x}}}"
+
+    return "".join(one(c) for c in text)
 
 
 class ByteLevelBPETokenizer(tf.Module):
@@ -136,8 +147,19 @@ class ByteLevelBPETokenizer(tf.Module):
                 raise ValueError(
                     f"special_tokens: {token!r} is not a token of the vocabulary."
                 )
-        if isinstance(id_offset, bool) or not isinstance(id_offset, int):
-            raise ValueError(f"id_offset must be an int. Received: {id_offset!r}")
+        if (
+            isinstance(id_offset, bool)
+            or not isinstance(id_offset, int)
+            or id_offset < 0
+        ):
+            raise ValueError(f"id_offset must be an int >= 0. Received: {id_offset!r}")
+        if not merges:
+            raise ValueError("merges is empty (a BPE without merges?).")
+        seen = set()
+        for rank, merge in enumerate(merges):
+            if merge in seen:
+                raise ValueError(f"merges[{rank}]={merge!r} repeats an earlier merge.")
+            seen.add(merge)
         self.vocabulary, self.merges = vocabulary, merges
         self.special_tokens = special_tokens
         self.start_token, self.end_token = start_token, end_token
@@ -235,14 +257,22 @@ class ByteLevelBPETokenizer(tf.Module):
 
     def _merge(self, values, splits):
         """BPE over every piece at once: `values` (symbols, flat) in rows cut
-        at `splits`; returns the merged ones the same way."""
+        at `splits`; returns the merged ones the same way.
+
+        Each pass merges, in every row, every occurrence of the row's
+        lowest-rank pair, left to right without overlap (GPT-2's own
+        `bpe()`; Hugging Face's heap merges them one at a time, leftmost
+        first, to the same result: a pair involving a merged token always
+        ranks after the merge that made it). The passes are as many as the
+        distinct merges of the longest piece, not its merges.
+        """
 
         def body(values, splits, _):
             rows = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
             row_of = rows.value_rowids()
-            position = tf.range(tf.size(values, out_type=tf.int64)) - tf.gather(
-                splits, row_of
-            )
+            count = tf.size(values, out_type=tf.int64)
+            index = tf.range(count)
+            position = index - tf.gather(splits, row_of)
             length = tf.gather(rows.row_lengths(), row_of)
             following = tf.concat([values, [""]], 0)[1:]
             has_pair = position + 1 < length
@@ -250,15 +280,16 @@ class ByteLevelBPETokenizer(tf.Module):
             rank = tf.where(has_pair, rank, NO_MERGE)
             best = tf.math.unsorted_segment_min(rank, row_of, rows.nrows())
             is_best = tf.logical_and(rank < NO_MERGE, rank == tf.gather(best, row_of))
-            leftmost = tf.math.unsorted_segment_min(
-                tf.where(is_best, position, tf.int64.max), row_of, rows.nrows()
+            # In a run of consecutive occurrences ("a a a" and the pair
+            # "a a"), the 1st, 3rd, ... start a merge. Runs never cross rows
+            # (a row's last symbol has no pair).
+            run = tf.cumsum(tf.cast(tf.logical_not(is_best), tf.int64))
+            run_start = tf.math.unsorted_segment_min(
+                tf.where(is_best, index, tf.int64.max), run, count + 1
             )
-            # Rows with nothing to merge: a position no symbol has.
-            leftmost = tf.where(
-                leftmost == tf.int64.max, tf.constant(-2, tf.int64), leftmost
-            )
-            merge_here = tf.equal(position, tf.gather(leftmost, row_of))
-            dropped = tf.equal(position, tf.gather(leftmost, row_of) + 1)
+            offset = index - tf.gather(run_start, run)
+            merge_here = tf.logical_and(is_best, offset % 2 == 0)
+            dropped = tf.concat([[False], merge_here], 0)[:-1]
             values = tf.where(merge_here, tf.strings.join([values, following]), values)
             kept = tf.logical_not(dropped)
             new_lengths = tf.math.unsorted_segment_sum(

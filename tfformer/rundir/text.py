@@ -249,7 +249,8 @@ class TokenIdTokenizer(tf.Module):
         # In a graph (an exported model) too: an InvalidArgumentError.
         check = tf.debugging.Assert(
             tf.reduce_all(tf.logical_and(ids >= 0, ids < limit)),
-            [f"token ids must be in [0, {limit})"],
+            [f"token ids must be in [0, {limit}). Received:", ids],
+            summarize=20,
         )
         with tf.control_dependencies([check]):
             ids = tf.identity(ids) + self.id_offset

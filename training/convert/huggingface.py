@@ -15,9 +15,10 @@ sentence-transformers models) into a `sentence_embedding` run, which
 preprocessing (rescale, per-channel normalization) inside the model; and
 Llama-style decoders (`model_type` "llama": RMSNorm, SwiGLU, rotary
 positions, grouped-query attention) and GPT-2 (`model_type` "gpt2") into
-`causal_lm` runs that read and write token ids (their tokenizers are not
-converted; the ids are shifted by one inside the model, so that id 0 stays
-padding, and back on the way out).
+`causal_lm` runs: GPT-2's with its byte-level BPE tokenizer (text in and
+out, `tfformer.rundir.bpe`), Llama's reading and writing token ids (its
+tokenizer is not converted). A decoder's ids are shifted by one inside the
+model, so that id 0 stays padding, and back by its tokenizer.
 
 Nothing is written unless the whole conversion succeeds: the run is built
 in a temporary directory beside `out` and renamed into place.
@@ -812,6 +813,31 @@ def decoder_special_id(config, key, default, vocabulary_size, progress):
     return value + ID_OFFSET
 
 
+def write_decoder_run(staging, model, tokenizer, kind, sizes):
+    """Writes a converted decoder's `causal_lm` run into `staging`; returns
+    its training config."""
+    run = RunDirectory(staging)
+    tokenizer.save(run.file(tokenizer_file(kind, "text")))
+    model.save(run.file("model.keras"))
+    context = sizes["max_sequence_length"]
+    run.write_manifest("causal_lm", {"text": (kind, False)}, {"max_length": context})
+    return {
+        "task": "causal_lm",
+        "data": {
+            "tokenizer": kind,
+            "vocabulary_size": sizes["vocabulary_size"],
+            "max_length": context,
+        },
+        "model": {
+            "num_layers": sizes["num_layers"],
+            "hidden_dim": sizes["hidden_dim"],
+            "num_heads": sizes["num_heads"],
+            "intermediate_dim": sizes["intermediate_dim"],
+            "dropout": 0.0,
+        },
+    }
+
+
 # -- Llama ---------------------------------------------------------------------
 
 
@@ -959,26 +985,7 @@ def convert_llama(source, config, staging, progress):
     )
     unused = [n for n in checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
-    run = RunDirectory(staging)
-    tokenizer.save(run.file(tokenizer_file("ids", "text")))
-    model.save(run.file("model.keras"))
-    context = sizes["max_sequence_length"]
-    run.write_manifest("causal_lm", {"text": ("ids", False)}, {"max_length": context})
-    return {
-        "task": "causal_lm",
-        "data": {
-            "tokenizer": "ids",
-            "vocabulary_size": vocab,
-            "max_length": context,
-        },
-        "model": {
-            "num_layers": sizes["num_layers"],
-            "hidden_dim": sizes["hidden_dim"],
-            "num_heads": sizes["num_heads"],
-            "intermediate_dim": sizes["intermediate_dim"],
-            "dropout": 0.0,
-        },
-    }
+    return write_decoder_run(staging, model, tokenizer, "ids", sizes)
 
 
 # -- GPT-2 ---------------------------------------------------------------------
@@ -1113,6 +1120,43 @@ def _bpe_merges(merges, where):
     return pairs
 
 
+def _added_tokens(added, tokens, where):
+    """The contents of tokenizer.json's `added_tokens`, each matched
+    literally in the text; one whose id is past the vocabulary's end is
+    appended to `tokens` (ids must then run on from its end)."""
+    contents = []
+    for entry in sorted(
+        added, key=lambda e: e.get("id", -1) if isinstance(e, dict) else -1
+    ):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("content"), str)
+            or not entry["content"]
+            or isinstance(entry.get("id"), bool)
+            or not isinstance(entry.get("id"), int)
+        ):
+            raise ValueError(
+                f"{where}: added_tokens entries need a content and an id. "
+                f"Received: {entry!r}"
+            )
+        content, i = entry["content"], entry["id"]
+        for key in ("lstrip", "rstrip", "single_word"):
+            if entry.get(key):
+                raise ValueError(
+                    f"{where}: added token {content!r} has {key}, which tfformer "
+                    "does not reproduce."
+                )
+        if i == len(tokens) and content not in tokens:
+            tokens.append(content)
+        elif not (0 <= i < len(tokens) and tokens[i] == content):
+            raise ValueError(
+                f"{where}: added token {content!r} has id {i}, which is neither "
+                f"its id in model.vocab nor the next id ({len(tokens)})."
+            )
+        contents.append(content)
+    return contents
+
+
 def _expect(value, expected, where):
     if value != expected:
         raise ValueError(
@@ -1142,30 +1186,29 @@ def gpt2_tokenizer(source, config, vocab_size, progress):
             ("ignore_merges", False),
         ):
             value = model.get(key)
+            if key == "dropout" and value == 0:
+                value = None  # no dropout
             if value is not None or expected is None:  # null means unset
                 _expect(value, expected, f"{where}: model.{key}")
         _expect(spec.get("normalizer"), None, f"{where}: normalizer")
         pre = spec.get("pre_tokenizer") or {}
         _expect(pre.get("type"), "ByteLevel", f"{where}: pre_tokenizer.type")
         _expect(pre.get("use_regex", True), True, f"{where}: pre_tokenizer.use_regex")
-        post = (spec.get("post_processor") or {}).get("type")
-        if post not in (None, "ByteLevel"):
-            raise ValueError(
-                f"{where}: post_processor.type must be null or 'ByteLevel' "
-                f"(nothing added around the text). Received: {post!r}"
-            )
+        for part in ("post_processor", "decoder"):
+            kind = (spec.get(part) or {}).get("type")
+            if kind not in (None, "ByteLevel"):
+                raise ValueError(
+                    f"{where}: {part}.type must be null or 'ByteLevel' (nothing "
+                    f"added around the text, bytes decoded). Received: {kind!r}"
+                )
         tokens = _bpe_vocabulary(model.get("vocab"), where)
         merges = _bpe_merges(model.get("merges") or [], where)
-        added = spec.get("added_tokens") or []
-        for entry in added:
-            for key in ("lstrip", "rstrip", "single_word"):
-                if entry.get(key):
-                    raise ValueError(
-                        f"{where}: added token {entry.get('content')!r} has "
-                        f"{key}, which tfformer does not reproduce."
-                    )
-        special = [entry["content"] for entry in added]
-        add_prefix_space = bool(pre.get("add_prefix_space", False))
+        special = _added_tokens(spec.get("added_tokens") or [], tokens, where)
+        # transformers' GPT2TokenizerFast rebuilds the pre-tokenizer with
+        # tokenizer_config.json's add_prefix_space when it has one.
+        add_prefix_space = bool(
+            settings.get("add_prefix_space", pre.get("add_prefix_space", False))
+        )
     elif os.path.isfile(os.path.join(source, "vocab.json")):
         where = f"{source}/vocab.json"
         tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
@@ -1202,15 +1245,27 @@ def gpt2_tokenizer(source, config, vocab_size, progress):
     for token in names.values():
         if token not in special:
             special.append(token)
-    tokenizer = ByteLevelBPETokenizer(
-        tokens,
-        merges,
-        special_tokens=special,
-        start_token=names["bos_token_id"],
-        end_token=names["eos_token_id"],
-        id_offset=ID_OFFSET,
-        add_prefix_space=add_prefix_space,
-    )
+    try:
+        tokenizer = ByteLevelBPETokenizer(
+            tokens,
+            merges,
+            special_tokens=special,
+            start_token=names["bos_token_id"],
+            end_token=names["eos_token_id"],
+            id_offset=ID_OFFSET,
+            add_prefix_space=add_prefix_space,
+        )
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    import tensorflow as tf
+
+    try:  # its patterns compile when first run: here, not in a served model
+        tokenizer.tokenize([" ".join(["a", *special])])
+    except tf.errors.OpError as e:
+        raise ValueError(
+            f"{where}: the tokenizer does not run with special tokens {special}: "
+            f"{e.message}"
+        ) from None
     progress(
         f"Tokenizer: byte-level BPE from {os.path.basename(where)}, "
         f"{len(tokens)} tokens, {len(merges)} merges, special {special}"
@@ -1219,8 +1274,9 @@ def gpt2_tokenizer(source, config, vocab_size, progress):
 
 
 def convert_gpt2(source, config, staging, progress):
-    """A GPT-2 (`GPT2LMHeadModel` or `GPT2Model`) into a `causal_lm` run that
-    reads and writes the checkpoint's token ids."""
+    """A GPT-2 (`GPT2LMHeadModel` or `GPT2Model`) into a `causal_lm` run:
+    text in and out with its byte-level BPE tokenizer, or the checkpoint's
+    token ids when the directory has no tokenizer files."""
     import keras
 
     from tfformer.models import gpt_decoder
@@ -1262,26 +1318,7 @@ def convert_gpt2(source, config, staging, progress):
     buffer = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")
     unused = [n for n in checkpoint.unused() if not buffer.fullmatch(n)]
     refuse_unused(source, unused)
-    run = RunDirectory(staging)
-    tokenizer.save(run.file(tokenizer_file(kind, "text")))
-    model.save(run.file("model.keras"))
-    context = sizes["max_sequence_length"]
-    run.write_manifest("causal_lm", {"text": (kind, False)}, {"max_length": context})
-    return {
-        "task": "causal_lm",
-        "data": {
-            "tokenizer": kind,
-            "vocabulary_size": vocab,
-            "max_length": context,
-        },
-        "model": {
-            "num_layers": sizes["num_layers"],
-            "hidden_dim": sizes["hidden_dim"],
-            "num_heads": sizes["num_heads"],
-            "intermediate_dim": sizes["intermediate_dim"],
-            "dropout": 0.0,
-        },
-    }
+    return write_decoder_run(staging, model, tokenizer, kind, sizes)
 
 
 CONVERTERS = {

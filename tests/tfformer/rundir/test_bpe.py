@@ -122,6 +122,35 @@ def test_text_comes_back_unchanged_and_as_hugging_face_decodes(pair):
     assert ours.detokenize(ids).numpy().tolist() == [b"Hello world"]
 
 
+def test_long_pieces_and_a_non_ascii_special_token():
+    """Pieces of thousands of bytes (merged pass by pass, every occurrence
+    of the best pair at once) and a special token RE2 needs escaped as code
+    points, against Hugging Face."""
+    hf = train_byte_level_bpe()
+    other = "<\uff5cend\u2581of\u2581sentence\uff5c>"  # DeepSeek's
+    hf.add_special_tokens([other])
+    model = json.loads(hf.to_str())["model"]
+    tokens = [*sorted(model["vocab"], key=model["vocab"].get), other]
+    assert hf.token_to_id(other) == len(tokens) - 1
+    ours = ByteLevelBPETokenizer(
+        tokens,
+        [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
+        special_tokens=[END, other],
+        start_token=END,
+        end_token=END,
+    )
+    texts = [
+        "=" * 3000,
+        " " * 2000 + "x",
+        "aaaa" * 700,
+        "1234567890" * 200,
+        "the cat " * 300,
+        f"a{other}b {other}",
+        "\n" * 500,
+    ]
+    assert ours.tokenize(texts).to_list() == [hf.encode(t).ids for t in texts]
+
+
 def test_add_prefix_space_as_hugging_faces():
     hf = train_byte_level_bpe(add_prefix_space=True)
     ours = ours_from(hf, add_prefix_space=True, id_offset=0)
