@@ -146,11 +146,6 @@ def converted_tokenizer(spec):
     return kind.load(spec.path)
 
 
-def refuse_on_device(run):
-    if run.text.kind in CONVERTED_KINDS:
-        refuse_token_ids(run.text)
-
-
 def _rows_from(ids, starts, count, width):
     """`(batch, width)`: row r holds `ids[r, starts[r] : starts[r] + count[r]]`
     then 0s."""
@@ -642,7 +637,7 @@ class CausalLMExporter:
 
     def tflite_sources(self, run, staging, quantize=None, prefill_lengths=None):
         del quantize  # one graph for every quantization
-        refuse_on_device(run)
+        refuse_token_ids(run.text)  # no device tokenizer for converted runs
         device = os.path.join(staging, "device")
         keys = write_device_saved_model(run, device, prefill_lengths)
         loop = os.path.join(staging, "loop")
@@ -662,7 +657,7 @@ class CausalLMExporter:
     def calibration(self, run, texts, prefill_lengths=None, limit=64):
         """Full-int8 samples: caches and tokens of real text for `decode`
         and each `prefill`, and prompts for the loop model."""
-        refuse_on_device(run)
+        refuse_token_ids(run.text)  # no device tokenizer for converted runs
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(

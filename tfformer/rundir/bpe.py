@@ -183,10 +183,8 @@ class ByteLevelBPETokenizer(tf.Module):
         )
         self._merge_rank = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant([f"{a} {b}" for a, b in merges] or [" "]),
-                tf.range(max(len(merges), 1), dtype=tf.int32)
-                if merges
-                else tf.constant([NO_MERGE], tf.int32),
+                tf.constant([f"{a} {b}" for a, b in merges]),
+                tf.range(len(merges), dtype=tf.int32),
             ),
             default_value=NO_MERGE,
         )
