@@ -7,7 +7,8 @@ compare them); float rounding could still flip a draw that falls within
 about 1e-6 of a boundary between two tokens, and a quantized model's
 logits move by more.
 
-The loop, for prompt ids p[0..n-1] (n >= 1; an empty prompt is [START]):
+The loop, for prompt ids p[0..n-1] (n >= 1; an empty prompt is [START],
+id 2 or `special_ids["start"]` of `text.json`):
   1. Zero caches: every `kv_cache_*` input of `decode`, float32, its shape.
   2. `prefill` p[0..n-2] at positions 0..n-2 (padded with 0 to the
      signature's length; the padding's cache rows are overwritten later).
@@ -16,7 +17,8 @@ The loop, for prompt ids p[0..n-1] (n >= 1; an empty prompt is [START]):
      shifted); what does not fit a prefill goes through `decode`.
   3. `decode` p[n-1] at position n-1: logits for column n.
   4. Choose the token of column c from the logits (below); stop after
-     [END] (id 3), after `max_new_tokens` tokens or at the context's end;
+     [END] (id 3, or `special_ids["end"]` of `text.json`: a converted
+     checkpoint's), after `max_new_tokens` tokens or at the context's end;
      otherwise `decode` it at position c and go on with c + 1.
 
 Choosing (the Keras generator's rules): log-probabilities = log_softmax(
@@ -35,6 +37,7 @@ Example:
 """
 
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -168,6 +171,14 @@ class LiteRTGenerator:
                 length = int(runner.get_input_details()["tokens"]["shape"][1])
                 self.prefills[length] = runner
         self._tokenizer = None
+        # A converted checkpoint's start and end ids are in text.json.
+        self.start_id, self.end_id = START, END
+        settings = os.path.join(self.directory, "text.json")
+        if os.path.isfile(settings):
+            with open(settings, encoding="utf-8") as f:
+                special = json.load(f).get("special_ids") or {}
+            self.start_id = special.get("start", START)
+            self.end_id = special.get("end", END)
 
     # -- the two signatures --------------------------------------------------------
 
@@ -247,7 +258,7 @@ class LiteRTGenerator:
         (its last context - max_new_tokens ids, at most context - 1)."""
         check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
         keep = min(self.context - max_new_tokens, self.context - 1)
-        ids = [int(i) for i in prompt_ids][-keep:] or [START]
+        ids = [int(i) for i in prompt_ids][-keep:] or [self.start_id]
         cache = self.prefill(ids[:-1], self.new_cache())
         logits, cache = self.decode(ids[-1], len(ids) - 1, cache)
         new, log_probs = [], []
@@ -263,7 +274,7 @@ class LiteRTGenerator:
             )
             new.append(token)
             log_probs.append(log_p)
-            if token == END or column + 1 == self.context:
+            if token == self.end_id or column + 1 == self.context:
                 break
             if len(new) < max_new_tokens:
                 logits, cache = self.decode(token, column, cache)

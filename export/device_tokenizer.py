@@ -37,6 +37,20 @@ detokenize(generated ids) -> text
   3. Apply `join_rules` (RE2 regular expressions, ASCII \w) to attach
      punctuation.
 
+A converted decoder's export (`tokenizer` "bpe" or "ids") holds
+`text_tokenizer.json`, the run's own tokenizer file, instead:
+  "bpe" (GPT-2's byte-level BPE; `ByteLevelBPE`): special tokens are cut out
+     first (longest first); with `add_prefix_space` each text between them
+     that does not start with a space gets one; GPT-2's pre-tokenizer
+     pattern `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
+     ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` (`\s`: Unicode White_Space; a NUL
+     character ends a piece and is dropped); bytes to GPT-2's 256
+     characters; BPE by merge rank; ids are vocabulary indices plus
+     `id_offset`. Detokenize: stop at the first end id; drop padding and ids
+     outside the vocabulary; tokens joined, GPT-2's characters back to bytes.
+  "ids" (`TokenIds`): the text is whitespace-separated checkpoint ids;
+     the model's are those plus `id_offset`, and back.
+
 Example:
 >>> tokenizer = DeviceTokenizer("export_dir")
 >>> ids = tokenizer.tokenize("Ein Hund rennt.")   # list of source_length ints
@@ -44,6 +58,7 @@ Example:
 """
 
 import bisect
+import itertools
 import json
 import os
 import re
@@ -92,6 +107,172 @@ def strip_accents(text):
     )
 
 
+# Unicode's White_Space: what the pre-tokenizer's \s matches.
+WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(chr(c) for c in range(0x2000, 0x200B))
+)
+CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
+
+
+def bytes_to_unicode():
+    """GPT-2's map of the 256 byte values to printable characters: the
+    printable Latin-1 ones to themselves, the others to U+0100 onwards."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("\xa1"), ord("\xac") + 1))
+        + list(range(ord("\xae"), ord("\xff") + 1))
+    )
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def _kind(char):
+    """ "L" letter, "N" number, "S" White_Space, "O" anything else."""
+    if char in WHITE_SPACE:
+        return "S"
+    category = unicodedata.category(char)[0]
+    return category if category in "LN" else "O"
+
+
+def gpt2_pieces(text):
+    """GPT-2's pre-tokenization of `text` (no special tokens, no NUL)."""
+    pieces, i, n = [], 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "'":
+            suffix = next((x for x in CONTRACTIONS if text.startswith(x, i + 1)), None)
+            if suffix:
+                pieces.append(text[i : i + 1 + len(suffix)])
+                i += 1 + len(suffix)
+                continue
+        j = i + 1 if char == " " and i + 1 < n else i
+        kind = _kind(text[j])
+        if kind != "S":
+            # ' ?\p{L}+', ' ?\p{N}+' or ' ?[^\s\p{L}\p{N}]+'
+            end = j + 1
+            while end < n and _kind(text[end]) == kind:
+                end += 1
+        else:
+            end = i + 1
+            while end < n and _kind(text[end]) == "S":
+                end += 1
+            # '\s+(?!\S)': a run before a non-space leaves its last one.
+            if end < n and end - i > 1:
+                end -= 1
+        pieces.append(text[i:end])
+        i = end
+    return pieces
+
+
+class ByteLevelBPE:
+    """GPT-2's byte-level BPE from a run's `text_tokenizer.json`."""
+
+    def __init__(self, spec):
+        self.vocabulary = spec["vocabulary"]
+        self.index = {token: i for i, token in enumerate(self.vocabulary)}
+        self.ranks = {
+            tuple(m.split(" ")): rank for rank, m in enumerate(spec["merges"])
+        }
+        self.offset = spec["id_offset"]
+        self.add_prefix_space = spec["add_prefix_space"]
+        self.specials = sorted(spec["special_tokens"], key=len, reverse=True)
+        self.symbols = bytes_to_unicode()
+        self.byte_of = {c: b for b, c in self.symbols.items()}
+        self.cache = {}
+
+    def segments(self, text):
+        """(segment, is_special) in order: special tokens cut out."""
+        out, start, i = [], 0, 0
+        while i < len(text):
+            found = next((t for t in self.specials if text.startswith(t, i)), None)
+            if found is None:
+                i += 1
+                continue
+            out.append((text[start:i], False))
+            out.append((found, True))
+            i = start = i + len(found)
+        out.append((text[start:], False))
+        return [(t, special) for t, special in out if t]
+
+    def merge(self, piece):
+        """The BPE tokens of one piece (as GPT-2's characters)."""
+        if piece in self.cache:
+            return self.cache[piece]
+        word = list(piece)
+        while len(word) > 1:
+            pairs = set(itertools.pairwise(word))
+            best = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
+            if best not in self.ranks:
+                break
+            merged, k = [], 0
+            while k < len(word):
+                if k + 1 < len(word) and (word[k], word[k + 1]) == best:
+                    merged.append(word[k] + word[k + 1])
+                    k += 2
+                else:
+                    merged.append(word[k])
+                    k += 1
+            word = merged
+        self.cache[piece] = word
+        return word
+
+    def ids(self, text):
+        out = []
+        for segment, special in self.segments(text):
+            if special:
+                out.append(self.index[segment] + self.offset)
+                continue
+            if self.add_prefix_space and not segment.startswith((" ", "\x00")):
+                segment = " " + segment
+            for part in segment.split("\x00"):
+                for piece in gpt2_pieces(part):
+                    chars = "".join(self.symbols[b] for b in piece.encode("utf-8"))
+                    out.extend(self.index[t] + self.offset for t in self.merge(chars))
+        return out
+
+    def text(self, ids):
+        tokens = [
+            self.vocabulary[i - self.offset]
+            for i in ids
+            if 0 <= i - self.offset < len(self.vocabulary)
+        ]
+        data = bytearray()
+        for char in "".join(tokens):
+            if char in self.byte_of:
+                data.append(self.byte_of[char])
+            else:  # a character of an added token
+                data.extend(char.encode("utf-8"))
+        return data.decode("utf-8", "replace")
+
+
+class TokenIds:
+    """Whitespace-separated checkpoint ids from a run's `text_tokenizer.json`."""
+
+    def __init__(self, spec):
+        self.offset = spec.get("id_offset", 0)
+        self.limit = spec["vocabulary_size"] - self.offset
+        self.pad = spec["pad_id"]
+
+    def ids(self, text):
+        words = text.split()
+        if not all(w.isascii() and w.isdigit() and int(w) < self.limit for w in words):
+            raise ValueError(
+                "This model reads token ids: whitespace-separated integers below "
+                f"{self.limit}. Received: {text[:200]!r}"
+            )
+        return [int(w) + self.offset for w in words]
+
+    def text(self, ids):
+        return " ".join(str(i - self.offset) for i in ids if i != self.pad)
+
+
 class DeviceTokenizer:
     """The tokenizer of one TFLite export directory."""
 
@@ -106,6 +287,14 @@ class DeviceTokenizer:
         self.start = special.get("start", START)
         self.end = special.get("end", END)
         self.special = set(special.values()) if special else {PAD, UNK, START, END}
+        self.converted = None
+        if self.settings["tokenizer"] in ("bpe", "ids"):
+            path = os.path.join(directory, self.settings["tokenizer_file"])
+            with open(path, encoding="utf-8") as f:
+                spec = json.load(f)
+            kind = ByteLevelBPE if self.settings["tokenizer"] == "bpe" else TokenIds
+            self.converted = kind(spec)
+            return
         if self.byte_level:
             return
         files = (
@@ -173,6 +362,10 @@ class DeviceTokenizer:
     def ids(self, sentence):
         """All the ids of a sentence (steps 1-3; bytes given to a byte
         tokenizer are taken as they are)."""
+        if self.converted is not None:
+            if isinstance(sentence, bytes):
+                sentence = sentence.decode("utf-8", "replace")
+            return self.converted.ids(sentence)
         if self.byte_level:
             data = sentence.encode("utf-8") if isinstance(sentence, str) else sentence
             return [b + 4 for b in data]
@@ -186,6 +379,12 @@ class DeviceTokenizer:
     def detokenize(self, ids):
         """Text of the model's output ids."""
         ids = list(ids)
+        if self.converted is not None:
+            # A converted decoder's start may be its end (GPT-2): stop at
+            # the first one, wherever it is.
+            if self.end in ids:
+                ids = ids[: ids.index(self.end)]
+            return self.converted.text(ids)
         if self.end in ids[1:]:
             ids = ids[: ids.index(self.end, 1)]
         if self.byte_level:

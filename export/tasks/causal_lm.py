@@ -42,9 +42,12 @@ generative models so that an app owns the loop and the sampling:
   the model reads its first context - 1 ids (leave room for the new
   tokens: at most context - max_new_tokens), clips `max_new_tokens` into
   [0, context - 1] and generates until [END] or the context ends. An empty
-  prompt (all 0) starts from [START].
-- `text.json`, the vocabulary, `tokenizer.py` (the translator's reference
-  tokenizer, reused) and `generate.py` (`export/device_generator.py`, the
+  prompt (all 0) starts from [START]. (A converted checkpoint's start and
+  end ids are its own, in `text.json`'s `special_ids`.)
+- `text.json`, the vocabulary (a converted run's tokenizer file,
+  `text_tokenizer.json`), `tokenizer.py` (the translator's reference
+  tokenizer, reused; GPT-2's byte-level BPE and token ids for converted
+  runs) and `generate.py` (`export/device_generator.py`, the
   reference runtime that drives prefill/decode and samples exactly as the
   Keras generator does).
 """
@@ -64,19 +67,20 @@ from tfformer.export.tasks.text import (
     clamp_ids,
     device_text_settings,
     make_tokenizer,
-    refuse_token_ids,
     valid_utf8,
 )
 from tfformer.export.wordpiece import probe_character_classes
 from tfformer.models.cached_decoder import CachedDecoder
 from tfformer.rundir.files import atomic_copy, atomic_write_text
 from tfformer.rundir.run import RunDirectory
-from tfformer.rundir.text import END_ID, PAD_ID, START_ID
+from tfformer.rundir.text import END_ID, PAD_ID, START_ID, UNK_ID
 
 DEVICE_GENERATOR = os.path.join(
     os.path.dirname(os.path.dirname(__file__)), "device_generator.py"
 )
 VOCABULARY_FILE = "text_vocab.txt"
+# A converted decoder's tokenizer file (GPT-2's BPE, token ids) on device.
+CONVERTED_TOKENIZER = "text_tokenizer.json"
 
 SIGNATURES = {
     "generate": "prompt (batch,) string, max_new_tokens (batch,) int32, "
@@ -133,8 +137,8 @@ def read_run(run_dir, checkpoint="model.keras"):
 
 
 # A converted decoder's tokenizers (token ids; GPT-2's byte-level BPE), in
-# core ops: its SavedModel generates with them; TFLite has no device
-# tokenizer for them yet.
+# core ops for its SavedModel, in plain Python (`device_tokenizer.py`) next
+# to its TFLite model.
 CONVERTED_KINDS = ("ids", "bpe")
 
 
@@ -492,7 +496,7 @@ class DeviceSignatures:
             )
             for i in range(self.layers)
         )
-        tokens = clamp_ids(tokens, self.run.vocabulary_size)
+        tokens = clamp_ids(tokens, self.run.vocabulary_size, stray_id(self.run))
         logits, cache, _ = self.decoder.step(tokens, cache, input_pos[0])
         out = {}
         for i, layer in enumerate(cache):
@@ -565,27 +569,34 @@ def write_device_saved_model(run, path, prefill_lengths=None):
     return keys
 
 
+def stray_id(run):
+    """What the device models read an id outside the vocabulary as: [UNK],
+    or padding for a converted checkpoint (which has no [UNK]: the model's
+    id 1 is the checkpoint's id 0)."""
+    return PAD_ID if run.text.kind in CONVERTED_KINDS else UNK_ID
+
+
 def loop_function(run):
     """`token_ids (1, context), max_new_tokens (1,) -> {"token_ids": (1,
-    context)}`: greedy, the loop inside."""
+    context)}`: greedy, the loop inside (the run's start and end ids)."""
     generator = Generator(
         run.model,
         max_length=run.context,
         search="greedy",
-        start_id=START_ID,
-        end_id=END_ID,
+        start_id=run.start_id,
+        end_id=run.end_id,
         pad_id=PAD_ID,
         carry_constants=True,
     )
 
     def generate(token_ids, max_new_tokens):
-        ids = clamp_ids(token_ids, run.vocabulary_size)
+        ids = clamp_ids(token_ids, run.vocabulary_size, stray_id(run))
         # The generator needs a free column after the prompt.
         ids = ids[:, : run.context - 1]
         # An empty prompt starts from the start token, as everywhere else.
         empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)
         first = tf.range(run.context - 1)[None, :] == 0
-        ids = tf.where(tf.logical_and(empty, first), START_ID, ids)
+        ids = tf.where(tf.logical_and(empty, first), run.start_id, ids)
         new = tf.clip_by_value(max_new_tokens, 0, run.context - 1)
         return {"token_ids": generator.generate(ids, max_new_tokens=new)["token_ids"]}
 
@@ -637,7 +648,6 @@ class CausalLMExporter:
 
     def tflite_sources(self, run, staging, quantize=None, prefill_lengths=None):
         del quantize  # one graph for every quantization
-        refuse_token_ids(run.text)  # no device tokenizer for converted runs
         device = os.path.join(staging, "device")
         keys = write_device_saved_model(run, device, prefill_lengths)
         loop = os.path.join(staging, "loop")
@@ -657,7 +667,6 @@ class CausalLMExporter:
     def calibration(self, run, texts, prefill_lengths=None, limit=64):
         """Full-int8 samples: caches and tokens of real text for `decode`
         and each `prefill`, and prompts for the loop model."""
-        refuse_token_ids(run.text)  # no device tokenizer for converted runs
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
             raise ValueError(
@@ -668,7 +677,33 @@ class CausalLMExporter:
         return calibration_samples(run, texts, lengths)
 
     def device_files(self, run, out_dir, prefill_lengths=None):
-        """The vocabulary, `text.json`, `tokenizer.py` and `generate.py`."""
+        """The vocabulary (a converted run's tokenizer file), `text.json`,
+        `tokenizer.py` and `generate.py`."""
+        lengths = check_prefill_lengths(prefill_lengths, run.context)
+        if run.text.kind in CONVERTED_KINDS:
+            atomic_copy(run.text.path, os.path.join(out_dir, CONVERTED_TOKENIZER))
+            settings = {
+                "tokenizer": run.text.kind,
+                "tokenizer_file": CONVERTED_TOKENIZER,
+                "special_ids": {
+                    "pad": PAD_ID,
+                    "start": run.start_id,
+                    "end": run.end_id,
+                },
+                "source_length": run.context,
+                "context": run.context,
+                "prefill_lengths": list(lengths),
+            }
+        else:
+            settings = self.device_text_settings(run, lengths, out_dir)
+        atomic_write_text(
+            os.path.join(out_dir, "text.json"), json.dumps(settings, indent=1)
+        )
+        atomic_copy(DEVICE_TOKENIZER, os.path.join(out_dir, "tokenizer.py"))
+        atomic_copy(DEVICE_GENERATOR, os.path.join(out_dir, "generate.py"))
+
+    def device_text_settings(self, run, lengths, out_dir):
+        """`text.json` of a trained run (its vocabulary copied to `out_dir`)."""
         classes = probe_character_classes() if run.text.kind == "wordpiece" else None
         vocabulary = {}
         if run.text.kind == "wordpiece":
@@ -677,8 +712,7 @@ class CausalLMExporter:
                 "source_vocabulary": VOCABULARY_FILE,
                 "target_vocabulary": VOCABULARY_FILE,
             }
-        lengths = check_prefill_lengths(prefill_lengths, run.context)
-        settings = device_text_settings(
+        return device_text_settings(
             run.text.kind,
             run.text.lower_case,
             classes,
@@ -687,18 +721,16 @@ class CausalLMExporter:
             prefill_lengths=list(lengths),
             **vocabulary,
         )
-        atomic_write_text(
-            os.path.join(out_dir, "text.json"), json.dumps(settings, indent=1)
-        )
-        atomic_copy(DEVICE_TOKENIZER, os.path.join(out_dir, "tokenizer.py"))
-        atomic_copy(DEVICE_GENERATOR, os.path.join(out_dir, "generate.py"))
 
 
 def calibration_samples(run, texts, lengths):
     """`(signature_key, inputs)` samples: each text's tokens prefilled into
     real caches by every prefill signature, a decode step after them, and
     the loop model's prompt."""
-    tokenizer = make_tokenizer(run.text)
+    if run.text.kind in CONVERTED_KINDS:
+        tokenizer = converted_tokenizer(run.text)
+    else:
+        tokenizer = make_tokenizer(run.text)
     signatures = DeviceSignatures(run)
     names = list(signatures.cache_shapes())
     samples = []

@@ -25,18 +25,12 @@ DEVICE_TOKENIZER = os.path.join(
 
 def refuse_token_ids(spec):
     """The tokenizers of converted decoders (token ids; GPT-2's byte-level
-    BPE) go into their SavedModel only: refused everywhere else (TFLite has
-    no device tokenizer for them yet)."""
-    if spec.kind == "ids":
+    BPE) have their own classes (`export.tasks.causal_lm.converted_tokenizer`):
+    refused by the WordPiece and byte helpers here."""
+    if spec.kind in ("ids", "bpe"):
         raise ValueError(
-            f"{spec.path} is a token-id tokenizer (a checkpoint converted without "
-            "its own tokenizer): only --format saved_model exports such runs "
-            "for now."
-        )
-    if spec.kind == "bpe":
-        raise ValueError(
-            f"{spec.path} is a converted GPT-2's byte-level BPE tokenizer: only "
-            "--format saved_model exports such runs for now."
+            f"{spec.path} is a converted decoder's tokenizer ({spec.kind!r}): "
+            "only causal_lm exports read it."
         )
 
 

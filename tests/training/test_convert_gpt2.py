@@ -7,12 +7,14 @@ these tests feed on purpose."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from tests.testing import END_OF_TEXT, train_byte_level_bpe
 from tfformer.rundir.text import TokenIdTokenizer
+from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 from tfformer.training.tasks import get_task
@@ -331,11 +333,9 @@ def test_vocab_json_without_merges_is_refused(tmp_path, bpe):
 def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
     """SavedModel `generate` (greedy: top_k 1) continues a prompt with the
     text `tfformer-predict` prints, through the in-graph BPE tokenizer;
-    `tokenize` gives the checkpoint tokenizer's ids (plus one). TFLite is
-    refused, writing nothing."""
+    `tokenize` gives the checkpoint tokenizer's ids (plus one)."""
     import tensorflow as tf
 
-    from tfformer.export.cli import main as export_main
     from tfformer.export.saved_model import export_saved_model
 
     source = with_tokenizer(tmp_path / "hf", bpe)
@@ -360,11 +360,56 @@ def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
     # Out-of-range ids to `logits` fail (no [UNK] to map them to).
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"must be in \[0, 301\)"):
         served.signatures["logits"](token_ids=tf.constant([[5, 301]]))
-    device = tmp_path / "device"
-    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(device)]
-    assert export_main(argv) == 2
-    assert "only --format saved_model exports" in capsys.readouterr().err
-    assert not device.exists()
+
+
+def shipped_runtime(directory, path):
+    """`LiteRTGenerator` of the `generate.py` an export ships."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "shipped_generate", os.path.join(directory, "generate.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LiteRTGenerator(path)
+
+
+def test_the_tflite_model_generates_what_predict_does(tmp_path, bpe, capsys):
+    """`tfformer-export --format tflite` of a converted GPT-2: the shipped
+    plain-Python tokenizer gives the checkpoint tokenizer's ids (plus one);
+    the shipped runtime's greedy text is `tfformer-predict`'s, stopping at
+    <|endoftext|> and leaving it out; the loop model makes the same ids."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tfformer.export.cli import main as export_main
+
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    out = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(out)]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    runtime = shipped_runtime(str(out), str(out / "model.tflite"))
+    assert (runtime.start_id, runtime.end_id) == (1, 1)
+    for prompt in ("the cat sat on", f"{END_OF_TEXT}we'll stop", "naïve 日本語"):
+        ids = runtime.tokenizer.ids(prompt)
+        assert ids == [i + 1 for i in bpe.encode(prompt).ids]
+        code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+        assert code == 0
+        printed = capsys.readouterr().out[:-1]
+        text = runtime.generate_text(prompt, 6, greedy=True)
+        assert prompt.replace(END_OF_TEXT, "") + text == printed.replace(
+            END_OF_TEXT, ""
+        )
+        assert END_OF_TEXT not in text
+        new, _ = runtime.generate(ids, 6, greedy=True)
+        tokens = np.zeros((1, SIZES["positions"]), np.int32)
+        tokens[0, : len(ids)] = ids
+        loop = Interpreter(model_path=str(out / "model_loop.tflite"))
+        got = loop.get_signature_runner()(
+            token_ids=tokens, max_new_tokens=np.array([6], np.int32)
+        )["token_ids"][0]
+        assert got[len(ids) : len(ids) + len(new)].tolist() == new
 
 
 def test_generation_stops_at_the_end_token_and_leaves_it_out(tmp_path, bpe, capsys):
@@ -406,6 +451,152 @@ def test_generation_stops_at_the_end_token_and_leaves_it_out(tmp_path, bpe, caps
     assert out["num_tokens"].numpy().tolist() == [1]
     assert out["token_ids"].numpy().tolist() == [[1]]  # the end token, shifted
     assert out["text"].numpy().tolist() == [b""]
+
+
+# -- evaluated on a text file, fine-tuned -----------------------------------------
+
+# Text the test BPE knows; ends with a newline, as read_text returns it.
+STORY = "the cat sat on the mat\nwe'll stop, I'm naïve\nhello world 2024\n" * 4
+
+
+def test_evaluate_scores_a_text_file_as_keras_hub_does(tmp_path, bpe, capsys):
+    """`tfformer-evaluate --text FILE --window W`: nats per token of
+    keras-hub's GPT-2 logits over the same non-overlapping windows (inputs
+    w[:-1], labels w[1:]), and the bytes those labels decode to."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    (tmp_path / "story.txt").write_text(STORY, encoding="utf-8")
+    out = tmp_path / "scores.json"
+    argv = ["--checkpoint", run, "--text", str(tmp_path / "story.txt")]
+    assert evaluate_cli.main([*argv, "--window", "8", "--output", str(out)]) == 0
+    got = json.loads(out.read_text())
+
+    reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
+    ids = bpe.encode(STORY).ids
+    count = (len(ids) - 1) // 8
+    windows = np.array([ids[8 * k : 8 * k + 9] for k in range(count)], "int32")
+    x, y = windows[:, :-1], windows[:, 1:]
+    hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+    logits = np.asarray(reference.token_embedding(hidden, reverse=True), "float64")
+    logits -= logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nats = -np.take_along_axis(log_p, y[..., None], -1).sum()
+    covered = len(bpe.decode(y.reshape(-1).tolist()).encode("utf-8"))
+    assert got["text"] == str(tmp_path / "story.txt")
+    assert (got["window"], got["tokens"], got["bytes"]) == (8, y.size, covered)
+    assert got["nats_per_token"] == pytest.approx(nats / y.size, abs=1e-4)
+    assert got["bits_per_byte"] == pytest.approx(nats / np.log(2) / covered, abs=1e-4)
+    capsys.readouterr()
+    # A converted run has no held-out text; bad windows and files are named.
+    for extra, message in (
+        ([], "no held-out text"),
+        (["--text", str(tmp_path / "story.txt"), "--window", "25"], "[1, 24]"),
+        (["--text", str(tmp_path / "absent.txt")], "--text: File not found"),
+    ):
+        assert evaluate_cli.main(["--checkpoint", run, *extra]) == 2
+        assert message in capsys.readouterr().err
+
+
+def fine_tuning_config(tmp_path, run, *overrides):
+    from tfformer.training.config import load_config
+
+    (tmp_path / "story.txt").write_text(STORY * 8, encoding="utf-8")
+    return load_config(
+        overrides=[
+            "task=causal_lm",
+            f"data.text_path={tmp_path / 'story.txt'}",
+            "data.tokenizer=bpe",
+            "data.max_length=12",
+            "data.holdout_fraction=0.2",
+            f"model.init_from={run}",
+            "train.batch_size=4",
+            "train.steps_per_epoch=60",
+            "train.epochs=1",
+            "train.warmup_steps=2",
+            "train.schedule=cosine",
+            "train.learning_rate=3e-3",
+            "train.label_smoothing=0",
+            "train.verbose=0",
+            f"train.output_dir={tmp_path / 'tuned'}",
+            *overrides,
+        ]
+    )
+
+
+def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
+    """`model.init_from` of a converted GPT-2: the copy computes the
+    source's logits, takes the config's dropout, trains (its loss on the
+    text falls), and the new run keeps the BPE and generates text."""
+    from tfformer.training.fit.trainer import train
+
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    config = fine_tuning_config(tmp_path, run, "model.dropout=0.5")
+    task = get_task("causal_lm")
+    data = task.prepare(config, task.raw_splits(config.data), None, quiet)
+    model = task.build_model(config, data)
+    original = task.load(run).model
+    ids = data.examples["train"].features["token_ids"].to_tensor().numpy()[:4]
+    np.testing.assert_allclose(
+        np.asarray(model({"token_ids": ids})),
+        np.asarray(original({"token_ids": ids})),
+        atol=1e-6,
+    )
+    rates = {
+        layer.name: layer.get_config().get("rate", layer.get_config().get("dropout"))
+        for layer in model.layers
+        if "dropout" in layer.name or "block" in layer.name
+    }
+    assert rates and set(rates.values()) == {0.5}, rates
+    noisy = np.asarray(model({"token_ids": ids}, training=True))
+    assert np.abs(noisy - np.asarray(model({"token_ids": ids}))).max() > 1e-3
+
+    text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
+    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
+    before = json.loads(capsys.readouterr().out)["nats_per_token"]
+    train(fine_tuning_config(tmp_path, run), progress=quiet)
+    tuned = str(tmp_path / "tuned")
+    assert evaluate_cli.main(["--checkpoint", tuned, *text]) == 0
+    after = json.loads(capsys.readouterr().out)["nats_per_token"]
+    assert after < 0.65 * before, (before, after)
+    with (
+        open(os.path.join(tuned, "text_tokenizer.json"), "rb") as mine,
+        open(os.path.join(run, "text_tokenizer.json"), "rb") as theirs,
+    ):
+        assert mine.read() == theirs.read()
+    assert evaluate_cli.main(["--checkpoint", tuned]) == 0  # its held-out text
+    assert json.loads(capsys.readouterr().out)["split"] == "test"
+    code = predict_cli.main(["--checkpoint", tuned, "--max-new-tokens", "5", "the"])
+    assert code == 0
+    assert capsys.readouterr().out.startswith("the")
+
+
+def test_fine_tuning_refuses_what_the_run_cannot_take(tmp_path, bpe):
+    from tfformer.training.fit.trainer import train
+
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    ids_run = convert(
+        str(write_checkpoint(tmp_path / "ids_hf", np.random.default_rng(1))),
+        str(tmp_path / "ids_run"),
+        progress=quiet,
+    )
+    cases = [
+        (["model.num_layers=1"], "model.num_layers comes from that run"),
+        (["data.tokenizer=byte"], "set data.tokenizer=bpe"),
+        (["data.max_length=30"], "data.max_length must be <= 24"),
+        ([f"model.init_from={ids_run}"], "reads token ids, not text"),
+        ([f"model.init_from={tmp_path}"], "run.json is missing"),
+    ]
+    for overrides, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            train(fine_tuning_config(tmp_path, run, *overrides), progress=quiet)
+        assert not (tmp_path / "tuned").exists()  # refused before writing
+    with pytest.raises(ValueError, match=re.escape("model.init_from=RUN")):
+        config = fine_tuning_config(tmp_path, run, "model.init_from=null")
+        train(config, progress=quiet)
+    assert not (tmp_path / "tuned").exists()
 
 
 # -- bad input -----------------------------------------------------------------

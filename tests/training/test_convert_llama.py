@@ -223,20 +223,47 @@ def test_token_id_tokenizer():
         TokenIdTokenizer(50, start_id=1, end_id=50)
 
 
-def test_text_prompts_exports_and_training_are_refused(tmp_path, capsys):
+def test_the_tflite_model_generates_the_ids_predict_does(tmp_path, capsys):
+    """TFLite of a Llama run (rotary positions, RMSNorm, SwiGLU, grouped
+    queries in the prefill/decode signatures): the shipped runtime reads and
+    writes checkpoint ids, as `tfformer-predict` does, and greedy decoding
+    gives predict's ids; the loop model too."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tests.training.test_convert_gpt2 import shipped_runtime
     from tfformer.export.cli import main as export_main
 
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(7))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    out = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(out)]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    runtime = shipped_runtime(str(out), str(out / "model.tflite"))
+    assert runtime.tokenizer.ids("1 0 9") == [2, 1, 10]
+    argv = ["--checkpoint", run, "--max-new-tokens", "5", "1 0 9"]
+    assert predict_cli.main(argv) == 0
+    printed = capsys.readouterr().out.strip()
+    text = runtime.generate_text("1 0 9", 5, greedy=True)
+    assert f"1 0 9 {text}".strip() == printed
+    new, _ = runtime.generate([2, 1, 10], 5, greedy=True)
+    context = runtime.context
+    tokens = np.zeros((1, context), np.int32)
+    tokens[0, :3] = [2, 1, 10]
+    loop = Interpreter(model_path=str(out / "model_loop.tflite"))
+    got = loop.get_signature_runner()(
+        token_ids=tokens, max_new_tokens=np.array([5], np.int32)
+    )["token_ids"][0]
+    assert got[3 : 3 + len(new)].tolist() == new
+    with pytest.raises(ValueError, match="whitespace-separated integers below 40"):
+        runtime.tokenizer.ids("1 40")
+
+
+def test_text_prompts_and_training_are_refused(tmp_path, capsys):
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(3))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "2", "hi"]) == 2
     assert "reads token ids" in capsys.readouterr().err
-    out = tmp_path / "device"
-    assert (
-        export_main(["--checkpoint", run, "--format", "tflite", "--out", str(out)]) == 2
-    )
-    err = capsys.readouterr().err
-    assert "token-id tokenizer" in err and "only --format saved_model" in err
-    assert not out.exists()
     config = load_config(
         overrides=[
             "task=causal_lm",

@@ -22,7 +22,8 @@ class TextDataConfig:
     seed: int = 0
     # wordpiece (learned from the training split) or byte; ids and bpe are
     # tokenizers of converted checkpoints (token ids in and out; GPT-2's
-    # byte-level BPE), which predict but do not train.
+    # byte-level BPE), which tfformer does not learn: a causal_lm run
+    # fine-tuned from a converted GPT-2 (model.init_from) takes its BPE.
     tokenizer: Literal["wordpiece", "byte", "ids", "bpe"] = "wordpiece"
     vocabulary_size: int = 2000
     # WordPiece is learned from at most this many training sentences (seeded
@@ -119,6 +120,28 @@ def token_compile_arguments(config):
         ),
         "metrics": [MaskedAccuracy(), RealTokens()],
     }
+
+
+def initial_tokenizer(spec, directory, where):
+    """The tokenizer of `spec` (an initial run's `TokenizerSpec`, named by
+    `where`: "model.init_from='...'"); a run directory that already holds
+    another vocabulary (a run resumed with another init_from) is refused
+    before anything is written."""
+    import os
+
+    from tfformer.rundir.run import tokenizer_file
+    from tfformer.training.text.vocabulary import load_tokenizer
+
+    saved = directory and os.path.join(directory, tokenizer_file(spec.kind, "text"))
+    if saved and os.path.isfile(saved):
+        with open(saved, "rb") as mine, open(spec.path, "rb") as theirs:
+            if mine.read() != theirs.read():
+                raise ValueError(
+                    f"{saved} differs from the vocabulary of {where}: this run "
+                    "directory holds another run's vocabulary. Use a new "
+                    "train.output_dir."
+                )
+    return load_tokenizer(spec)
 
 
 def positive(where, value):

@@ -12,12 +12,17 @@ import math
 import numpy as np
 
 from tfformer.training.tasks.base import (
+    ModelConfig,
     PreparedData,
     Task,
     TextDataConfig,
     check_holdout_fraction,
+    initial_tokenizer,
     token_compile_arguments,
 )
+
+# Model keys that come from model.init_from's decoder and must stay unset.
+INIT_SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
 
 
 @dataclasses.dataclass
@@ -30,11 +35,25 @@ class CausalLMData(TextDataConfig):
     holdout_fraction: float = 0.1
 
 
+@dataclasses.dataclass
+class CausalLMModel(ModelConfig):
+    # A finished causal_lm run (trained, or converted from a GPT-2
+    # checkpoint) whose decoder and tokenizer this run fine-tunes; its
+    # sizes come from it. `dropout` (None: the run's) is set in every
+    # dropout of the copy.
+    init_from: str | None = None
+
+
 class CausalLMTask(Task):
     name = "causal_lm"
     DataConfig = CausalLMData
+    ModelConfig = CausalLMModel
     builder_name = "gpt_decoder"
     default_preset = "gpt_tiny"
+
+    def __init__(self):
+        # The last model.init_from model read: {(path, mtime): model}.
+        self._initial = {}
 
     def validate(self, config):
         super().validate(config)
@@ -61,8 +80,15 @@ class CausalLMTask(Task):
         from tfformer.training.text.vocabulary import learn_or_load
 
         data_config = config.data
-        lines = raw["train"].split("\n")
-        tokenizer = learn_or_load(data_config, lines, directory, "text", progress)
+        if config.model.init_from is not None:
+            _, spec, _ = self.initial_run(config)
+            tokenizer = initial_tokenizer(
+                spec, directory, f"model.init_from={config.model.init_from!r}"
+            )
+            progress(f"Tokenizer (text): from {config.model.init_from}")
+        else:
+            lines = raw["train"].split("\n")
+            tokenizer = learn_or_load(data_config, lines, directory, "text", progress)
         examples = {}
         for split, text in raw.items():
             ids = tokenizer.tokenize([text]).flat_values.numpy()
@@ -73,9 +99,19 @@ class CausalLMTask(Task):
             {"text": tokenizer}, examples, raw, (data_config.max_length,)
         )
 
+    def inference_settings(self, config, data):
+        # A decoder fine-tuned from another run keeps that run's context
+        # (GPT-2's 1,024 positions after fine-tuning on shorter windows).
+        if config.model.init_from is not None:
+            run, _, _ = self.initial_run(config)
+            return {"max_length": int(run.setting("max_length"))}
+        return super().inference_settings(config, data)
+
     def build_model(self, config, data):
         from tfformer.models import from_preset
 
+        if config.model.init_from is not None:
+            return self.initialized_model(config)
         return from_preset(
             self.preset(config.model),
             data.tokenizers["text"].vocabulary_size,
@@ -87,6 +123,90 @@ class CausalLMTask(Task):
 
     def compile_arguments(self, config):
         return token_compile_arguments(config)
+
+    # -- starting from another run -----------------------------------------------
+
+    def initial_run(self, config):
+        """(RunDirectory, its tokenizer spec, its model) of `model.init_from`,
+        checked at train time: a finished causal_lm run with a text
+        tokenizer that `data.tokenizer` names, no size overridden, and a
+        context that holds `data.max_length` (ValueError naming the key)."""
+        import os
+
+        from tfformer.rundir.run import RunDirectory
+
+        path = os.path.abspath(config.model.init_from)
+        where = f"model.init_from={config.model.init_from!r}"
+        try:
+            run = RunDirectory(path)
+            if run.task != self.name:
+                raise ValueError(
+                    f"it holds a {run.task!r} run; a causal_lm run starts from "
+                    "a causal_lm run (trained, or converted from a GPT-2 "
+                    "checkpoint)"
+                )
+            spec = run.tokenizer("text")
+            context = int(run.setting("max_length"))
+            run.checkpoint_path()
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        d = config.data
+        if spec.kind == "ids":
+            raise ValueError(
+                f"{where}: its tokenizer reads token ids, not text (a checkpoint "
+                "converted without a tokenizer tfformer reads, e.g. Llama's), "
+                "so it cannot be fine-tuned on data.text_path."
+            )
+        if d.tokenizer != spec.kind or d.lower_case != spec.lower_case:
+            raise ValueError(
+                f"{where}: its tokenizer is {spec.kind} with lower_case="
+                f"{spec.lower_case}; set data.tokenizer={spec.kind} and "
+                f"data.lower_case={str(spec.lower_case).lower()}. Received: "
+                f"data.tokenizer={d.tokenizer}, data.lower_case={d.lower_case}"
+            )
+        for key in INIT_SIZE_KEYS:
+            value = getattr(config.model, key)
+            if value is not None:
+                raise ValueError(
+                    f"{where}: model.{key} comes from that run; leave it unset. "
+                    f"Received: model.{key}={value!r}"
+                )
+        if d.max_length > context:
+            raise ValueError(
+                f"{where}: its decoder's context is {context} tokens; "
+                f"data.max_length must be <= {context}. Received: "
+                f"data.max_length={d.max_length}"
+            )
+        # Read once per process and model file (prepare and build_model
+        # both ask); the checks above run every time.
+        key = (path, os.path.getmtime(run.checkpoint_path()))
+        if key not in self._initial:
+            self._initial = {key: run.load_model()}
+        return run, spec, self._initial[key]
+
+    def initialized_model(self, config):
+        """A copy of `model.init_from`'s decoder (new variables, in the
+        current distribution strategy's scope) with its weights, every
+        dropout at `model.dropout` when that is set. Its layers keep the
+        source's dtype policies (float32 for a converted checkpoint) whatever
+        `train.precision` says."""
+        import keras
+
+        _, _, source = self.initial_run(config)
+        rate = config.model.dropout
+
+        def clone(layer):
+            layer_config = layer.get_config()
+            if rate is not None:
+                if isinstance(layer, keras.layers.Dropout):
+                    layer_config["rate"] = rate
+                elif "dropout" in layer_config:
+                    layer_config["dropout"] = rate
+            return layer.__class__.from_config(layer_config)
+
+        model = keras.models.clone_model(source, clone_function=clone)
+        model.set_weights(source.get_weights())
+        return model
 
     # -- inference ---------------------------------------------------------------
 
@@ -192,24 +312,62 @@ class CausalLMTask(Task):
             choices=["validation", "test"],
             help="which half of the held-out tail to score",
         )
+        parser.add_argument(
+            "--text",
+            help="score this UTF-8 text file (plain or .gz) instead of the "
+            "run's held-out text (a converted checkpoint has none)",
+        )
+        parser.add_argument(
+            "--window",
+            type=int,
+            help="tokens per scored window, up to the run's context (default: "
+            "the training window, data.max_length)",
+        )
 
     def evaluate(self, run_dir, args, progress=print):
         """Loss in nats per token on the test (or validation) half of the
-        held-out tail (the summed negative log-likelihood of every token over
-        their count), and bits per byte of the text those tokens cover."""
+        held-out tail, or on the file `--text` names (the summed negative
+        log-likelihood of every token over their count), and bits per byte
+        of the text those tokens cover; windows of `--window` tokens."""
+        from tfformer.training.sources.text_files import read_text
+
         run = self.load(run_dir, args.model)
         config = run.config
-        split = getattr(args, "split", "test")
-        text = self.raw_splits(config.data)[split]
+        context = int(run.directory.setting("max_length"))
+        # By default the training window (a decoder fine-tuned from GPT-2
+        # trains on shorter windows than its context).
+        window = getattr(args, "window", None)
+        if window is None:
+            window = min(config.data.max_length, context)
+        if not 1 <= window <= context:
+            raise ValueError(
+                f"--window must be in [1, {context}] (the run's context). "
+                f"Received: {window}"
+            )
+        source = getattr(args, "text", None)
+        if source is not None:
+            try:
+                text = read_text(source)
+            except ValueError as e:
+                raise ValueError(f"--text: {e}") from None
+            where = {"text": source}
+        elif not config.data.text_path:
+            raise ValueError(
+                f"{run.directory.path} has no held-out text (data.text_path is "
+                "not set: a converted checkpoint); score a file with --text FILE."
+            )
+        else:
+            split = getattr(args, "split", "test")
+            text, where = self.raw_splits(config.data)[split], {"split": split}
         scores = score_text(
             run.model,
             run.tokenizers["text"],
             text,
-            config.data.max_length,
+            window,
             limit=args.limit,
             progress=progress,
         )
-        return {"split": split, **scores}
+        return {**where, "window": window, **scores}
 
 
 def score_text(model, tokenizer, text, window, *, limit=None, progress=print):

@@ -26,7 +26,8 @@ def learn_or_load(
         raise ValueError(
             f"data.tokenizer={config.tokenizer!r} is the tokenizer of converted "
             "checkpoints (token ids, GPT-2's BPE), which tfformer does not "
-            "train yet: use 'wordpiece' or 'byte'."
+            "learn: use 'wordpiece' or 'byte', or fine-tune a converted "
+            "causal_lm run with model.init_from=RUN."
         )
     path = directory and os.path.join(directory, tokenizer_file(config.tokenizer, role))
     if config.tokenizer == "byte":

@@ -1,0 +1,84 @@
+"""The plain-Python byte-level BPE of `export/device_tokenizer.py` (what a
+converted GPT-2's TFLite export ships as `tokenizer.py`) against Hugging
+Face's `tokenizers`, on the fixed cases and random strings of
+tests/tfformer/rundir/test_bpe.py: the same ids, text back unchanged,
+`add_prefix_space`, special tokens, and detokenize's stopping rules."""
+
+import json
+
+import pytest
+
+from tests.testing import END_OF_TEXT as END
+from tests.testing import train_byte_level_bpe
+from tests.tfformer.rundir.test_bpe import CASES, ours_from, random_texts
+from tfformer.export.device_tokenizer import DeviceTokenizer, gpt2_pieces
+
+pytest.importorskip("tokenizers")
+
+
+def device_from(hf, path, add_prefix_space=False):
+    """A `DeviceTokenizer` over `ByteLevelBPETokenizer`'s file of `hf`
+    (ids shifted by one, as a converted GPT-2's are)."""
+    ours = ours_from(hf, add_prefix_space=add_prefix_space)
+    ours.save(str(path / "text_tokenizer.json"))
+    settings = {
+        "tokenizer": "bpe",
+        "tokenizer_file": "text_tokenizer.json",
+        "special_ids": {"pad": 0, "start": ours.start_id, "end": ours.end_id},
+        "source_length": 8,
+    }
+    (path / "text.json").write_text(json.dumps(settings))
+    return DeviceTokenizer(str(path))
+
+
+@pytest.fixture(scope="module")
+def hf():
+    return train_byte_level_bpe()
+
+
+def test_the_same_ids_as_hugging_faces_tokenizers(hf, tmp_path):
+    device = device_from(hf, tmp_path)
+    texts = CASES + random_texts(1000) + ["=" * 3000, " " * 500 + "x", "aaaa" * 300]
+    want = [[i + 1 for i in hf.encode(t).ids] for t in texts]
+    got = [device.ids(t) for t in texts]
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+    # Merges happened, and the special token is one id.
+    assert sum(map(len, want)) < 0.85 * sum(len(t.encode()) for t in texts)
+    assert device.ids(f"a{END}b")[1] == device.end == hf.token_to_id(END) + 1
+    # tokenize: cut or padded to source_length.
+    assert device.tokenize("Hello") == device.ids("Hello") + [0] * (
+        8 - len(device.ids("Hello"))
+    )
+    assert len(device.tokenize("the cat " * 20)) == 8
+
+
+def test_text_comes_back_and_detokenize_stops_at_the_end_id(hf, tmp_path):
+    device = device_from(hf, tmp_path)
+    texts = [t for t in CASES + random_texts(300, seed=1) if END not in t]
+    assert [device.detokenize(device.ids(t)) for t in texts] == texts
+    ids = [*device.ids("ab"), device.end, *device.ids("cd")]
+    assert device.detokenize(ids) == "ab"
+    assert device.detokenize([device.end, *device.ids("cd")]) == ""
+    # Padding and ids outside the vocabulary are dropped.
+    assert device.detokenize([0, *device.ids("Hello world"), 10**6]) == "Hello world"
+    # A token cut inside a UTF-8 character decodes to U+FFFD.
+    emoji = device.ids("🙂")  # not in the BPE's training text: four bytes
+    assert len(emoji) > 1 and device.detokenize(emoji[:1]) == "\ufffd"
+
+
+def test_add_prefix_space_as_hugging_faces(tmp_path):
+    hf = train_byte_level_bpe(add_prefix_space=True)
+    device = device_from(hf, tmp_path, add_prefix_space=True)
+    texts = ["Hello", " Hello", "\nHello", "", END, f"{END}x", *random_texts(200, 2)]
+    assert [device.ids(t) for t in texts] == [
+        [i + 1 for i in hf.encode(t).ids] for t in texts
+    ]
+
+
+def test_gpt2_pieces_by_hand():
+    """GPT-2's pattern on cases worked out from the regex by hand."""
+    assert gpt2_pieces("I'm  don't") == ["I", "'m", " ", " don", "'t"]
+    assert gpt2_pieces("a \n\n b") == ["a", " \n\n", " b"]
+    assert gpt2_pieces("x 's 2024!!") == ["x", " '", "s", " 2024", "!!"]
+    assert gpt2_pieces("\tab\u3000cd  ") == ["\t", "ab", "\u3000", "cd", "  "]
