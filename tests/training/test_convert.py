@@ -363,6 +363,108 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
 # -- bad input ---------------------------------------------------------------
 
 
+# -- BertForSequenceClassification: a classifier run -------------------------------
+
+
+CLASSIFIER_CONFIG = {
+    "architectures": ["BertForSequenceClassification"],
+    "id2label": {"0": "NEGATIVE", "1": "NEUTRAL", "2": "POSITIVE"},
+    "label2id": {"NEGATIVE": 0, "NEUTRAL": 1, "POSITIVE": 2},
+}
+
+
+def classifier_checkpoint(path, rng, config=None, drop=()):
+    """A `BertForSequenceClassification` checkpoint ("bert." prefix, a
+    `classifier` head of 3 labels) and its head's (weight, bias)."""
+    tensors = bert_tensors(rng, prefix="bert.")
+    tensors["classifier.weight"] = (0.5 * rng.normal(size=(3, 16))).astype("float32")
+    tensors["classifier.bias"] = (0.1 * rng.normal(size=(3,))).astype("float32")
+    head = tensors["classifier.weight"], tensors["classifier.bias"]
+    for name in drop:
+        del tensors[name]
+    source = write_checkpoint(
+        path, rng, tensors=tensors, config={**CLASSIFIER_CONFIG, **(config or {})}
+    )
+    return source, head
+
+
+def test_a_sequence_classifier_converts_to_a_classifier_run(
+    tmp_path, monkeypatch, capsys
+):
+    """Logits = keras-hub's pooled output times the head (Hugging Face's
+    `BertForSequenceClassification` at inference); `tfformer-predict`
+    prints the label and softmax probability; `tfformer-evaluate --tsv`
+    scores labelled lines."""
+    from tfformer.training.commands import evaluate as evaluate_cli
+
+    source, (weight, bias) = classifier_checkpoint(
+        tmp_path / "hf", np.random.default_rng(8)
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+    loaded = get_task("text_classification").load(run)
+    assert loaded.directory.setting("labels") == ["NEGATIVE", "NEUTRAL", "POSITIVE"]
+    ids, segments = batch(loaded.tokenizers["text"], SENTENCES[:4], 12)
+    ours = np.asarray(loaded.model({"token_ids": ids, "segment_ids": segments}))
+    pooled = keras_hub_backbone(source, monkeypatch)(
+        {"token_ids": ids, "segment_ids": segments, "padding_mask": ids != 0}
+    )["pooled_output"]
+    expected = np.asarray(pooled) @ weight.T + bias
+    np.testing.assert_allclose(ours, expected, atol=1e-5)
+
+    texts = SENTENCES[:3]
+    assert predict_cli.main(["--checkpoint", run, *texts]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ids, segments = batch(loaded.tokenizers["text"], texts, 20)
+    logits = np.asarray(
+        loaded.model({"token_ids": ids, "segment_ids": segments}), "float64"
+    )
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    names = ["NEGATIVE", "NEUTRAL", "POSITIVE"]
+    printed = [line.split("\t") for line in lines]
+    assert [(name, text) for name, _, text in printed] == [
+        (names[k], t) for k, t in zip(p.argmax(-1), texts, strict=True)
+    ]
+    np.testing.assert_allclose(
+        [float(prob) for _, prob, _ in printed], p.max(-1), atol=1.5e-4
+    )
+    # Scored on labelled lines: the predicted labels are right by design
+    # for the first two, wrong for the third.
+    truth = [names[k] for k in p.argmax(-1)]
+    truth[2] = names[(p[2].argmax() + 1) % 3]
+    tsv = tmp_path / "labelled.tsv"
+    tsv.write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, truth, strict=True)))
+    out = tmp_path / "scores.json"
+    argv = ["--checkpoint", run, "--tsv", str(tsv), "--output", str(out)]
+    assert evaluate_cli.main([*argv, "--confusion-plot", str(tmp_path / "c.png")]) == 0
+    assert json.loads(out.read_text())["accuracy"] == pytest.approx(2 / 3)
+    capsys.readouterr()
+    tsv.write_text("A man is eating food.\tHAPPY\n")
+    assert evaluate_cli.main(["--checkpoint", run, "--tsv", str(tsv)]) == 2
+    assert "--tsv:" in capsys.readouterr().err
+    assert evaluate_cli.main(["--checkpoint", run]) == 2  # no test split
+    assert "data.class_paths needs a file per class" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "config, drop, message",
+    [
+        ({"problem_type": "multi_label_classification"}, (), "problem_type must be"),
+        ({"id2label": {"0": "only"}}, (), "two or more distinct labels"),
+        ({"id2label": {"0": "a", "2": "b"}}, (), "id2label must map the ids"),
+        ({}, ("bert.pooler.dense.weight",), "no tensor 'bert.pooler.dense.weight'"),
+        ({}, ("classifier.bias",), "no tensor 'classifier.bias'"),
+    ],
+)
+def test_bad_sequence_classifiers_are_refused(tmp_path, config, drop, message):
+    source, _ = classifier_checkpoint(
+        tmp_path / "hf", np.random.default_rng(9), config, drop
+    )
+    with pytest.raises(ValueError, match=message):
+        convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+    assert nothing_written(tmp_path)
+
+
 def nothing_written(tmp_path):
     return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
 

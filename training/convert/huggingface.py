@@ -10,15 +10,18 @@ and writes a run directory.
 Architectures: BERT-family encoders (`model_type` "bert": BERT, MiniLM,
 sentence-transformers models) into a `sentence_embedding` run, which
 `tfformer-predict`, `tfformer-export` and a text classifier's
-`model.init_from` read; ViT image classifiers (`model_type` "vit",
-`ViTForImageClassification`) into an `image_classification` run, its
-preprocessing (rescale, per-channel normalization) inside the model; and
-Llama-style decoders (`model_type` "llama": RMSNorm, SwiGLU, rotary
-positions, grouped-query attention) and GPT-2 (`model_type` "gpt2") into
-`causal_lm` runs: GPT-2's with its byte-level BPE tokenizer (text in and
-out, `tfformer.rundir.bpe`), Llama's reading and writing token ids (its
-tokenizer is not converted). A decoder's ids are shifted by one inside the
-model, so that id 0 stays padding, and back by its tokenizer.
+`model.init_from` read (a `BertForSequenceClassification` into a
+`text_classification` run, its head included); ViT image classifiers
+(`model_type` "vit", `ViTForImageClassification`) into an
+`image_classification` run, its preprocessing (rescale, per-channel
+normalization) inside the model; and Llama-style decoders (`model_type`
+"llama": RMSNorm, SwiGLU, rotary positions, grouped-query attention) and
+GPT-2 (`model_type` "gpt2") into `causal_lm` runs: GPT-2's with its
+byte-level BPE tokenizer (text in and out, `tfformer.rundir.bpe`), Llama's
+reading and writing token ids (its tokenizer is not converted), which a
+causal_lm config's `model.init_from` fine-tunes (GPT-2's). A decoder's ids
+are shifted by one inside the model, so that id 0 stays padding, and back by
+its tokenizer.
 
 Nothing is written unless the whole conversion succeeds: the run is built
 in a temporary directory beside `out` and renamed into place.
@@ -460,14 +463,50 @@ def sentence_transformers_settings(directory, max_positions):
     return chosen[0], normalize, length, lower_case, True
 
 
+def sequence_classification_labels(config):
+    """The label names of a `BertForSequenceClassification` config.json
+    (`id2label` by id; Hugging Face's LABEL_i without one), refusing the
+    heads tfformer's classifier is not: multi-label (sigmoid) and
+    regression."""
+    problem = config.get("problem_type")
+    if problem not in (None, "single_label_classification"):
+        raise ValueError(
+            "config.json: problem_type must be 'single_label_classification' "
+            "(a softmax over the labels; multi-label and regression heads are "
+            f"not converted). Received: {problem!r}"
+        )
+    id2label = config.get("id2label")
+    if id2label is None:
+        count = config_value(config, "num_labels", int, default=2)
+        return [f"LABEL_{i}" for i in range(count)]
+    if not isinstance(id2label, dict) or sorted(id2label, key=str) != sorted(
+        str(i) for i in range(len(id2label))
+    ):
+        raise ValueError(
+            "config.json: id2label must map the ids 0, 1, ... to label names. "
+            f"Received: {id2label!r}"
+        )
+    labels = [str(id2label[str(i)]) for i in range(len(id2label))]
+    if len(labels) < 2 or len(set(labels)) != len(labels):
+        raise ValueError(
+            "config.json: id2label must name two or more distinct labels (one "
+            f"output is a regression head). Received: {id2label!r}"
+        )
+    return labels
+
+
 def convert_bert(source, config, staging, progress):
-    """A BERT checkpoint into a `sentence_embedding` run in `staging`."""
+    """A BERT checkpoint into a `sentence_embedding` run in `staging`, or,
+    for `BertForSequenceClassification`, a `text_classification` run."""
     import keras
 
     from tfformer.models import bert_embedder, bert_encoder
     from tfformer.training.text.wordpiece import WordPieceTokenizer
 
     sizes = bert_sizes(config)
+    architectures = config.get("architectures") or []
+    if "BertForSequenceClassification" in architectures:
+        return convert_bert_classifier(source, config, sizes, staging, progress)
     tokens, tokenizer_settings = wordpiece_vocabulary(source)
     pooling, normalize, max_length, st_lower, from_st = sentence_transformers_settings(
         source, sizes["max_sequence_length"]
@@ -537,6 +576,77 @@ def convert_bert(source, config, staging, progress):
         },
     }
     return training_config
+
+
+def convert_bert_classifier(source, config, sizes, staging, progress):
+    """A `BertForSequenceClassification` checkpoint (encoder, pooler and the
+    `classifier` linear head on the pooled [CLS]) into a
+    `text_classification` run in `staging`."""
+    import keras
+
+    from tfformer.models import bert_classifier, bert_encoder
+    from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+    labels = sequence_classification_labels(config)
+    tokens, tokenizer_settings = wordpiece_vocabulary(source)
+    if len(tokens) != sizes["vocabulary_size"]:
+        raise ValueError(
+            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
+            f"tokenizer has {len(tokens)} tokens."
+        )
+    options = {k: v for k, v in tokenizer_settings.items() if k != "lower_case"}
+    tokenizer = WordPieceTokenizer(
+        tokens, lower_case=tokenizer_settings["lower_case"], **options
+    )
+    checkpoint = Checkpoint(source)
+    weights = Weights(
+        checkpoint,
+        find_prefix(checkpoint, "embeddings.word_embeddings.weight", ("bert.", "")),
+    )
+    keras.utils.set_random_seed(0)
+    encoder = bert_encoder(dropout=0.0, **sizes)
+    if load_bert_encoder(encoder, weights, sizes):
+        raise ValueError(
+            f"{source}: the checkpoint has no tensor "
+            f"{weights.prefix + 'pooler.dense.weight'!r}; "
+            "BertForSequenceClassification classifies the pooled [CLS]."
+        )
+    model = bert_classifier(encoder, len(labels), dropout=0.0)
+    shape = (len(labels), sizes["hidden_dim"])
+    linear(model.get_layer("classifier"), Weights(checkpoint, ""), "classifier", shape)
+    refuse_unused(
+        source, [n for n in checkpoint.unused() if not n.endswith("position_ids")]
+    )
+    max_length = sizes["max_sequence_length"]
+    progress(
+        f"BERT classifier: {sizes['num_layers']} layers, width "
+        f"{sizes['hidden_dim']}, {sizes['num_heads']} heads, {len(tokens)} tokens; "
+        f"labels {labels}, max_length {max_length}"
+    )
+    run = RunDirectory(staging)
+    tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
+    model.save(run.file("model.keras"))
+    run.write_manifest(
+        "text_classification",
+        {"text": ("wordpiece", tokenizer.lower_case, tokenizer.options())},
+        {"max_length": max_length, "labels": labels, "pairs": False},
+    )
+    return {
+        "task": "text_classification",
+        "data": {
+            "tokenizer": "wordpiece",
+            "vocabulary_size": len(tokens),
+            "lower_case": tokenizer.lower_case,
+            "max_length": max_length,
+        },
+        "model": {
+            "num_layers": sizes["num_layers"],
+            "hidden_dim": sizes["hidden_dim"],
+            "num_heads": sizes["num_heads"],
+            "intermediate_dim": sizes["intermediate_dim"],
+            "dropout": 0.0,
+        },
+    }
 
 
 # -- ViT -----------------------------------------------------------------------

@@ -19,6 +19,7 @@ from tfformer.training.tasks.base import (
     TextDataConfig,
     check_holdout_fraction,
     holdout_splits,
+    initial_tokenizer,
 )
 
 # The run families whose encoder and vocabulary a classifier can start from.
@@ -143,11 +144,6 @@ class TextClassificationTask(Task):
                 f"Received: data.tsv_header=true, data.class_paths="
                 f"{list(d.class_paths)}"
             )
-        elif len(d.class_paths) < 2:
-            raise ValueError(
-                f"data.class_paths needs a file per class (>= 2), or give "
-                f"data.tsv_path. Received: {list(d.class_paths)}"
-            )
         if (
             d.tsv_path is None
             and d.class_names
@@ -160,12 +156,18 @@ class TextClassificationTask(Task):
         check_holdout_fraction(d)
 
     def raw_splits(self, data_config):
-
         from tfformer.training.sources.text_files import (
             read_labelled_text,
             read_labelled_tsv,
         )
 
+        # Checked here, when data is needed: a converted classifier's run
+        # predicts without any.
+        if not data_config.tsv_path and len(data_config.class_paths) < 2:
+            raise ValueError(
+                f"data.class_paths needs a file per class (>= 2), or give "
+                f"data.tsv_path. Received: {list(data_config.class_paths)}"
+            )
         if data_config.tsv_path:
             examples, _ = read_labelled_tsv(
                 data_config.tsv_path,
@@ -237,34 +239,16 @@ class TextClassificationTask(Task):
             )
         return run, spec, model, sizes
 
-    def initial_tokenizer(self, config, directory):
-        """The vocabulary of `model.init_from`; a run directory that already
-        holds another vocabulary (a run resumed with another init_from) is
-        refused before anything is written."""
-        import os
-
-        from tfformer.rundir.run import tokenizer_file
-        from tfformer.training.text.vocabulary import load_tokenizer
-
-        _, spec, _, _ = self.initial_run(config)
-        saved = directory and os.path.join(directory, tokenizer_file(spec.kind, "text"))
-        if saved and os.path.isfile(saved):
-            with open(saved, "rb") as mine, open(spec.path, "rb") as theirs:
-                if mine.read() != theirs.read():
-                    raise ValueError(
-                        f"{saved} differs from the vocabulary of model.init_from="
-                        f"{config.model.init_from!r}: this run directory holds "
-                        "another run's vocabulary. Use a new train.output_dir."
-                    )
-        return load_tokenizer(spec)
-
     def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline
         from tfformer.training.text.vocabulary import learn_or_load
 
         data_config = config.data
         if config.model.init_from is not None:
-            tokenizer = self.initial_tokenizer(config, directory)
+            _, spec, _, _ = self.initial_run(config)
+            tokenizer = initial_tokenizer(
+                spec, directory, f"model.init_from={config.model.init_from!r}"
+            )
             progress(f"Tokenizer (text): from {config.model.init_from}")
         else:
             sentences = [
@@ -385,21 +369,35 @@ class TextClassificationTask(Task):
             help="where to draw the confusion matrix (default: "
             "confusion_matrix.png in the run directory)",
         )
+        parser.add_argument(
+            "--tsv",
+            metavar="FILE",
+            help="score these lines (text<TAB>label or text_a<TAB>text_b<TAB>"
+            "label, labels among the run's) instead of the run's test split "
+            "(a converted classifier has none)",
+        )
 
     def evaluate(self, run_dir, args, progress=print):
-        """Accuracy, macro-F1 and the confusion matrix on the test split; the
-        matrix is also drawn as a PNG."""
+        """Accuracy, macro-F1 and the confusion matrix on the test split (or
+        the lines of `--tsv`); the matrix is also drawn as a PNG."""
         import os
 
         import numpy as np
 
         from tfformer.training.fit.plots import plot_confusion_matrix
+        from tfformer.training.sources.text_files import read_labelled_tsv
 
         run = self.load(run_dir, args.model)
-        test = self.raw_splits(run.config.data)["test"]
+        labels = run.directory.setting("labels")
+        if getattr(args, "tsv", None):
+            try:
+                test, _ = read_labelled_tsv(args.tsv, labels)
+            except ValueError as e:
+                raise ValueError(f"--tsv: {e}") from None
+        else:
+            test = self.raw_splits(run.config.data)["test"]
         if args.limit:
             test = test[: args.limit]
-        labels = run.directory.setting("labels")
         if not test:
             raise ValueError(f"{run.directory.path}: the test split is empty.")
         truth = np.array([label for _, label in test])
