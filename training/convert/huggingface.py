@@ -495,13 +495,43 @@ def sequence_classification_labels(config):
     return labels
 
 
+def bert_tokenizer(tokens, settings, sizes):
+    """The WordPiece tokenizer of a BERT checkpoint's vocabulary `tokens`
+    (`wordpiece_vocabulary`'s settings), its size checked against
+    config.json's."""
+    from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+    if len(tokens) != sizes["vocabulary_size"]:
+        raise ValueError(
+            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
+            f"tokenizer has {len(tokens)} tokens."
+        )
+    options = {k: v for k, v in settings.items() if k != "lower_case"}
+    return WordPieceTokenizer(tokens, lower_case=settings["lower_case"], **options)
+
+
+def load_bert(source, sizes, prefixes):
+    """(checkpoint, weights, encoder, fresh): a `bert_encoder` of `sizes`
+    holding the checkpoint's tensors (found under the first of `prefixes`
+    that has them); `fresh` lists what kept random weights (the pooler)."""
+    import keras
+
+    from tfformer.models import bert_encoder
+
+    checkpoint = Checkpoint(source)
+    weights = Weights(
+        checkpoint,
+        find_prefix(checkpoint, "embeddings.word_embeddings.weight", prefixes),
+    )
+    keras.utils.set_random_seed(0)
+    encoder = bert_encoder(dropout=0.0, **sizes)
+    return checkpoint, weights, encoder, load_bert_encoder(encoder, weights, sizes)
+
+
 def convert_bert(source, config, staging, progress):
     """A BERT checkpoint into a `sentence_embedding` run in `staging`, or,
     for `BertForSequenceClassification`, a `text_classification` run."""
-    import keras
-
-    from tfformer.models import bert_embedder, bert_encoder
-    from tfformer.training.text.wordpiece import WordPieceTokenizer
+    from tfformer.models import bert_embedder
 
     sizes = bert_sizes(config)
     architectures = config.get("architectures") or []
@@ -514,23 +544,8 @@ def convert_bert(source, config, staging, progress):
     if st_lower and not tokenizer_settings["lower_case"]:
         # sentence-transformers lower-cases the text itself first.
         tokenizer_settings["lower_case"] = True
-    if len(tokens) != sizes["vocabulary_size"]:
-        raise ValueError(
-            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
-            f"tokenizer has {len(tokens)} tokens."
-        )
-    options = {k: v for k, v in tokenizer_settings.items() if k != "lower_case"}
-    tokenizer = WordPieceTokenizer(
-        tokens, lower_case=tokenizer_settings["lower_case"], **options
-    )
-    checkpoint = Checkpoint(source)
-    weights = Weights(
-        checkpoint,
-        find_prefix(checkpoint, "embeddings.word_embeddings.weight", ("", "bert.")),
-    )
-    keras.utils.set_random_seed(0)
-    encoder = bert_encoder(dropout=0.0, **sizes)
-    fresh = load_bert_encoder(encoder, weights, sizes)
+    tokenizer = bert_tokenizer(tokens, tokenizer_settings, sizes)
+    checkpoint, weights, encoder, fresh = load_bert(source, sizes, ("", "bert."))
     model = bert_embedder(encoder, pooling=pooling, normalize=normalize)
     progress(
         f"BERT encoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
@@ -582,30 +597,13 @@ def convert_bert_classifier(source, config, sizes, staging, progress):
     """A `BertForSequenceClassification` checkpoint (encoder, pooler and the
     `classifier` linear head on the pooled [CLS]) into a
     `text_classification` run in `staging`."""
-    import keras
-
-    from tfformer.models import bert_classifier, bert_encoder
-    from tfformer.training.text.wordpiece import WordPieceTokenizer
+    from tfformer.models import bert_classifier
 
     labels = sequence_classification_labels(config)
     tokens, tokenizer_settings = wordpiece_vocabulary(source)
-    if len(tokens) != sizes["vocabulary_size"]:
-        raise ValueError(
-            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
-            f"tokenizer has {len(tokens)} tokens."
-        )
-    options = {k: v for k, v in tokenizer_settings.items() if k != "lower_case"}
-    tokenizer = WordPieceTokenizer(
-        tokens, lower_case=tokenizer_settings["lower_case"], **options
-    )
-    checkpoint = Checkpoint(source)
-    weights = Weights(
-        checkpoint,
-        find_prefix(checkpoint, "embeddings.word_embeddings.weight", ("bert.", "")),
-    )
-    keras.utils.set_random_seed(0)
-    encoder = bert_encoder(dropout=0.0, **sizes)
-    if load_bert_encoder(encoder, weights, sizes):
+    tokenizer = bert_tokenizer(tokens, tokenizer_settings, sizes)
+    checkpoint, weights, encoder, fresh = load_bert(source, sizes, ("bert.", ""))
+    if fresh:
         raise ValueError(
             f"{source}: the checkpoint has no tensor "
             f"{weights.prefix + 'pooler.dense.weight'!r}; "
