@@ -564,33 +564,16 @@ def convert_bert(source, config, staging, progress):
             + (f" and {len(heads) - 4} more" if len(heads) > 4 else "")
         )
     refuse_unused(source, unused)
-    run = RunDirectory(staging)
-    tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
-    model.save(run.file("model.keras"))
-    run.write_manifest(
+    return write_bert_run(
+        staging,
         "sentence_embedding",
-        {"text": ("wordpiece", tokenizer.lower_case, tokenizer.options())},
+        model,
+        tokenizer,
+        sizes,
         {"max_length": max_length, "pooling": pooling, "normalize": normalize},
+        pooling=pooling,
+        normalize=normalize,
     )
-    training_config = {
-        "task": "sentence_embedding",
-        "data": {
-            "tokenizer": "wordpiece",
-            "vocabulary_size": len(tokens),
-            "lower_case": tokenizer.lower_case,
-            "max_length": max_length,
-        },
-        "model": {
-            "num_layers": sizes["num_layers"],
-            "hidden_dim": sizes["hidden_dim"],
-            "num_heads": sizes["num_heads"],
-            "intermediate_dim": sizes["intermediate_dim"],
-            "dropout": 0.0,
-            "pooling": pooling,
-            "normalize": normalize,
-        },
-    }
-    return training_config
 
 
 def convert_bert_classifier(source, config, sizes, staging, progress):
@@ -621,21 +604,35 @@ def convert_bert_classifier(source, config, sizes, staging, progress):
         f"{sizes['hidden_dim']}, {sizes['num_heads']} heads, {len(tokens)} tokens; "
         f"labels {labels}, max_length {max_length}"
     )
+    return write_bert_run(
+        staging,
+        "text_classification",
+        model,
+        tokenizer,
+        sizes,
+        {"max_length": max_length, "labels": labels, "pairs": False},
+    )
+
+
+def write_bert_run(staging, task, model, tokenizer, sizes, settings, **model_keys):
+    """Writes a converted BERT's `task` run (WordPiece vocabulary, model,
+    manifest with `settings`) into `staging`; returns its training config
+    (`model_keys` added to its model section)."""
     run = RunDirectory(staging)
     tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
     model.save(run.file("model.keras"))
     run.write_manifest(
-        "text_classification",
+        task,
         {"text": ("wordpiece", tokenizer.lower_case, tokenizer.options())},
-        {"max_length": max_length, "labels": labels, "pairs": False},
+        settings,
     )
     return {
-        "task": "text_classification",
+        "task": task,
         "data": {
             "tokenizer": "wordpiece",
-            "vocabulary_size": len(tokens),
+            "vocabulary_size": tokenizer.vocabulary_size,
             "lower_case": tokenizer.lower_case,
-            "max_length": max_length,
+            "max_length": settings["max_length"],
         },
         "model": {
             "num_layers": sizes["num_layers"],
@@ -643,6 +640,7 @@ def convert_bert_classifier(source, config, sizes, staging, progress):
             "num_heads": sizes["num_heads"],
             "intermediate_dim": sizes["intermediate_dim"],
             "dropout": 0.0,
+            **model_keys,
         },
     }
 
