@@ -16,8 +16,10 @@ quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
   last step's log-probabilities, and the DYNAMIC_UPDATE_SLICE writing the
   cache (loop-carried tensors are not quantized);
 - the step's sinusoidal position (CAST, SIN, COS, SELECT_V2) and a CAST of a
-  loop flag;
-- the greedy choice, TOPK_V2 over float log-probabilities.
+  loop flag.
+(The greedy choice was a TOPK_V2 on dequantized float log-probabilities;
+since it became two reductions (`tfformer.decoding.generator.greedy_choice`)
+it runs in int8 on the same int8 log-softmax, ties to the lowest id.)
 (Layer norm's NEG was on this list until tfformer's `LayerNormalization`
 subtracted the mean instead. A model saved before keeps it in the norms of
 its functional graph, such as the embedding and final norms, which load as
@@ -29,7 +31,8 @@ those ops. The text classifier converts integer-only (int32 ids in, int8
 probabilities out, every op int8/int32). The
 older quantizer (`experimental_new_quantizer=False`) refuses the graph instead:
 "Quantization not yet supported for op: 'WHILE'" (and 'NEG', 'SELECT_V2',
-'DYNAMIC_UPDATE_SLICE', 'TOPK_V2', 'SIN', 'COS', 'CAST', the bool ops).
+'DYNAMIC_UPDATE_SLICE', 'TOPK_V2', 'SIN', 'COS', 'CAST', the bool ops; the
+graph then still had TOPK_V2).
 `inference_input_type` does not apply: the model's input and output are int32
 token ids already. An integer-only translator would take changes to the
 traced graph itself (each op above), not a converter option.

@@ -36,7 +36,6 @@ FULL_INT8_FLOAT_OPS = {
     "SIN",
     "COS",
     "SELECT_V2",
-    "TOPK_V2",  # the greedy choice
     "QUANTIZE",  # the boundaries of the float islands
     "DEQUANTIZE",
 }

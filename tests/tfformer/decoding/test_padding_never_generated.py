@@ -11,6 +11,7 @@ import pytest
 from keras import ops
 
 from tfformer.decoding import Generator
+from tfformer.decoding.generator import greedy_choice
 
 from .test_generator import END, PAD, START, A, MarkovDecoder, table
 
@@ -59,3 +60,24 @@ def test_sampling_never_draws_padding():
         else:
             np.testing.assert_array_equal(row, [START, A, END, PAD, PAD, PAD])
             np.testing.assert_allclose(score, np.log(0.3 * 0.4), rtol=1e-5)
+
+
+def numpy_greedy(log_probs, pad_id):
+    """Each row's first largest entry, padding left out."""
+    allowed = np.where(np.arange(log_probs.shape[-1]) == pad_id, -np.inf, log_probs)
+    return allowed.argmax(-1)
+
+
+@pytest.mark.parametrize("pad_id", [0, 5])
+def test_greedy_choice_is_argmax_without_padding_ties_to_the_lowest_id(pad_id):
+    rng = np.random.default_rng(0)
+    # Few distinct values, so many rows have ties (some with padding).
+    log_probs = rng.integers(-4, 1, (400, 9)).astype("float32")
+    log_probs[:50, pad_id] = 1.0  # padding alone at the top
+    log_probs[50:60] = -2.0  # every entry tied
+    log_probs[60:70, :] = -0.0  # negative zeros everywhere
+    log_probs[60:70, 7] = 0.0
+    chosen = ops.convert_to_numpy(greedy_choice(log_probs, pad_id))
+    np.testing.assert_array_equal(chosen, numpy_greedy(log_probs, pad_id))
+    assert chosen.dtype == np.int32
+    assert not np.any(chosen == pad_id)
