@@ -318,6 +318,11 @@ class Generator:
                 "top_p", 1.0 if self.top_p is None else float(self.top_p), "float32"
             ),
         }
+        # A filter nobody asked for is left out of the graph (None): no sort
+        # of the vocabulary at each step (`filter_logits_per_row`).
+        for name in ("top_k", "top_p"):
+            if getattr(self, name) is None and overrides.get(name) is None:
+                settings[name] = None
         if overrides.get("seeds") is None:
             # (XLA has no uint32 Range.)
             rows = ops.cast(ops.arange(batch, dtype="int32"), "uint32")

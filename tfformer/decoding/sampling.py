@@ -66,7 +66,11 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     `(batch,)` > 0 (below `MIN_TEMPERATURE` taken as it), `top_k`
     `(batch,)` (0: no top-k filter), `top_p` `(batch,)` in (0, 1] (1: no
     top-p filter). Nothing here checks them; the
-    callers do (`check_sampling_arguments`, the SavedModel's assertions)."""
+    callers do (`check_sampling_arguments`, the SavedModel's assertions).
+    `top_k=None` and `top_p=None` together mean no filter in any row, known
+    when the graph is built: the logits are only scaled, with no sort of
+    the vocabulary (XLA on CPU sorts each row, about 36 of a 42 ms step at
+    batch 32 and vocabulary 8,000)."""
     logits = ops.cast(logits, "float32")
     # Shifted so that the largest is 0 before scaling: a tiny temperature
     # then sends the others to -inf (clipped to NEG_INF), never to NaN.
@@ -75,6 +79,13 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     temperature = ops.maximum(ops.cast(temperature, "float32"), MIN_TEMPERATURE)
     logits = logits / temperature[:, None]
     logits = ops.maximum(logits, NEG_INF)
+    if top_k is None and top_p is None:
+        return logits
+    batch = ops.shape(logits)[0]
+    if top_k is None:
+        top_k = ops.zeros((batch,), "int32")
+    if top_p is None:
+        top_p = ops.ones((batch,), "float32")
     vocabulary = ops.shape(logits)[-1]
     # Descending, once for both filters.
     sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)

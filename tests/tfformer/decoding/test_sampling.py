@@ -112,6 +112,42 @@ def test_per_row_filters_equal_the_scalar_filters_row_by_row():
     )
 
 
+def test_no_filter_skips_the_sort_and_changes_nothing():
+    """top_k=None, top_p=None (no filter, known when the graph is built)
+    scales the logits only; the result equals the sorting path's with
+    top-k 0 and top-p 1 in every row, and so does what a generator without
+    filters samples."""
+    rng = np.random.default_rng(1)
+    logits = (rng.normal(size=(6, 11)) * 4).astype("float32")
+    logits[0, 3] = -3e9  # below NEG_INF: clipped either way
+    temperature = np.array([1.0, 0.5, 2.0, 1e-9, 1.0, 3.0], "float32")
+    unfiltered = filter_logits_per_row(
+        logits, temperature=temperature, top_k=None, top_p=None
+    )
+    sorted_path = filter_logits_per_row(
+        logits,
+        temperature=temperature,
+        top_k=np.zeros(6, "int32"),
+        top_p=np.ones(6, "float32"),
+    )
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(unfiltered), ops.convert_to_numpy(sorted_path)
+    )
+    uniform = {A: 0.4, B: 0.35, END: 0.25}
+    chain = MarkovDecoder(table({START: uniform, A: uniform, B: uniform}))
+    prompts = np.full((64, 1), START, "int32")
+    generator = Generator(chain, max_length=8, search="sample", seed=3)
+    plain = generator(prompts)
+    explicit = generator.generate(
+        prompts, top_k=np.zeros(64, "int32"), top_p=np.ones(64, "float32")
+    )
+    for key in ("token_ids", "token_log_probs"):
+        np.testing.assert_array_equal(
+            ops.convert_to_numpy(plain[key]), ops.convert_to_numpy(explicit[key])
+        )
+    assert len(np.unique(ops.convert_to_numpy(plain["token_ids"])[:, 1])) == 3
+
+
 def test_sampled_frequencies_follow_the_model():
     chain = MarkovDecoder(table({START: {A: 0.7, B: 0.3}, A: {END: 1}, B: {END: 1}}))
     n = 4000
