@@ -47,6 +47,7 @@ import tensorflow as tf
 from keras_hub_seq2seq import KerasHubSeq2Seq
 
 from tfformer.decoding import Generator
+from tfformer.decoding.generator import greedy_choice
 from tfformer.models import transformer_seq2seq
 
 START = 2
@@ -128,7 +129,8 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=()):
     step's math, written by hand with the model's weights: the biases; the
     LayerNorms; self-attention over a `(batch, 2, heads, max_length, d)` cache
     written at each step and masked to the written slots; cross-attention
-    over a fixed cache (no mask); log-softmax and top-1 instead of argmax.
+    over a fixed cache (no mask); log-softmax and the Generator's greedy
+    choice (padding ruled out) instead of argmax.
     With all stages it is a minimal cached step: no position encoding, no
     source padding mask, no score or end-of-sequence bookkeeping.
 
@@ -239,8 +241,9 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=()):
                 x = norm(layer, "ffn_norm", x + dense(layer, "ffn/output", h))
             logits = tf.matmul(x, embedding, transpose_b=True)
             if "log_softmax" in stages:
-                top = tf.math.top_k(tf.nn.log_softmax(logits), 1)
-                tokens = top.indices[:, 0]
+                # The Generator's greedy choice (two reductions; top_k is a
+                # sort of the row under XLA on CPU).
+                tokens = greedy_choice(tf.nn.log_softmax(logits), 0)
             else:
                 tokens = tf.argmax(logits, -1, output_type=tf.int32)
             hot = tf.cast(tf.range(length)[None, :] == i + 1, tf.int32)

@@ -8,7 +8,7 @@ a decoder step one piece at a time, written by hand with the same model's
 weights (`decode.weight_floor_decoder`, `stages`):
 
     floor -> + biases -> + LayerNorms -> + self-attention over the cache
-          -> + cross-attention -> + log-softmax and top-1
+          -> + cross-attention -> + log-softmax and the greedy choice
 
 then tfformer's `Generator` (the real step: position encoding, source
 padding mask, scores and end-of-sequence bookkeeping on top) and prefix

@@ -1,0 +1,103 @@
+"""tfformer's `Generator` with each search, at batch 1 and 32: greedy,
+sampling without filters, with top-k, with top-p, and beam search.
+
+The model and settings are bench/decode.py's (3+3 layers, d_model 256,
+vocabulary 8,000, source length 32, 64 new tokens; the end token is outside
+the vocabulary, so every run makes all 64). Every search runs as one
+XLA-compiled `tf.function` (`Generator.compiled()`); the searches alternate
+within each repeat (in reverse order every other repeat). Reported: median
+milliseconds per decoding step (one new token for every row of the batch)
+with min and max, and tokens/s.
+
+Usage: `python bench/decode_search.py [--repeats 5] [--batches 1,32]
+[--output bench/results/decode_search.json]`.
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras
+import numpy as np
+import tensorflow as tf
+from decode import START, build_tfformer, default_sizes
+from train import machine, write_result
+
+from tfformer.decoding import Generator
+
+SEARCHES = {
+    "greedy": dict(search="greedy"),
+    "sample": dict(search="sample"),
+    "sample top_k 50": dict(search="sample", top_k=50),
+    "sample top_p 0.9": dict(search="sample", top_p=0.9),
+    "beam 4": dict(search="beam", beam_width=4),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--output", default="bench/results/decode_search.json")
+    args = parser.parse_args()
+    sizes = default_sizes()
+    keras.utils.set_random_seed(0)
+    model = build_tfformer(sizes)
+    steps = sizes["new_tokens"]
+    rows = []
+    for batch in [int(b) for b in args.batches.split(",")]:
+        source = np.random.default_rng(0).integers(
+            4, sizes["vocabulary"], (batch, sizes["source_length"])
+        )
+        source = tf.constant(source, tf.int32)
+        decoders = {}
+        for name, settings in SEARCHES.items():
+            generator = Generator(
+                model,
+                max_length=steps + 1,
+                start_id=START,
+                end_id=sizes["vocabulary"],
+                seed=0,
+                **settings,
+            )
+            decoders[name] = generator.compiled(jit_compile=True)
+            print(f"batch {batch}: compiling {name}", flush=True)
+            decoders[name](source)
+        seconds = {name: [] for name in decoders}
+        for repeat in range(args.repeats):
+            names = list(decoders) if repeat % 2 == 0 else list(decoders)[::-1]
+            for name in names:
+                began = time.perf_counter()
+                decoders[name](source)["token_ids"].numpy()
+                seconds[name].append(time.perf_counter() - began)
+        for name, times in seconds.items():
+            median = statistics.median(times)
+            rows.append(
+                dict(
+                    search=name,
+                    batch=batch,
+                    ms_per_step=1e3 * median / steps,
+                    ms_per_step_min=1e3 * min(times) / steps,
+                    ms_per_step_max=1e3 * max(times) / steps,
+                    tokens_per_second=batch * steps / median,
+                    seconds=times,
+                )
+            )
+            row = rows[-1]
+            print(
+                f"batch {batch:>3} {name:<18} {row['ms_per_step']:7.2f} ms/step "
+                f"({row['ms_per_step_min']:.2f}-{row['ms_per_step_max']:.2f}), "
+                f"{row['tokens_per_second']:.0f} tok/s",
+                flush=True,
+            )
+    write_result(
+        args.output,
+        dict(machine=machine(), sizes=sizes, repeats=args.repeats, rows=rows),
+    )
+
+
+if __name__ == "__main__":
+    main()
