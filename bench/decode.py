@@ -241,8 +241,8 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=()):
                 x = norm(layer, "ffn_norm", x + dense(layer, "ffn/output", h))
             logits = tf.matmul(x, embedding, transpose_b=True)
             if "log_softmax" in stages:
-                # The Generator's greedy choice (two reductions; top_k is a
-                # sort of the row under XLA on CPU).
+                # The Generator's greedy choice (two reductions; top_k with
+                # k = 2 cost a sort of the row under XLA on CPU).
                 tokens = greedy_choice(tf.nn.log_softmax(logits), 0)
             else:
                 tokens = tf.argmax(logits, -1, output_type=tf.int32)

@@ -72,19 +72,26 @@ def greedy_choice(log_probs, pad_id):
 
     Two reductions rather than `ops.argmax` or `ops.top_k`: Keras's TF
     argmax adds a bitwise op (for -0.0) that TFLite has no builtin for, and
-    XLA on CPU lowers top_k to a sort of the whole row, which cost 45 of a
-    50 ms step at batch 32 and vocabulary 8,000. Padding is ruled out by
-    setting it 1 below the row's minimum rather than to NEG_INF, so the
-    tensor keeps a data-sized range that a full-int8 export calibrates.
+    XLA on CPU made `top_k(log_probs, 2)` cost 45 of a 50 ms step at batch
+    32 and vocabulary 8,000 (a sort of the row; `bench/decode_search.py`).
+    Padding is set 1 below the row's minimum rather than to NEG_INF, so the
+    tensor keeps a data-sized range that a full-int8 export calibrates; and
+    it is left out of the index step, so it is not chosen either where that
+    floor rounds to the minimum itself (-inf, |min| >= 2**24). A row with
+    a NaN matches nowhere and gets the lowest id that is not padding.
     """
     vocabulary = ops.shape(log_probs)[-1]
     ids = ops.arange(vocabulary, dtype="int32")[None, :]
+    not_pad = ids != pad_id
     floor = ops.min(log_probs, axis=-1, keepdims=True) - 1.0
-    allowed = ops.where(ids == pad_id, floor, log_probs)
+    allowed = ops.where(not_pad, log_probs, floor)
     best = ops.max(allowed, axis=-1, keepdims=True)
-    first = ops.min(ops.where(allowed == best, ids, vocabulary), axis=-1)
-    # A row of NaNs matches nowhere: keep the id in range.
-    return ops.minimum(first, vocabulary - 1)
+    first = ops.min(
+        ops.where(ops.logical_and(allowed == best, not_pad), ids, vocabulary),
+        axis=-1,
+    )
+    fallback = 1 if pad_id == 0 else 0
+    return ops.where(first < vocabulary, first, fallback)
 
 
 def gnmt_length_penalty(length, alpha):

@@ -6,6 +6,7 @@ but not by the model's own forward pass (so the score would not be the
 model's log P of the output), and would read back as the end of the output.
 """
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -81,3 +82,42 @@ def test_greedy_choice_is_argmax_without_padding_ties_to_the_lowest_id(pad_id):
     np.testing.assert_array_equal(chosen, numpy_greedy(log_probs, pad_id))
     assert chosen.dtype == np.int32
     assert not np.any(chosen == pad_id)
+
+
+@pytest.mark.parametrize("pad_id", [0, 8])
+def test_greedy_choice_never_pads_where_the_floor_rounds_or_a_nan_appears(pad_id):
+    rows = np.zeros((4, 9), "float32")
+    rows[0] = -np.inf  # the floor is the minimum itself
+    rows[1] = -3e8  # |min| >= 2**24: min - 1 == min
+    rows[2] = np.linspace(-5, 0, 9)
+    rows[2, 4] = np.nan
+    rows[3] = np.nan
+    chosen = ops.convert_to_numpy(greedy_choice(rows, pad_id))
+    first_not_pad = 1 if pad_id == 0 else 0
+    # Rows 0-1 are ties everywhere: the lowest id that is not padding.
+    np.testing.assert_array_equal(chosen[:2], [first_not_pad] * 2)
+    assert np.all(chosen != pad_id) and np.all((chosen >= 0) & (chosen < 9))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf graphs")
+def test_greedy_and_unfiltered_sampling_trace_no_sort():
+    """XLA on CPU turns TopKV2 (which tf.sort also uses) into a sort of the
+    whole vocabulary at every step: 45 of a 50 ms greedy step at batch 32
+    (`bench/decode_search.py`). Greedy and sampling without top-k/top-p
+    must not trace one; a top-k filter does (the check sees inside the
+    loop)."""
+    import tensorflow as tf
+
+    def op_types(**settings):
+        generator = Generator(MarkovDecoder(table(CHAIN)), max_length=6, **settings)
+        spec = tf.TensorSpec((None, 1), tf.int32)
+        graph = generator.compiled().get_concrete_function(spec).graph.as_graph_def()
+        types = {node.op for node in graph.node}
+        for function in graph.library.function:
+            types |= {node.op for node in function.node_def}
+        return types
+
+    assert "While" in op_types() or "StatelessWhile" in op_types()
+    assert "TopKV2" not in op_types()
+    assert "TopKV2" not in op_types(search="sample")
+    assert "TopKV2" in op_types(search="sample", top_k=2)
