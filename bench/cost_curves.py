@@ -34,7 +34,6 @@ writes the JSON and a PNG next to it.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -328,29 +327,17 @@ def main():
             f"peak {row['peak_rss_mb']:.0f} MB, {row['wall_seconds']:.0f} s",
             flush=True,
         )
-    import keras
-    import keras_hub
-    import tensorflow as tf
+    from train import machine, write_result
 
     result = dict(
-        machine=dict(
-            platform=platform.platform(),
-            cpus=os.cpu_count(),
-            python=sys.version.split()[0],
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            keras_hub=keras_hub.__version__,
-        ),
+        machine=machine(),
         command=" ".join(sys.argv),
         sizes=dict(SIZES, vocabulary=VOCABULARY),
         tokens_per_batch=args.tokens,
         import_floor_mb=floor["peak_rss_mb"],
         rows=rows,
     )
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"Wrote {args.output}")
+    write_result(args.output, result)
     measured = [r for r in rows if "error" not in r]
     plot(measured, floor["peak_rss_mb"], os.path.splitext(args.output)[0] + ".png")
     by = {

@@ -29,7 +29,6 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -271,23 +270,15 @@ def main():
                 [python, "-c", SERVE_TFLITE, path, sources, device_tokenizer],
             )
         )
-    import tensorflow as tf
+    from train import machine, write_result
 
     result = dict(
-        machine=dict(
-            platform=platform.platform(),
-            cpus=os.cpu_count(),
-            python=sys.version.split()[0],
-            tensorflow=tf.__version__,
-        ),
+        machine=machine(),
         minutes=args.minutes if any(r["name"] == "train" for r in rows) else None,
         sentences=args.sentences,
         rows=rows,
     )
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"Wrote {args.output}")
+    write_result(args.output, result)
     plot(rows, os.path.splitext(args.output)[0] + ".png")
     print(f"{'command':<22}{'peak MB':>9}{'seconds':>9}")
     for row in rows:
