@@ -8,12 +8,17 @@ the model is that config's `transformer_small` (3+3 layers, d_model 256,
 label-smoothed masked loss and batch size, under XLA (`jit_compile=True`):
 
 - tfformer / bucketed: tfformer's model and pipeline (`training_stream`:
-  batches of similar lengths, padded to the smallest of the config's buckets).
+  batches of `train.batch_size` sentences of similar lengths, padded to the
+  smallest of the config's buckets).
+- tfformer / tokens: the same with token-budget batches (`train.batch_tokens`,
+  `--batch-tokens`): a batch of bucket length L holds batch_tokens // L
+  sentences.
 - keras-hub / fixed: `keras_hub.layers` TransformerEncoder/Decoder, every
   sequence padded to the fixed `max_length`, as in the keras.io keras-hub
   translation example.
-- keras-hub / bucketed and tfformer / fixed: each model on the other's
-  pipeline, to tell the model's share of the speed-up from the pipeline's.
+- keras-hub / bucketed, keras-hub / tokens and tfformer / fixed: each model
+  on the other's pipelines, to tell the model's share of the speed-up from
+  the pipeline's.
 
 Each contender first compiles by training one pass over the pool; then the
 contenders alternate, each training one pass (`model.fit`, the batches
@@ -25,8 +30,13 @@ FLOPs of the unpadded sequences) per second, divided by the float32 (or
 bfloat16) matmul peak measured in the same run. `--precision
 mixed_bfloat16` repeats it under Keras's mixed_bfloat16 policy.
 
-Usage: `python bench/train.py [--run DIR] [--sentences 640] [--repeats 3]
-[--precision float32,mixed_bfloat16] [--output bench/results/train.json]`
+The headline line compares the two libraries on the product's pipeline:
+token batches when the config sets `train.batch_tokens`, else sentence
+batches; the other pipeline's ratio is printed under it.
+
+Usage: `python bench/train.py [--run DIR] [--sentences 1920] [--repeats 3]
+[--batch-tokens N] [--precision float32,mixed_bfloat16]
+[--output bench/results/train.json]`
 """
 
 import argparse
@@ -133,6 +143,7 @@ def cached(dataset, steps):
 
 
 def bucketed(pool, data, batch_size):
+    """`batch_size`: sentences, or one count per bucket (token batches)."""
     steps = pipeline.batches_per_epoch(pool.lengths, data.bucket_lengths, batch_size)
     stream = pipeline.training_stream(
         pool,
@@ -157,18 +168,22 @@ CONTENDERS = {
         ("keras_hub", "fixed"),
         ("keras_hub", "bucketed"),
         ("tfformer", "fixed"),
+        ("tfformer", "tokens"),
+        ("keras_hub", "tokens"),
     ),
     "mixed_bfloat16": (("tfformer", "bucketed"), ("keras_hub", "fixed")),
 }
 
 
-def contenders(config, data, pool, precision):
+def contenders(config, data, pool, precision, batch_tokens):
     t = config.train
     sizes = get_task(config.task).model_sizes(config.model)
     vocabulary = data.tokenizers["target"].vocabulary_size
+    token_sizes = pipeline.token_batch_sizes(data.bucket_lengths, batch_tokens)
     pipelines = {
         "bucketed": bucketed(pool, data, t.batch_size),
         "fixed": fixed(pool, config.data.max_length, t.batch_size),
+        "tokens": bucketed(pool, data, token_sizes),
     }
     out = {}
     for library, pipe in CONTENDERS[precision]:
@@ -244,7 +259,12 @@ def measure(entries, repeats, progress=print):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--run", help="a translate_de_en run directory (its vocabulary)")
-    p.add_argument("--sentences", type=int, default=960)
+    p.add_argument("--sentences", type=int, default=1920)
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        help="token budget of the tokens pipeline (default: the config's)",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bf16-repeats", type=int, default=2)
     p.add_argument("--precision", default="float32,mixed_bfloat16")
@@ -258,6 +278,10 @@ def main():
     # Weight averaging is an optimizer option that costs both libraries the
     # same; it is left out so that the figures compare models and pipelines.
     config = load_config(CONFIG, overrides=["train.ema_momentum=null"])
+    batch_tokens = args.batch_tokens or config.train.batch_tokens
+    if batch_tokens is None:
+        p.error("the config sets no train.batch_tokens: give --batch-tokens.")
+    product = "tokens" if config.train.batch_tokens else "bucketed"
     if not os.path.exists(config.data.source_path.format(split="train")):
         print(f"Multi30k not found ({config.data.source_path}); nothing to measure.")
         return 0
@@ -275,7 +299,7 @@ def main():
     rows = []
     for precision in args.precision.split(","):
         print(f"{precision}:")
-        entries = contenders(config, data, pool, precision)
+        entries = contenders(config, data, pool, precision, batch_tokens)
         repeats = args.repeats if precision == "float32" else args.bf16_repeats
         measure(entries, repeats)
         for (library, pipe), e in entries.items():
@@ -323,6 +347,11 @@ def main():
         sentences=args.sentences,
         repeats=args.repeats,
         batch_size=config.train.batch_size,
+        batch_tokens=batch_tokens,
+        token_batch_sizes=list(
+            pipeline.token_batch_sizes(data.bucket_lengths, batch_tokens)
+        ),
+        product_pipeline=product,
         bucket_lengths=list(data.bucket_lengths),
         max_length=config.data.max_length,
         sizes=get_task(config.task).model_sizes(config.model),
@@ -330,7 +359,9 @@ def main():
         rows=rows,
     )
     write_result(args.output, result)
-    print(headline(rows))
+    print(headline(rows, product))
+    other = "bucketed" if product == "tokens" else "tokens"
+    print(f"  ({other} pipeline: {headline(rows, other).split(': ', 1)[1]})")
     return 0
 
 
@@ -354,12 +385,12 @@ def write_result(path, result):
     print(f"Wrote {path}")
 
 
-def headline(rows):
-    """Library against library: both models on the bucketed pipeline, float32;
-    and tfformer's MFU there."""
+def headline(rows, pipe="bucketed"):
+    """Library against library: both models on pipeline `pipe`, float32; and
+    tfformer's MFU there."""
     by = {(r["library"], r["pipeline"], r["precision"]): r for r in rows}
-    ours = by.get(("tfformer", "bucketed", "float32"))
-    theirs = by.get(("keras_hub", "bucketed", "float32"))
+    ours = by.get(("tfformer", pipe, "float32"))
+    theirs = by.get(("keras_hub", pipe, "float32"))
     if ours is None or theirs is None:
         return "same pipeline: not measured (needs --precision float32)"
     ratio = ours["tokens_per_second"] / theirs["tokens_per_second"]

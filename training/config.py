@@ -23,8 +23,15 @@ class TrainConfig:
     """How the model is optimized, distributed, checkpointed and logged."""
 
     output_dir: str = "runs/number_words"
-    # Global batch size (all replicas together).
+    # Global batch size (all replicas together), in sequences.
     batch_size: int = 64
+    # Token-budget batching (fairseq's max_tokens) for training: a batch of
+    # length bucket L holds batch_tokens // L sequences (rounded down to a
+    # multiple of the replicas), so short sentences come in big batches and
+    # long ones in small, and every step does about the same work. None:
+    # train.batch_size sequences in every bucket. Evaluation always batches
+    # train.batch_size sequences. Sequence tasks only.
+    batch_tokens: int | None = None
     epochs: int = 10
     # None: one pass over the training split per epoch.
     steps_per_epoch: int | None = None
@@ -274,6 +281,8 @@ def validate(config):
     for name in ("batch_size", "epochs", "warmup_steps", "steps_per_execution"):
         positive(f"train.{name}", getattr(t, name))
     positive("train.learning_rate_scale", t.learning_rate_scale)
+    if t.batch_tokens is not None:
+        positive("train.batch_tokens", t.batch_tokens)
     positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
     if t.schedule == "paper" and (
         t.learning_rate is not None or t.schedule_steps is not None

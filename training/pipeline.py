@@ -142,12 +142,53 @@ def bucket_index(lengths, bucket_lengths):
     return np.searchsorted(np.asarray(bucket_lengths), lengths, side="left")
 
 
+def token_batch_sizes(bucket_lengths, batch_tokens, multiple=1, name="batch_tokens"):
+    """Rows per batch of each bucket when a batch holds at most `batch_tokens`
+    padded tokens (fairseq's `max_tokens`, with static shapes): `batch_tokens //
+    length`, rounded down to a multiple of `multiple` (the replicas a batch is
+    split over). Short buckets get many rows, long ones few, so every step
+    does about the same work. `name` is the argument's name in errors."""
+    if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int):
+        raise TypeError(
+            f"{name} must be an int. Received: {batch_tokens!r} "
+            f"({type(batch_tokens).__name__})"
+        )
+    sizes = tuple(
+        batch_tokens // length // multiple * multiple for length in bucket_lengths
+    )
+    if min(sizes) < 1:
+        raise ValueError(
+            f"{name}={batch_tokens} holds no batch of {multiple} row(s) of "
+            f"the longest bucket ({bucket_lengths[-1]} tokens): it must be at least "
+            f"{bucket_lengths[-1] * multiple}."
+        )
+    return sizes
+
+
+def bucket_batch_sizes(batch_size, bucket_lengths):
+    """`batch_size` per bucket (numpy int64): an int is every bucket's size; a
+    sequence gives one size per bucket."""
+    if isinstance(batch_size, (int, np.integer)):
+        sizes = np.full(len(bucket_lengths), batch_size, np.int64)
+    else:
+        sizes = np.asarray(batch_size, np.int64)
+        if sizes.shape != (len(bucket_lengths),):
+            raise ValueError(
+                f"batch_size needs one size per bucket ({len(bucket_lengths)}: "
+                f"{list(bucket_lengths)}). Received: {list(batch_size)}"
+            )
+    if sizes.min() < 1:
+        raise ValueError(f"batch_size must be positive. Received: {batch_size}")
+    return sizes
+
+
 def batches_per_epoch(lengths, bucket_lengths, batch_size):
-    """Full batches in one pass: sum over buckets of floor(count / batch_size)."""
+    """Full batches in one pass: sum over buckets of floor(count / batch size),
+    `batch_size` an int or one per bucket."""
     counts = np.bincount(
         bucket_index(lengths, bucket_lengths), minlength=len(bucket_lengths)
     )
-    return int(np.sum(counts // batch_size))
+    return int(np.sum(counts // bucket_batch_sizes(batch_size, bucket_lengths)))
 
 
 def evaluation_steps(lengths, bucket_lengths, batch_size):
@@ -188,8 +229,13 @@ def _last(*parts):
 
 def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=None):
     """Groups elements by bucket and pads each batch to its bucket's length
-    (`transform`: see `Examples.transform`)."""
+    (`transform`: see `Examples.transform`). `batch_size` is an int, or one
+    size per bucket (training only: `drop_remainder`)."""
     lengths = tf.constant(bucket_lengths, tf.int64)
+    per_bucket = not isinstance(batch_size, (int, np.integer))
+    if per_bucket and not drop_remainder:
+        raise ValueError("Per-bucket batch sizes need drop_remainder=True.")
+    sizes = tf.constant(bucket_batch_sizes(batch_size, bucket_lengths))
 
     def to_dense(features, labels, bucket, seed):
         # Ragged rows become dense rows padded to the bucket length.
@@ -205,16 +251,23 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
             features, labels = transform(features, labels, seed)
         return features, labels, tf.constant(1.0), bucket
 
+    def window_size(bucket):
+        return tf.gather(sizes, bucket)
+
     def batch_bucket(bucket, window):
         window = window.map(_drop_last)
-        return window.batch(batch_size, drop_remainder=drop_remainder)
+        rows = window_size(bucket) if per_bucket else batch_size
+        return window.batch(rows, drop_remainder=drop_remainder)
 
     dataset = dataset.map(to_dense, num_parallel_calls=AUTOTUNE)
-    dataset = dataset.group_by_window(
-        key_func=_last,
-        reduce_func=batch_bucket,
-        window_size=batch_size,
-    )
+    if per_bucket:
+        dataset = dataset.group_by_window(
+            key_func=_last, reduce_func=batch_bucket, window_size_func=window_size
+        )
+    else:
+        dataset = dataset.group_by_window(
+            key_func=_last, reduce_func=batch_bucket, window_size=batch_size
+        )
     if not drop_remainder:
         dataset = dataset.map(_pad_rows(batch_size))
     if all(spec.shape.rank > 1 for spec in tf.nest.flatten(dataset.element_spec[1])):
@@ -257,7 +310,7 @@ def _with_seed(first):
 def shard_indices(count, batch_size, steps_per_epoch, num_shards, shard_index):
     """The example indices of one shard (int64 tensor), after checking a
     training stream's arguments (ValueError naming them)."""
-    if batch_size < 1 or steps_per_epoch < 1:
+    if np.min(batch_size) < 1 or steps_per_epoch < 1:
         raise ValueError(
             "batch_size and steps_per_epoch must be positive. Received: "
             f"batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"
@@ -302,6 +355,8 @@ def training_stream(
     shard_index=0,
 ):
     """The endless training stream of `(features, labels[, sample_weight])` batches.
+
+    `batch_size` is an int, or one size per bucket (see `token_batch_sizes`).
 
     Epoch `e` visits this shard's examples in the order of a stateless shuffle
     seeded with (seed, e, r) for its r-th pass (an epoch longer than one pass

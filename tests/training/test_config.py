@@ -122,6 +122,16 @@ def test_overrides_are_typed():
             ValueError,
             r"time_budget_minutes is not supported",
         ),
+        ({"train": {"batch_tokens": 0}}, ValueError, r"train\.batch_tokens must be"),
+        (
+            {
+                "task": "image_classification",
+                "data": {"image_dir": "x"},
+                "train": {"batch_tokens": 4096},
+            },
+            ValueError,
+            r"train\.batch_tokens batches sequences by length.*4096",
+        ),
         (
             {"data": {"lower_case": "maybe"}},
             TypeError,

@@ -165,3 +165,54 @@ def test_evaluation_steps_counts_the_padded_last_batches():
     ex = random_examples(n=37)
     dataset = pipeline.evaluation_dataset(ex, batch_size=8, bucket_lengths=(8, 16))
     assert pipeline.evaluation_steps(ex.lengths, (8, 16), 8) == len(list(dataset))
+
+
+def test_token_batch_sizes_fill_each_bucket_up_to_the_budget():
+    # 2048 // 16, 2048 // 24, 2048 // 32, 2048 // 64.
+    assert pipeline.token_batch_sizes((16, 24, 32, 64), 2048) == (128, 85, 64, 32)
+    # Rounded down to whole rows per replica.
+    assert pipeline.token_batch_sizes((16, 24, 32, 64), 2048, 8) == (128, 80, 64, 32)
+    with pytest.raises(ValueError, match=r"train.batch_tokens=100 .* at least 128"):
+        pipeline.token_batch_sizes((16, 64), 100, 2, "train.batch_tokens")
+    with pytest.raises(TypeError, match=r"batch_tokens must be an int.*2048\.0"):
+        pipeline.token_batch_sizes((16, 64), 2048.0)
+    with pytest.raises(ValueError, match=r"one size per bucket \(2: \[8, 16\]\)"):
+        pipeline.bucket_batch_sizes((4, 4, 4), (8, 16))
+
+
+def test_token_batches_have_their_buckets_rows_and_cover_an_epoch_once():
+    # Each source starts with its own id, so rows tell examples apart.
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 15, 200)
+    ex = pipeline.seq2seq_examples(
+        ragged([[4 + i] + [5] * (n - 1) for i, n in enumerate(lengths)]),
+        ragged([[6] * n for n in rng.integers(1, 15, 200)]),
+        start_id=2,
+        end_id=3,
+        max_length=16,
+    )
+    sizes = pipeline.token_batch_sizes((8, 16), 64)  # (8, 4)
+    assert sizes == (8, 4)
+    steps = pipeline.batches_per_epoch(ex.lengths, (8, 16), sizes)
+    counts = np.bincount(pipeline.bucket_index(ex.lengths, (8, 16)), minlength=2)
+    assert steps == counts[0] // 8 + counts[1] // 4
+    stream = pipeline.training_stream(
+        ex, batch_size=sizes, bucket_lengths=(8, 16), steps_per_epoch=steps, seed=3
+    )
+    shapes, seen = set(), []
+    for features, labels in stream.take(steps):
+        source = features["encoder_token_ids"].numpy()
+        shapes.add(source.shape)
+        assert labels.shape == source.shape
+        seen += [int(row[0]) - 4 for row in source]
+    assert shapes == {(8, 8), (4, 16)}
+    # No example twice in an epoch, and each one is an example of the data.
+    # (An epoch is `steps` batches of the endless stream: a bucket whose
+    # window fills first may already take the next pass's examples.)
+    assert len(seen) == len(set(seen))
+    assert set(seen) <= set(range(200))
+    # The same seed gives the same batches (resumable), as with one batch size.
+    again = pipeline.training_stream(
+        ex, batch_size=sizes, bucket_lengths=(8, 16), steps_per_epoch=steps, seed=3
+    )
+    assert as_list(again, steps) == as_list(stream, steps)

@@ -283,3 +283,51 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     assert any(not np.allclose(r, k, atol=1e-4) for r, k in zip(raw, kept, strict=True))
     for a, b in zip(result.model.trainable_variables, kept, strict=True):
         np.testing.assert_allclose(a.numpy(), b, atol=1e-6)
+
+
+def test_token_budget_batches_set_the_steps_of_an_epoch(tmp_path):
+    """train.batch_tokens=512 over buckets (16, 32): 32 and 16 sequences per
+    batch, split over two mirrored replicas; an epoch is every full batch."""
+    config = tiny_config(
+        tmp_path,
+        "train.batch_tokens=512",
+        "train.steps_per_epoch=null",
+        "train.epochs=1",
+        "train.final_evaluation=false",
+        "train.strategy=mirrored",
+        "train.devices=/cpu:0,/cpu:1",
+    )
+    result = train(config, progress=lambda *_: None)
+    lengths = result.data.examples["train"].lengths
+    counts = np.bincount(pipeline.bucket_index(lengths, (16, 32)), minlength=2)
+    expected = counts[0] // 32 + counts[1] // 16
+    # Not what batches of train.batch_size=16 would give.
+    assert expected != counts[0] // 16 + counts[1] // 16
+    assert result.metrics["steps_per_epoch"] == expected
+    assert result.metrics["global_step"] == expected
+    # The model trained on the token batches: the real target tokens of the
+    # epoch are those of the stream's first `expected` batches of (32, 16).
+    stream = pipeline.training_stream(
+        result.data.examples["train"],
+        batch_size=(32, 16),
+        bucket_lengths=(16, 32),
+        steps_per_epoch=expected,
+        seed=config.data.seed,
+    )
+    real = sum(int(np.sum(y.numpy() != 0)) for _, y in stream.take(expected))
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["epochs"][0]["real_tokens"] == real
+
+
+def test_bad_token_budgets_are_refused_before_training(tmp_path):
+    def run(*extra):
+        train(tiny_config(tmp_path, *extra), progress=lambda *_: None)
+
+    # Two replicas need two rows of the 32-token bucket.
+    with pytest.raises(ValueError, match=r"train.batch_tokens=40 .* at least 64"):
+        run(
+            "train.batch_tokens=40",
+            "train.strategy=mirrored",
+            "train.devices=/cpu:0,/cpu:1",
+        )
+    assert not os.path.exists(tmp_path / "run")

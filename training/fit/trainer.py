@@ -134,9 +134,18 @@ class InputLayout:
     workers: int
     batch_size: int  # of the dataset(s) given to fit
     batches_per_step: int  # dataset batches each worker consumes per step
+    # Of the training dataset(s): batch_size, or one size per length bucket
+    # (train.batch_tokens).
+    train_batch_size: object = None
+
+    def __post_init__(self):
+        if self.train_batch_size is None:
+            self.train_batch_size = self.batch_size
 
     @classmethod
-    def for_strategy(cls, strategy, global_batch_size):
+    def for_strategy(cls, strategy, global_batch_size, train_batch_sizes=None):
+        """`train_batch_sizes`: global sizes per bucket, each a multiple of
+        the replicas (`pipeline.token_batch_sizes`); None: `global_batch_size`."""
         replicas = strategy.num_replicas_in_sync
         if global_batch_size % replicas:
             raise ValueError(
@@ -144,10 +153,15 @@ class InputLayout:
                 f"{replicas} replicas."
             )
         if not is_multi_worker(strategy):
-            return cls(1, global_batch_size, 1)
+            return cls(1, global_batch_size, 1, train_batch_sizes)
         jobs = strategy.cluster_resolver.cluster_spec().as_dict()
         workers = len(jobs.get("worker", [])) + len(jobs.get("chief", []))
-        return cls(workers, global_batch_size // replicas, replicas // workers)
+        per_replica = None
+        if train_batch_sizes is not None:
+            per_replica = tuple(size // replicas for size in train_batch_sizes)
+        return cls(
+            workers, global_batch_size // replicas, replicas // workers, per_replica
+        )
 
     def dataset(self, strategy, build):
         """`build(num_shards, shard_index)` once, or once per worker."""
@@ -156,6 +170,29 @@ class InputLayout:
         return strategy.distribute_datasets_from_function(
             lambda ctx: build(ctx.num_input_pipelines, ctx.input_pipeline_id)
         )
+
+
+def batch_description(train_config, layout, bucket_lengths):
+    """How the config batches training data, for messages."""
+    if train_config.batch_tokens is None:
+        return f"train.batch_size={train_config.batch_size}"
+    rows = dict(zip(bucket_lengths, layout.train_batch_size, strict=True))
+    return (
+        f"train.batch_tokens={train_config.batch_tokens} (sequences per bucket "
+        f"length and dataset: {rows})"
+    )
+
+
+def training_batch_sizes(config, strategy):
+    """Global training sequences per bucket under train.batch_tokens; None
+    without it (train.batch_size in every bucket)."""
+    t = config.train
+    if t.batch_tokens is None:
+        return None
+    buckets = get_task(config.task).bucket_lengths(config.data)
+    return pipeline.token_batch_sizes(
+        buckets, t.batch_tokens, strategy.num_replicas_in_sync, "train.batch_tokens"
+    )
 
 
 def steps_per_epoch(config, data, layout):
@@ -167,7 +204,7 @@ def steps_per_epoch(config, data, layout):
     lengths = data.examples["train"].lengths
     per_shard = min(
         pipeline.batches_per_epoch(
-            lengths[i :: layout.workers], data.bucket_lengths, layout.batch_size
+            lengths[i :: layout.workers], data.bucket_lengths, layout.train_batch_size
         )
         // layout.batches_per_step
         for i in range(layout.workers)
@@ -175,7 +212,8 @@ def steps_per_epoch(config, data, layout):
     if per_shard < 1:
         raise ValueError(
             f"The training split ({len(lengths)} examples) gives no full batch of "
-            f"train.batch_size={t.batch_size} in any length bucket."
+            f"{batch_description(t, layout, data.bucket_lengths)} in any length "
+            "bucket."
         )
     # Keras runs whole executions: a partial last one would train on into the
     # next epoch's batches.
@@ -330,7 +368,9 @@ def train(config, *, progress=print):
     strategy = build_strategy(t.strategy, devices=t.devices, tpu=t.tpu)
     chief = is_chief(strategy)
     multi = is_multi_worker(strategy)
-    layout = InputLayout.for_strategy(strategy, t.batch_size)
+    layout = InputLayout.for_strategy(
+        strategy, t.batch_size, training_batch_sizes(config, strategy)
+    )
     keras.utils.set_random_seed(t.seed)
     # The data first: a corpus, vocabulary or init_from problem is refused
     # before the output directory exists.
@@ -364,7 +404,7 @@ def train(config, *, progress=print):
         def build(shards, index):
             stream = task.training_stream(
                 data.examples["train"],
-                batch_size=layout.batch_size,
+                batch_size=layout.train_batch_size,
                 bucket_lengths=data.bucket_lengths,
                 steps_per_epoch=steps * layout.batches_per_step,
                 seed=config.data.seed,

@@ -127,6 +127,12 @@ class ImageClassificationTask(Task):
 
     def validate(self, config):
         d = config.data
+        if config.train.batch_tokens is not None:
+            raise ValueError(
+                "train.batch_tokens batches sequences by length; images have "
+                "none. Use train.batch_size. Received: "
+                f"train.batch_tokens={config.train.batch_tokens}"
+            )
         if d.image_dir is not None and d.tfds_name is not None:
             raise ValueError(one_source_message(d))
         positive("data.image_size", d.image_size)
