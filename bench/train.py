@@ -27,7 +27,8 @@ end of its last (the whole `fit` call is recorded too). Reported: medians
 and (min-max) of real target tokens per second, and model FLOPs utilisation
 (MFU): the useful training FLOPs of the real tokens (3x the forward matmul
 FLOPs of the unpadded sequences) per second, divided by the float32 (or
-bfloat16) matmul peak measured in the same run. `--precision
+bfloat16) matmul peak measured in the same run (before and after the
+contenders; the higher of the two). `--precision
 mixed_bfloat16` repeats it under Keras's mixed_bfloat16 policy.
 
 The headline line compares the two libraries on the product's pipeline:
@@ -288,14 +289,21 @@ def main():
     directory = args.run or tempfile.mkdtemp(prefix="bench-train-")
     data = build_dataset(config, directory)
     pool = subset(data.examples["train"], args.sentences)
-    peaks = {
-        "float32": matmul_peak(tf.float32),
-        "mixed_bfloat16": matmul_peak(tf.bfloat16),
-    }
-    print(
-        "matmul peak (1024^3, XLA): "
-        + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items())
-    )
+    # The peak is measured before and after the contenders, and MFU divides
+    # by the higher of the two: a peak measured while the machine was slow
+    # (one run gave 98 GFLOP/s at the start, against 163 in another
+    # session) would inflate MFU.
+    measured = {name: [] for name in CONTENDERS}
+
+    def measure_peaks(when):
+        for name, dtype in (("float32", tf.float32), ("mixed_bfloat16", tf.bfloat16)):
+            measured[name].append(matmul_peak(dtype))
+        print(
+            f"matmul peak (1024^3, XLA, {when}): "
+            + ", ".join(f"{k} {v[-1] / 1e9:.1f} GFLOP/s" for k, v in measured.items())
+        )
+
+    measure_peaks("before")
     rows = []
     for precision in args.precision.split(","):
         print(f"{precision}:")
@@ -319,9 +327,12 @@ def main():
                     tokens_per_second_min=e["tokens"] / max(seconds),
                     tokens_per_second_max=e["tokens"] / min(seconds),
                     useful_flops=e["flops"],
-                    mfu=e["flops"] / median / peaks[precision],
                 )
             )
+    measure_peaks("after")
+    peaks = {name: max(values) for name, values in measured.items()}
+    for r in rows:
+        r["mfu"] = r["useful_flops"] / r["seconds_median"] / peaks[r["precision"]]
     base = {
         r["precision"]: r
         for r in rows
@@ -356,6 +367,7 @@ def main():
         max_length=config.data.max_length,
         sizes=get_task(config.task).model_sizes(config.model),
         matmul_peak_flops=peaks,
+        matmul_peak_flops_before_after=measured,
         rows=rows,
     )
     write_result(args.output, result)
