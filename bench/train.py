@@ -10,9 +10,9 @@ label-smoothed masked loss and batch size, under XLA (`jit_compile=True`):
 - tfformer / bucketed: tfformer's model and pipeline (`training_stream`:
   batches of `train.batch_size` sentences of similar lengths, padded to the
   smallest of the config's buckets).
-- tfformer / tokens: the same with token-budget batches (`train.batch_tokens`,
-  `--batch-tokens`): a batch of bucket length L holds batch_tokens // L
-  sentences.
+- tfformer / tokens: the same with token-budget batches (`--batch-tokens`,
+  default the config's `train.batch_tokens`, else 2048): a batch of bucket
+  length L holds batch_tokens // L sentences.
 - keras-hub / fixed: `keras_hub.layers` TransformerEncoder/Decoder, every
   sequence padded to the fixed `max_length`, as in the keras.io keras-hub
   translation example.
@@ -264,7 +264,7 @@ def main():
     p.add_argument(
         "--batch-tokens",
         type=int,
-        help="token budget of the tokens pipeline (default: the config's)",
+        help="token budget of the tokens pipeline (default: the config's, else 2048)",
     )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--bf16-repeats", type=int, default=2)
@@ -279,9 +279,7 @@ def main():
     # Weight averaging is an optimizer option that costs both libraries the
     # same; it is left out so that the figures compare models and pipelines.
     config = load_config(CONFIG, overrides=["train.ema_momentum=null"])
-    batch_tokens = args.batch_tokens or config.train.batch_tokens
-    if batch_tokens is None:
-        p.error("the config sets no train.batch_tokens: give --batch-tokens.")
+    batch_tokens = args.batch_tokens or config.train.batch_tokens or 2048
     product = "tokens" if config.train.batch_tokens else "bucketed"
     if not os.path.exists(config.data.source_path.format(split="train")):
         print(f"Multi30k not found ({config.data.source_path}); nothing to measure.")

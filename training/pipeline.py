@@ -168,9 +168,16 @@ def token_batch_sizes(bucket_lengths, batch_tokens, multiple=1, name="batch_toke
 def bucket_batch_sizes(batch_size, bucket_lengths):
     """`batch_size` per bucket (numpy int64): an int is every bucket's size; a
     sequence gives one size per bucket."""
-    if isinstance(batch_size, (int, np.integer)):
+    if isinstance(batch_size, (int, np.integer)) and not isinstance(batch_size, bool):
         sizes = np.full(len(bucket_lengths), batch_size, np.int64)
     else:
+        if np.ndim(batch_size) != 1 or not all(
+            isinstance(s, (int, np.integer)) for s in batch_size
+        ):
+            raise TypeError(
+                "batch_size must be an int or one int per bucket. Received: "
+                f"{batch_size!r}"
+            )
         sizes = np.asarray(batch_size, np.int64)
         if sizes.shape != (len(bucket_lengths),):
             raise ValueError(
@@ -234,7 +241,11 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
     lengths = tf.constant(bucket_lengths, tf.int64)
     per_bucket = not isinstance(batch_size, (int, np.integer))
     if per_bucket and not drop_remainder:
-        raise ValueError("Per-bucket batch sizes need drop_remainder=True.")
+        raise ValueError(
+            "batch_size per bucket is for training streams (drop_remainder=True); "
+            f"evaluation pads its last batches to one size. Received: "
+            f"batch_size={batch_size}"
+        )
     sizes = tf.constant(bucket_batch_sizes(batch_size, bucket_lengths))
 
     def to_dense(features, labels, bucket, seed):

@@ -243,3 +243,30 @@ def test_a_tsv_header_without_a_tsv_is_refused(tmp_path):
                 "data.tsv_header=true",
             ]
         )
+
+
+def test_causal_lm_token_budget_uses_its_windows_not_data_buckets(tmp_path):
+    """The causal LM trains on windows of data.max_length whatever
+    data.bucket_lengths says: train.batch_tokens=128 gives 128 // 32 = 4
+    windows per batch, so 2 steps see 2 x 4 x 32 = 256 real tokens (8-window
+    batches would give 512)."""
+    text = tmp_path / "text.txt"
+    text.write_text("to be or not to be, that is the question.\n" * 80)
+    config = load_config(
+        overrides=[
+            *SMALL,
+            "task=causal_lm",
+            f"data.text_path={text}",
+            "data.tokenizer=byte",
+            "data.max_length=32",
+            "data.bucket_lengths=[16,32]",
+            "model.preset=gpt_tiny",
+            "train.batch_tokens=128",
+            "train.steps_per_epoch=2",
+            "train.epochs=1",
+            f"train.output_dir={tmp_path / 'run'}",
+        ]
+    )
+    train(config, progress=lambda *_: None)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["epochs"][0]["real_tokens"] == 256

@@ -176,6 +176,10 @@ def test_token_batch_sizes_fill_each_bucket_up_to_the_budget():
         pipeline.token_batch_sizes((16, 64), 100, 2, "train.batch_tokens")
     with pytest.raises(TypeError, match=r"batch_tokens must be an int.*2048\.0"):
         pipeline.token_batch_sizes((16, 64), 2048.0)
+    with pytest.raises(TypeError, match=r"batch_tokens must be an int.*True"):
+        pipeline.token_batch_sizes((16, 64), True)
+    with pytest.raises(TypeError, match=r"batch_size must be an int or one .*64\.0"):
+        pipeline.batches_per_epoch([3, 9], (8, 16), 64.0)
     with pytest.raises(ValueError, match=r"one size per bucket \(2: \[8, 16\]\)"):
         pipeline.bucket_batch_sizes((4, 4, 4), (8, 16))
 
@@ -199,17 +203,17 @@ def test_token_batches_have_their_buckets_rows_and_cover_an_epoch_once():
     stream = pipeline.training_stream(
         ex, batch_size=sizes, bucket_lengths=(8, 16), steps_per_epoch=steps, seed=3
     )
-    shapes, seen = set(), []
+    shapes, seen = [], []
     for features, labels in stream.take(steps):
         source = features["encoder_token_ids"].numpy()
-        shapes.add(source.shape)
+        shapes.append(source.shape)
         assert labels.shape == source.shape
         seen += [int(row[0]) - 4 for row in source]
-    assert shapes == {(8, 8), (4, 16)}
-    # No example twice in an epoch, and each one is an example of the data.
-    # (An epoch is `steps` batches of the endless stream: a bucket whose
-    # window fills first may already take the next pass's examples.)
-    assert len(seen) == len(set(seen))
+    # Every full batch of each bucket, and nothing of the next pass: all
+    # of one pass's examples reach the windows before any of the next.
+    assert shapes.count((8, 8)) == counts[0] // 8
+    assert shapes.count((4, 16)) == counts[1] // 4
+    assert len(seen) == len(set(seen)) == 8 * (counts[0] // 8) + 4 * (counts[1] // 4)
     assert set(seen) <= set(range(200))
     # The same seed gives the same batches (resumable), as with one batch size.
     again = pipeline.training_stream(

@@ -135,7 +135,7 @@ class InputLayout:
     batch_size: int  # of the dataset(s) given to fit
     batches_per_step: int  # dataset batches each worker consumes per step
     # Of the training dataset(s): batch_size, or one size per length bucket
-    # (train.batch_tokens).
+    # (train.batch_tokens, see `with_token_budget`).
     train_batch_size: object = None
 
     def __post_init__(self):
@@ -143,9 +143,7 @@ class InputLayout:
             self.train_batch_size = self.batch_size
 
     @classmethod
-    def for_strategy(cls, strategy, global_batch_size, train_batch_sizes=None):
-        """`train_batch_sizes`: global sizes per bucket, each a multiple of
-        the replicas (`pipeline.token_batch_sizes`); None: `global_batch_size`."""
+    def for_strategy(cls, strategy, global_batch_size):
         replicas = strategy.num_replicas_in_sync
         if global_batch_size % replicas:
             raise ValueError(
@@ -153,14 +151,25 @@ class InputLayout:
                 f"{replicas} replicas."
             )
         if not is_multi_worker(strategy):
-            return cls(1, global_batch_size, 1, train_batch_sizes)
+            return cls(1, global_batch_size, 1)
         jobs = strategy.cluster_resolver.cluster_spec().as_dict()
         workers = len(jobs.get("worker", [])) + len(jobs.get("chief", []))
-        per_replica = None
-        if train_batch_sizes is not None:
-            per_replica = tuple(size // replicas for size in train_batch_sizes)
-        return cls(
-            workers, global_batch_size // replicas, replicas // workers, per_replica
+        return cls(workers, global_batch_size // replicas, replicas // workers)
+
+    def with_token_budget(self, strategy, bucket_lengths, batch_tokens):
+        """This layout with training batches of at most `batch_tokens` padded
+        tokens (`pipeline.token_batch_sizes` over the data's buckets, whole
+        rows per replica); unchanged for None."""
+        if batch_tokens is None:
+            return self
+        replicas = strategy.num_replicas_in_sync
+        sizes = pipeline.token_batch_sizes(
+            bucket_lengths, batch_tokens, replicas, "train.batch_tokens"
+        )
+        # Under multi-worker each dataset yields per-replica batches.
+        per_dataset = replicas if is_multi_worker(strategy) else 1
+        return dataclasses.replace(
+            self, train_batch_size=tuple(size // per_dataset for size in sizes)
         )
 
     def dataset(self, strategy, build):
@@ -180,18 +189,6 @@ def batch_description(train_config, layout, bucket_lengths):
     return (
         f"train.batch_tokens={train_config.batch_tokens} (sequences per bucket "
         f"length and dataset: {rows})"
-    )
-
-
-def training_batch_sizes(config, strategy):
-    """Global training sequences per bucket under train.batch_tokens; None
-    without it (train.batch_size in every bucket)."""
-    t = config.train
-    if t.batch_tokens is None:
-        return None
-    buckets = get_task(config.task).bucket_lengths(config.data)
-    return pipeline.token_batch_sizes(
-        buckets, t.batch_tokens, strategy.num_replicas_in_sync, "train.batch_tokens"
     )
 
 
@@ -368,13 +365,14 @@ def train(config, *, progress=print):
     strategy = build_strategy(t.strategy, devices=t.devices, tpu=t.tpu)
     chief = is_chief(strategy)
     multi = is_multi_worker(strategy)
-    layout = InputLayout.for_strategy(
-        strategy, t.batch_size, training_batch_sizes(config, strategy)
-    )
+    layout = InputLayout.for_strategy(strategy, t.batch_size)
     keras.utils.set_random_seed(t.seed)
     # The data first: a corpus, vocabulary or init_from problem is refused
     # before the output directory exists.
     data = build_dataset(config, out, progress=progress)
+    # The data's buckets (a task may ignore data.bucket_lengths), before
+    # anything is written.
+    layout = layout.with_token_budget(strategy, data.bucket_lengths, t.batch_tokens)
     os.makedirs(out, exist_ok=True)
     run = RunDirectory(out)
     if chief:
