@@ -26,10 +26,11 @@ SMALL = [
 ]
 
 
-def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
+def byte_lm_config(tmp_path, *extra):
+    """A byte-level causal LM on a repeated line, windows of 32."""
     text = tmp_path / "text.txt"
     text.write_text("to be or not to be, that is the question.\n" * 80)
-    config = load_config(
+    return load_config(
         overrides=[
             *SMALL,
             "task=causal_lm",
@@ -37,10 +38,14 @@ def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
             "data.tokenizer=byte",
             "data.max_length=32",
             "model.preset=gpt_tiny",
-            "train.epochs=3",
             f"train.output_dir={tmp_path / 'run'}",
+            *extra,
         ]
     )
+
+
+def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
+    config = byte_lm_config(tmp_path, "train.epochs=3")
     result = train(config, progress=lambda *_: None)
     assert (tmp_path / "run" / "text_tokenizer.json").is_file()
     # Random guessing over 260 byte ids costs ln(260) = 5.56 nats.
@@ -250,22 +255,12 @@ def test_causal_lm_token_budget_uses_its_windows_not_data_buckets(tmp_path):
     data.bucket_lengths says: train.batch_tokens=128 gives 128 // 32 = 4
     windows per batch, so 2 steps see 2 x 4 x 32 = 256 real tokens (8-window
     batches would give 512)."""
-    text = tmp_path / "text.txt"
-    text.write_text("to be or not to be, that is the question.\n" * 80)
-    config = load_config(
-        overrides=[
-            *SMALL,
-            "task=causal_lm",
-            f"data.text_path={text}",
-            "data.tokenizer=byte",
-            "data.max_length=32",
-            "data.bucket_lengths=[16,32]",
-            "model.preset=gpt_tiny",
-            "train.batch_tokens=128",
-            "train.steps_per_epoch=2",
-            "train.epochs=1",
-            f"train.output_dir={tmp_path / 'run'}",
-        ]
+    config = byte_lm_config(
+        tmp_path,
+        "data.bucket_lengths=[16,32]",
+        "train.batch_tokens=128",
+        "train.steps_per_epoch=2",
+        "train.epochs=1",
     )
     train(config, progress=lambda *_: None)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
