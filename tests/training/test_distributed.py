@@ -93,6 +93,21 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     # gradient is the one-device gradient (a sum over replicas would double it).
     for a, b in zip(one.model.weights, two.model.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=5e-6)
+    # A second mirrored training in this process, with other shapes: with
+    # the first strategy's collective keys it aborted at its first
+    # all-reduce ("Shape mismatch in the collective instance 100").
+    wider = load_config(
+        overrides=[
+            *LM,
+            f"data.text_path={text}",
+            f"train.output_dir={tmp_path / 'wider'}",
+            "train.steps_per_epoch=1",
+            "model.hidden_dim=48",
+            "train.strategy=mirrored",
+            "train.devices=/cpu:0,/cpu:1",
+        ]
+    )
+    assert train(wider, progress=lambda *_: None).metrics["global_step"] == 1
 
 
 def free_port():

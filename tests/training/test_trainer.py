@@ -287,16 +287,15 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
 
 def test_token_budget_batches_set_the_steps_of_an_epoch(tmp_path):
     """train.batch_tokens=512 over buckets (16, 32): 32 and 16 sequences per
-    batch; an epoch is every full batch. (One device: a second in-process
-    mirrored training beside tests/training/test_distributed.py's can abort
-    on TensorFlow's collective keys; the replica rounding is tested in
-    tests/training/test_pipeline.py.)"""
+    batch, split over two mirrored replicas; an epoch is every full batch."""
     config = tiny_config(
         tmp_path,
         "train.batch_tokens=512",
         "train.steps_per_epoch=null",
         "train.epochs=1",
         "train.final_evaluation=false",
+        "train.strategy=mirrored",
+        "train.devices=/cpu:0,/cpu:1",
     )
     result = train(config, progress=lambda *_: None)
     lengths = result.data.examples["train"].lengths

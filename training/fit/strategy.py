@@ -1,9 +1,12 @@
 """Choosing a tf.distribute strategy by name."""
 
+import itertools
 import json
 import os
 
 import tensorflow as tf
+
+from tfformer.training.fit.multi_worker import require_private
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 
@@ -18,6 +21,37 @@ def _cluster_workers():
     except json.JSONDecodeError:
         raise ValueError(f"TF_CONFIG is not valid JSON. Received: {raw!r}") from None
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+# Group keys each MirroredStrategy of this process may use (see below).
+_GROUP_KEYS_PER_STRATEGY = 1000
+_mirrored_built = itertools.count()
+
+
+def _mirrored_strategy_class():
+    """MirroredStrategy with collective group keys of its own.
+
+    Every MirroredStrategy numbers its collective groups from
+    `1 + _collective_key_base` (a private class attribute, 0), and
+    TensorFlow's collective executor keeps the instances of a process: a
+    second strategy on the same devices reuses group 1's instance keys, and
+    a second training with a model of other shapes aborts at its first
+    all-reduce ("Shape mismatch in the collective instance 100"). Each
+    strategy built here starts at its own base.
+    """
+    require_private(
+        tf.distribute.MirroredStrategy,
+        "_collective_key_base",
+        "a second mirrored training in one process needs collective group "
+        "keys apart from the first's",
+        check=lambda value: isinstance(value, int),
+    )
+    base = next(_mirrored_built) * _GROUP_KEYS_PER_STRATEGY
+    return type(
+        "MirroredStrategy",
+        (tf.distribute.MirroredStrategy,),
+        {"_collective_key_base": base},
+    )
 
 
 def build_strategy(name="auto", *, devices=(), tpu=""):
@@ -46,7 +80,7 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
         return tf.distribute.OneDeviceStrategy(gpus[0] if gpus else "/cpu:0")
     if name == "mirrored":
         devices = list(devices) or gpus or None
-        return tf.distribute.MirroredStrategy(devices=devices)
+        return _mirrored_strategy_class()(devices=devices)
     if name == "multi_worker":
         if _cluster_workers() < 1:
             raise ValueError(
