@@ -132,15 +132,20 @@ def cached(dataset, steps):
     target = [np.sum(b[1].numpy() != 0, axis=1) for b in batches]
 
     def make(autotune=False):
-        out = tf.data.Dataset.from_tensors(batches[0])
-        for batch in batches[1:]:
-            out = out.concatenate(tf.data.Dataset.from_tensors(batch))
-        # Without autotuning: tf.data's autotune thread made ending a fit
-        # (deleting its iterator) wait 3-41 s (see `fit_seconds`); batches
-        # already in memory have nothing to tune.
-        return out if autotune else out.with_options(NO_AUTOTUNE)
+        return batches_dataset(batches, autotune)
 
     return make, source, target
+
+
+def batches_dataset(batches, autotune=False):
+    """A finite dataset of batches held in memory. Without autotuning:
+    tf.data's autotune thread made ending a fit (deleting its iterator) wait
+    3-41 s (see `fit_seconds`); batches already in memory have nothing to
+    tune."""
+    out = tf.data.Dataset.from_tensors(batches[0])
+    for batch in batches[1:]:
+        out = out.concatenate(tf.data.Dataset.from_tensors(batch))
+    return out if autotune else out.with_options(NO_AUTOTUNE)
 
 
 def bucketed(pool, data, batch_size):

@@ -39,8 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import keras_hub
 import numpy as np
-import tensorflow as tf
-from train import NO_AUTOTUNE, BatchClock, machine, write_result
+from train import BatchClock, batches_dataset, machine, write_result
 
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
@@ -125,16 +124,9 @@ def contenders(family, batches):
     return config, sizes, models, cache, tokens
 
 
-def dataset_of(cache):
-    out = tf.data.Dataset.from_tensors(cache[0])
-    for batch in cache[1:]:
-        out = out.concatenate(tf.data.Dataset.from_tensors(batch))
-    return out.with_options(NO_AUTOTUNE)
-
-
 def one_pass(model, cache):
     clock = BatchClock()
-    model.fit(dataset_of(cache), epochs=1, verbose=0, callbacks=[clock])
+    model.fit(batches_dataset(cache), epochs=1, verbose=0, callbacks=[clock])
     return clock.ends[-1] - clock.ends[0]
 
 

@@ -267,18 +267,14 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
 
     def batch_bucket(bucket, window):
         window = window.map(_drop_last)
+        # An int keeps the batch dimension static (evaluation pads to it).
         rows = window_size(bucket) if per_bucket else batch_size
         return window.batch(rows, drop_remainder=drop_remainder)
 
     dataset = dataset.map(to_dense, num_parallel_calls=AUTOTUNE)
-    if per_bucket:
-        dataset = dataset.group_by_window(
-            key_func=_last, reduce_func=batch_bucket, window_size_func=window_size
-        )
-    else:
-        dataset = dataset.group_by_window(
-            key_func=_last, reduce_func=batch_bucket, window_size=batch_size
-        )
+    dataset = dataset.group_by_window(
+        key_func=_last, reduce_func=batch_bucket, window_size_func=window_size
+    )
     if not drop_remainder:
         dataset = dataset.map(_pad_rows(batch_size))
     if all(spec.shape.rank > 1 for spec in tf.nest.flatten(dataset.element_spec[1])):
