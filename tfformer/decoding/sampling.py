@@ -20,6 +20,8 @@ MIN_TEMPERATURE = 1e-6
 # x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16.
 HASH_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 HASH_SHIFTS = (16, 15, 16)
+# Bisection steps of the top-k/top-p thresholds (`_thresholds`).
+HALVINGS = 31
 
 
 def check_sampling_arguments(temperature, top_k, top_p):
@@ -65,13 +67,21 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     """`filter_logits` with tensors of one setting per row: `temperature`
     `(batch,)` > 0 (below `MIN_TEMPERATURE` taken as it), `top_k`
     `(batch,)` (0: no top-k filter), `top_p` `(batch,)` in (0, 1] (1: no
-    top-p filter). Nothing here checks them; the
-    callers do (`check_sampling_arguments`, the SavedModel's assertions).
-    `top_k=None` and `top_p=None` together mean no filter in any row, known
-    when the graph is built: the logits are only scaled, with no sort of
-    the vocabulary (the sort took about 37 of a 45 ms sampling step under
-    XLA at batch 32 and vocabulary 8,000, `bench/decode_search.py`). Either
-    one alone is a no-op tensor in every row (the sorting path)."""
+    top-p filter). Nothing here checks them; the callers do
+    (`check_sampling_arguments`, the SavedModel's assertions).
+
+    Nothing is sorted. Each filter keeps the logits at or above a threshold
+    found by bisection over the logits' order keys (`_order_keys`, exact
+    in 32 halvings): top-k's is the largest logit with fewer than k logits
+    above it, top-p's the largest with less than p of the probability above
+    it. These are the k-th logit of the sorted row and the last logit of the
+    nucleus, so the kept sets are the sorting definition's, ties included.
+    (XLA on CPU sorts the whole row for `top_k`: at batch 32 and vocabulary
+    8,000 the sort took 38 of a 46 ms sampling step, `bench/decode_search.py`.)
+    `top_k=None` or `top_p=None` (known when the graph is built) leaves that
+    filter's search out of the graph; a tensor that keeps every row costs
+    the search all the same.
+    """
     logits = ops.cast(logits, "float32")
     # Shifted so that the largest is 0 before scaling: a tiny temperature
     # then sends the others to -inf (clipped to NEG_INF), never to NaN.
@@ -82,28 +92,63 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     logits = ops.maximum(logits, NEG_INF)
     if top_k is None and top_p is None:
         return logits
-    batch = ops.shape(logits)[0]
-    if top_k is None:
-        top_k = ops.zeros((batch,), "int32")
-    if top_p is None:
-        top_p = ops.ones((batch,), "float32")
-    vocabulary = ops.shape(logits)[-1]
-    # Descending, once for both filters.
-    sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
-    top_k = ops.cast(top_k, "int32")
-    kth_index = ops.clip(top_k - 1, 0, vocabulary - 1)
-    kth = ops.take_along_axis(sorted_logits, kth_index[:, None], axis=-1)
-    by_k = ops.logical_and(top_k[:, None] > 0, logits < kth)
-    probabilities = ops.softmax(sorted_logits, axis=-1)
-    # Probability mass strictly before each sorted position.
-    before = ops.cumsum(probabilities, axis=-1) - probabilities
-    top_p = ops.cast(top_p, "float32")[:, None]
-    keep = ops.logical_or(before < top_p, top_p >= 1.0)
-    # The smallest kept logit is the threshold.
-    threshold = ops.min(
-        ops.where(keep, sorted_logits, -NEG_INF), axis=-1, keepdims=True
+    keys = _order_keys(logits)
+    searches = []
+    if top_k is not None:
+        top_k = ops.cast(top_k, "int32")
+        # 0 (no filter) and k >= vocabulary keep every logit.
+        vocabulary = ops.shape(logits)[-1]
+        budget = ops.where(top_k > 0, top_k, vocabulary)
+        searches.append((ops.ones_like(keys), budget))
+    if top_p is not None:
+        top_p = ops.cast(top_p, "float32")
+        # 1 keeps every logit: the probabilities may sum to just under 1.
+        budget = ops.where(top_p < 1.0, top_p, 2.0)
+        searches.append((ops.softmax(logits, axis=-1), budget))
+    threshold = ops.max(ops.stack(_thresholds(keys, searches), axis=0), axis=0)
+    return ops.where(keys < threshold[:, None], NEG_INF, logits)
+
+
+def _order_keys(x):
+    """int32 keys in the order of the float32 values `x` (no NaN): the bits
+    of a non-negative float, and for a negative one its bits with all but
+    the sign flipped. -0.0 gets the key of 0.0."""
+    bits = ops.view(x, "int32")
+    keys = ops.where(
+        bits < 0, ops.bitwise_xor(bits, ops.cast(0x7FFFFFFF, "int32")), bits
     )
-    return ops.where(ops.logical_or(by_k, logits < threshold), NEG_INF, logits)
+    return ops.where(x == 0, ops.zeros_like(keys), keys)
+
+
+def _thresholds(keys, searches):
+    """For each `(weights, budget)` of `searches`, per row the smallest key
+    t with `sum(weights[keys > t]) < budget`: every key at or above t is
+    kept. The sum does not grow as t grows, so bisection finds t among the
+    row's keys; one loop runs every search, so each halving reads the keys
+    once."""
+    # Bounds that hold throughout: `high` passes (nothing lies above the
+    # largest key), `low` fails (one below the smallest: it counts every
+    # key; if it passes, every key is kept, as the sorting definition does
+    # when the whole row's probability rounds below top_p). Logits in
+    # [NEG_INF, 0] have keys in [-1315859241, 0], so 31 halvings close the
+    # gap to 1. At gap 1 the middle is `low`, which fails: nothing moves.
+    high = ops.max(keys, axis=-1)
+    low = ops.min(keys, axis=-1) - 1
+    state = tuple((low, high) for _ in searches)
+
+    def halve(_, state):
+        out = []
+        for (low, high), (weights, budget) in zip(state, searches, strict=True):
+            middle = low + ops.right_shift(high - low, ops.cast(1, "int32"))
+            above = ops.where(keys > middle[:, None], weights, ops.zeros_like(weights))
+            passes = ops.sum(above, axis=-1) < budget
+            out.append(
+                (ops.where(passes, low, middle), ops.where(passes, middle, high))
+            )
+        return tuple(out)
+
+    state = ops.fori_loop(0, HALVINGS, halve, state)
+    return [high for _, high in state]
 
 
 def _mix(x):

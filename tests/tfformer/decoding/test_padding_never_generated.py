@@ -103,9 +103,9 @@ def test_greedy_choice_never_pads_where_the_floor_rounds_or_a_nan_appears(pad_id
 def test_greedy_and_unfiltered_sampling_trace_no_sort():
     """XLA on CPU turns TopKV2 (which tf.sort also uses) into a sort of the
     whole vocabulary at every step: 45 of a 50 ms greedy step at batch 32
-    (`bench/decode_search.py`). Greedy and sampling without top-k/top-p
-    must not trace one; a top-k filter does (the check sees inside the
-    loop)."""
+    (`bench/decode_search.py`). No search traces one: greedy, sampling,
+    and the top-k and top-p filters (which bisect over the logits' bit
+    patterns; their Bitcast shows that the check sees inside the loop)."""
     import tensorflow as tf
 
     def op_types(**settings):
@@ -120,4 +120,6 @@ def test_greedy_and_unfiltered_sampling_trace_no_sort():
     assert "While" in op_types() or "StatelessWhile" in op_types()
     assert "TopKV2" not in op_types()
     assert "TopKV2" not in op_types(search="sample")
-    assert "TopKV2" in op_types(search="sample", top_k=2)
+    for filtered in (dict(top_k=2), dict(top_p=0.5), dict(top_k=2, top_p=0.5)):
+        types = op_types(search="sample", **filtered)
+        assert "TopKV2" not in types and "Bitcast" in types

@@ -112,6 +112,67 @@ def test_per_row_filters_equal_the_scalar_filters_row_by_row():
     )
 
 
+def sorted_filter(logits, temperature, top_k, top_p):
+    """The filters by their sorting definition, in NumPy, for one row."""
+    logits = np.asarray(logits, np.float32)
+    logits = np.maximum(
+        (logits - logits.max()) / np.float32(max(temperature, 1e-6)), np.float32(-1e9)
+    )
+    descending = -np.sort(-logits)
+    masked = np.zeros(len(logits), bool)
+    if top_k > 0:
+        masked |= logits < descending[min(top_k, len(logits)) - 1]
+    if top_p < 1.0:
+        shifted = np.exp(descending - descending[0])
+        probabilities = shifted / shifted.sum(dtype=np.float32)
+        before = np.cumsum(probabilities, dtype=np.float32) - probabilities
+        masked |= logits < descending[before < np.float32(top_p)].min()
+    return np.where(masked, np.float32(-1e9), logits)
+
+
+def test_bisected_filters_keep_what_sorting_keeps_at_vocabulary_scale():
+    """The thresholds come from bisection over the logits' bit patterns,
+    not from a sort: at vocabulary 8,000, per row, the kept set equals the
+    sorting definition's (the k-th largest logit; the nucleus), with ties
+    at the threshold, logits clipped at -1e9 (a tiny temperature), -0.0
+    tied with 0.0, values spanning 10^-30 to 10^30, k at and beyond the
+    vocabulary."""
+    rng = np.random.default_rng(7)
+    vocabulary, rows = 8000, 48
+    logits = (rng.normal(size=(rows, vocabulary)) * 3).astype(np.float32)
+    logits[1:8] = np.round(logits[1:8])  # heavy ties everywhere
+    logits[8] = np.sign(logits[8]) * 10.0 ** rng.uniform(-30, 30, vocabulary)
+    logits[9] = 0.0  # one tie of the whole row, 0.0 and -0.0 alternating
+    logits[9, ::2] = -0.0
+    settings = [
+        (
+            float(rng.choice([1e-9, 0.1, 1.0, 2.5])),
+            int(rng.choice([0, 1, 2, 40, 7999, 8000, 9000])),
+            float(rng.choice([1.0, 0.999, 0.9, 0.3, 1e-6])),
+        )
+        for _ in range(rows)
+    ]
+    settings[0] = (1.0, 40, 0.9)
+    settings[9] = (1.0, 1, 1e-6)  # -0.0 - 0.0 = -0.0: still tied with 0.0
+    got = ops.convert_to_numpy(
+        filter_logits_per_row(
+            logits,
+            temperature=np.array([t for t, _, _ in settings], np.float32),
+            top_k=np.array([k for _, k, _ in settings], np.int32),
+            top_p=np.array([p for _, _, p in settings], np.float32),
+        )
+    )
+    kept = []
+    for row, (temperature, top_k, top_p) in enumerate(settings):
+        want = sorted_filter(logits[row], temperature, top_k, top_p)
+        np.testing.assert_array_equal(got[row] <= -1e8, want <= -1e8, err_msg=row)
+        np.testing.assert_allclose(got[row], want, rtol=1e-6, err_msg=row)
+        kept.append(int((want > -1e8).sum()))
+    # The rows exercise the threshold: some keep a few, some most, some all.
+    assert kept[0] == 40 and min(kept) == 1 and max(kept) == vocabulary
+    assert len(set(kept)) >= 10
+
+
 def test_no_filter_skips_the_sort_and_changes_nothing():
     """top_k=None, top_p=None (no filter, known when the graph is built)
     scales the logits only; the result equals the sorting path's with
