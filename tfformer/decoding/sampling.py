@@ -10,7 +10,10 @@ ports), so one seed gives the same tokens in every form of the model; a
 backend's own random generator could not be reproduced on a device.
 """
 
+import keras
 from keras import ops
+
+from tfformer.layers.dropout import in_xla_compilation
 
 # Large but finite: -inf would turn 0 * -inf and -inf - -inf into NaN.
 NEG_INF = -1e9
@@ -70,17 +73,21 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     top-p filter). Nothing here checks them; the callers do
     (`check_sampling_arguments`, the SavedModel's assertions).
 
-    Nothing is sorted. Each filter keeps the logits at or above a threshold
-    found by bisection over the logits' order keys (`_order_keys`, exact
-    in 32 halvings): top-k's is the largest logit with fewer than k logits
-    above it, top-p's the largest with less than p of the probability above
-    it. These are the k-th logit of the sorted row and the last logit of the
-    nucleus, so the kept sets are the sorting definition's, ties included.
-    (XLA on CPU sorts the whole row for `top_k`: at batch 32 and vocabulary
-    8,000 the sort took 38 of a 46 ms sampling step, `bench/decode_search.py`.)
+    Compiled (XLA, or any backend but TensorFlow) nothing is sorted: each
+    filter keeps the logits at or above a threshold found by bisection over
+    the logits' order keys (`_order_keys`, exact in 31 halvings): top-k's is
+    the largest logit with fewer than k logits above it, top-p's the largest
+    with less than p of the probability above it. These are the k-th logit
+    of the sorted row and the last logit of the nucleus, so the kept sets
+    are the sorting definition's, ties included. (XLA on CPU sorts the whole
+    row for a sort or `top_k`: at batch 32 and vocabulary 8,000 the sort
+    took 38 of a 45 ms sampling step, `bench/decode_search.py`.) TensorFlow
+    outside XLA (a plain graph, such as the SavedModel's `generate`, or
+    eager) sorts each row once: its sort kernel is cheap there, and the
+    31-step loop is not (each loop step pays the graph executor's cost).
     `top_k=None` or `top_p=None` (known when the graph is built) leaves that
-    filter's search out of the graph; a tensor that keeps every row costs
-    the search all the same.
+    filter out of the graph; a tensor that keeps every row costs the
+    search all the same.
     """
     logits = ops.cast(logits, "float32")
     # Shifted so that the largest is 0 before scaling: a tiny temperature
@@ -92,6 +99,8 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     logits = ops.maximum(logits, NEG_INF)
     if top_k is None and top_p is None:
         return logits
+    if keras.backend.backend() == "tensorflow" and not in_xla_compilation():
+        return _filter_by_sorting(logits, top_k, top_p)
     keys = _order_keys(logits)
     searches = []
     if top_k is not None:
@@ -107,6 +116,31 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
         searches.append((ops.softmax(logits, axis=-1), budget))
     threshold = ops.max(ops.stack(_thresholds(keys, searches), axis=0), axis=0)
     return ops.where(keys < threshold[:, None], NEG_INF, logits)
+
+
+def _filter_by_sorting(logits, top_k, top_p):
+    """The filters by their definition, on one descending sort per row."""
+    batch = ops.shape(logits)[0]
+    if top_k is None:
+        top_k = ops.zeros((batch,), "int32")
+    if top_p is None:
+        top_p = ops.ones((batch,), "float32")
+    vocabulary = ops.shape(logits)[-1]
+    sorted_logits = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+    top_k = ops.cast(top_k, "int32")
+    kth_index = ops.clip(top_k - 1, 0, vocabulary - 1)
+    kth = ops.take_along_axis(sorted_logits, kth_index[:, None], axis=-1)
+    by_k = ops.logical_and(top_k[:, None] > 0, logits < kth)
+    probabilities = ops.softmax(sorted_logits, axis=-1)
+    # Probability mass strictly before each sorted position.
+    before = ops.cumsum(probabilities, axis=-1) - probabilities
+    top_p = ops.cast(top_p, "float32")[:, None]
+    keep = ops.logical_or(before < top_p, top_p >= 1.0)
+    # The smallest kept logit is the threshold.
+    threshold = ops.min(
+        ops.where(keep, sorted_logits, -NEG_INF), axis=-1, keepdims=True
+    )
+    return ops.where(ops.logical_or(by_k, logits < threshold), NEG_INF, logits)
 
 
 def _order_keys(x):

@@ -14,8 +14,9 @@ def in_xla_compilation():
     enclosing = getattr(tf.__internal__, "get_enclosing_xla_context", None)
     if enclosing is None:
         raise RuntimeError(
-            "tfformer's Dropout needs tf.__internal__.get_enclosing_xla_context "
-            f"(TensorFlow 2.21 has it); TensorFlow {tf.__version__} does not."
+            "tfformer needs tf.__internal__.get_enclosing_xla_context (its "
+            "Dropout and sampling filters choose their algorithm by it; "
+            f"TensorFlow 2.21 has it); TensorFlow {tf.__version__} does not."
         )
     return enclosing() is not None
 

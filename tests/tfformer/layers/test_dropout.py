@@ -92,3 +92,21 @@ def test_xla_steps_draw_with_threefry():
     )
     eager = np.asarray(Dropout(0.25, seed=11)(x, training=True))
     np.testing.assert_allclose(eager, expected("philox"), rtol=1e-6)
+
+
+def test_a_tensorflow_without_the_xla_context_check_fails_naming_its_version(
+    monkeypatch,
+):
+    """The private API behind the generator choice (and the sampling
+    filters' algorithm) is checked: when TensorFlow drops it, calls fail
+    loudly with the version instead of silently changing algorithm."""
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("a TensorFlow internal")
+    import tensorflow as tf
+
+    from tfformer.layers.dropout import in_xla_compilation
+
+    assert in_xla_compilation() is False
+    monkeypatch.delattr(tf.__internal__, "get_enclosing_xla_context")
+    with pytest.raises(RuntimeError, match=f"TensorFlow {tf.__version__} does not"):
+        Dropout(0.5)(np.ones((2, 3), "float32"), training=True)
