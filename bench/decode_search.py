@@ -1,12 +1,22 @@
 """tfformer's `Generator` with each search, at batch 1 and 32: greedy,
 sampling without filters, with top-k, with top-p, and beam search.
 
+The model and settings are bench/decode.py's (3+3 layers, d_model 256,
+vocabulary 8,000 unless `--vocabulary`, source length 32, 64 new tokens;
+the end token is outside the vocabulary, so every run makes all 64). Every
+search runs as one `tf.function` (`Generator.compiled()`), XLA-compiled
+unless `--modes` asks for graph mode too; the searches alternate within
+each repeat (in reverse order every other repeat). Reported: median
+milliseconds per decoding step (one new token for every row of the batch)
+with min and max, and tokens/s.
+
 The top-k and top-p rows run twice: with the filter algorithm the
 `Generator` picks in that mode (bisection under XLA, one sort per row as a
 plain graph) and with the other one, forced while the contender traces
-(the "(other)" rows), so both alternate in one run; the script checks that
-both give the same tokens. With `--modes xla,graph` every search also runs
-as a plain graph (`jit_compile=False`: the SavedModel's default).
+(the "(other)" rows), so both alternate in one run; the script fails
+(after writing its JSON) if the two give different tokens. With
+`--modes xla,graph` every search also runs as a plain graph
+(`jit_compile=False`: the SavedModel's default).
 
 Usage: `python bench/decode_search.py [--repeats 5] [--batches 1,32]
 [--modes xla] [--vocabulary 8000] [--output bench/results/decode_search.json]`.
@@ -132,6 +142,9 @@ def main():
             same_tokens_either_algorithm=identical,
         ),
     )
+    differ = [name for name, same in identical.items() if not same]
+    if differ:
+        raise SystemExit(f"the two filter algorithms chose other tokens: {differ}")
 
 
 if __name__ == "__main__":

@@ -500,10 +500,12 @@ def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
             assert got == keras_generate(run, byte_ids("to be"), 10)[0]
 
 
-def test_the_numpy_sampling_rules_equal_the_keras_ones():
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["sorted", "xla"])
+def test_the_numpy_sampling_rules_equal_the_keras_ones(jit_compile):
     """The runtime's filter and inverse-transform draw against
     `filter_logits_per_row` and `sample_inverse_cdf`, on random rows with
-    ties and on top-p boundaries."""
+    ties and on top-p boundaries: eagerly the Keras filter sorts, under XLA
+    it bisects."""
     from keras import ops
 
     from tfformer.decoding.sampling import (
@@ -531,7 +533,7 @@ def test_the_numpy_sampling_rules_equal_the_keras_ones():
         )
     logits = np.stack([r[0] for r in rows])
     keras_filtered = ops.convert_to_numpy(
-        filter_logits_per_row(
+        tf.function(filter_logits_per_row, jit_compile=jit_compile)(
             logits,
             temperature=np.array([r[1] for r in rows], np.float32),
             top_k=np.array([r[2] for r in rows], np.int32),

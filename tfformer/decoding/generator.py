@@ -325,9 +325,9 @@ class Generator:
                 "top_p", 1.0 if self.top_p is None else float(self.top_p), "float32"
             ),
         }
-        # A filter nobody asked for is left out of the graph (None): no
-        # threshold search over the vocabulary at each step
-        # (`filter_logits_per_row`).
+        # A filter nobody asked for is left out of the graph (None): with
+        # neither, no sort or threshold search over the vocabulary at each
+        # step (`filter_logits_per_row`).
         for name in ("top_k", "top_p"):
             if getattr(self, name) is None and overrides.get(name) is None:
                 settings[name] = None

@@ -73,21 +73,24 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     top-p filter). Nothing here checks them; the callers do
     (`check_sampling_arguments`, the SavedModel's assertions).
 
-    Compiled (XLA, or any backend but TensorFlow) nothing is sorted: each
-    filter keeps the logits at or above a threshold found by bisection over
-    the logits' order keys (`_order_keys`, exact in 31 halvings): top-k's is
-    the largest logit with fewer than k logits above it, top-p's the largest
-    with less than p of the probability above it. These are the k-th logit
-    of the sorted row and the last logit of the nucleus, so the kept sets
-    are the sorting definition's, ties included. (XLA on CPU sorts the whole
-    row for a sort or `top_k`: at batch 32 and vocabulary 8,000 the sort
-    took 38 of a 45 ms sampling step, `bench/decode_search.py`.) TensorFlow
-    outside XLA (a plain graph, such as the SavedModel's `generate`, or
-    eager) sorts each row once: its sort kernel is cheap there, and the
-    31-step loop is not (each loop step pays the graph executor's cost).
-    `top_k=None` or `top_p=None` (known when the graph is built) leaves that
-    filter out of the graph; a tensor that keeps every row costs the
-    search all the same.
+    Compiled (TensorFlow under XLA, or JAX) nothing is sorted: each filter
+    keeps the logits at or above a threshold found by bisection over the
+    logits' order keys (`_order_keys`, 31 halvings): top-k's is the lowest
+    logit with fewer than k logits above it (the k-th largest), top-p's the
+    lowest with less than p of the probability above it (the last of the
+    nucleus). So the kept sets are the sorting definition's, ties included,
+    up to float32 rounding: the probability above a top-p candidate is a
+    sum in another order than the sort's cumulative sum, so a row whose
+    nucleus mass lies within rounding of p can keep one tie group more or
+    less. (XLA on CPU sorts the whole row for a sort or `top_k`: at batch
+    32 and vocabulary 8,000 the sort took 38 of a 45 ms sampling step,
+    `bench/decode_search.py`.) Elsewhere (TensorFlow outside XLA: a plain
+    graph, such as the SavedModel's default `generate`, or eager; other
+    eager backends) each row is sorted once: the sort kernel is cheap
+    there, and each step of a 31-step loop pays the executor's cost.
+    `top_k=None` and `top_p=None` together (known when the graph is built)
+    leave the filters out of the graph; one of them None leaves its search
+    out of the bisection, while the sort serves both filters at once.
     """
     logits = ops.cast(logits, "float32")
     # Shifted so that the largest is 0 before scaling: a tiny temperature
@@ -99,7 +102,7 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     logits = ops.maximum(logits, NEG_INF)
     if top_k is None and top_p is None:
         return logits
-    if keras.backend.backend() == "tensorflow" and not in_xla_compilation():
+    if not _compiled():
         return _filter_by_sorting(logits, top_k, top_p)
     keys = _order_keys(logits)
     searches = []
@@ -116,6 +119,16 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
         searches.append((ops.softmax(logits, axis=-1), budget))
     threshold = ops.max(ops.stack(_thresholds(keys, searches), axis=0), axis=0)
     return ops.where(keys < threshold[:, None], NEG_INF, logits)
+
+
+def _compiled():
+    """Whether the filters run compiled: under XLA on TensorFlow (checked
+    with a TensorFlow internal that fails loudly, naming the version, if it
+    goes), always on JAX."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        return in_xla_compilation()
+    return backend == "jax"
 
 
 def _filter_by_sorting(logits, top_k, top_p):
@@ -147,7 +160,9 @@ def _order_keys(x):
     """int32 keys in the order of the float32 values `x` (no NaN): the bits
     of a non-negative float, and for a negative one its bits with all but
     the sign flipped. -0.0 gets the key of 0.0."""
-    bits = ops.view(x, "int32")
+    # Viewed as one column: Keras's TensorFlow `view` needs a static last
+    # dimension, and a vocabulary can be unknown when the graph is traced.
+    bits = ops.reshape(ops.view(ops.reshape(x, (-1, 1)), "int32"), ops.shape(x))
     keys = ops.where(
         bits < 0, ops.bitwise_xor(bits, ops.cast(0x7FFFFFFF, "int32")), bits
     )

@@ -100,7 +100,7 @@ def test_greedy_choice_never_pads_where_the_floor_rounds_or_a_nan_appears(pad_id
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf graphs")
-def test_greedy_and_unfiltered_sampling_trace_no_sort():
+def test_no_search_sorts_under_xla_and_the_filters_sort_in_graphs():
     """XLA on CPU turns TopKV2 (which tf.sort also uses) into a sort of the
     whole vocabulary at every step: 45 of a 50 ms greedy step at batch 32
     (`bench/decode_search.py`). Under XLA no search traces one: greedy,

@@ -132,14 +132,28 @@ def sorted_filter(logits, temperature, top_k, top_p):
 
 
 def compiled_filter(compiled):
-    """`filter_logits_per_row` as run eagerly, or XLA-compiled: TensorFlow
-    sorts outside XLA and bisects under it; other backends always bisect."""
+    """`filter_logits_per_row` as run eagerly, or compiled: TensorFlow sorts
+    outside XLA and bisects under it (traced here with unknown batch and
+    vocabulary sizes); JAX always bisects."""
     if not compiled:
         return filter_logits_per_row
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
-        return tf.function(filter_logits_per_row, jit_compile=True)
+        spec = tf.TensorSpec
+        function = tf.function(
+            lambda logits, temperature, top_k, top_p: filter_logits_per_row(
+                logits, temperature=temperature, top_k=top_k, top_p=top_p
+            ),
+            jit_compile=True,
+            input_signature=[
+                spec((None, None), tf.float32),
+                spec((None,), tf.float32),
+                spec((None,), tf.int32),
+                spec((None,), tf.float32),
+            ],
+        )
+        return lambda logits, **settings: function(logits, **settings)
     import jax
 
     return jax.jit(filter_logits_per_row)
@@ -201,14 +215,14 @@ def test_no_filter_skips_the_sort_and_changes_nothing():
     unfiltered = filter_logits_per_row(
         logits, temperature=temperature, top_k=None, top_p=None
     )
-    sorted_path = filter_logits_per_row(
+    filtered_path = filter_logits_per_row(
         logits,
         temperature=temperature,
         top_k=np.zeros(6, "int32"),
         top_p=np.ones(6, "float32"),
     )
     np.testing.assert_array_equal(
-        ops.convert_to_numpy(unfiltered), ops.convert_to_numpy(sorted_path)
+        ops.convert_to_numpy(unfiltered), ops.convert_to_numpy(filtered_path)
     )
     uniform = {A: 0.4, B: 0.35, END: 0.25}
     chain = MarkovDecoder(table({START: uniform, A: uniform, B: uniform}))

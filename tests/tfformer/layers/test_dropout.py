@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 
+from tfformer.decoding import filter_logits
 from tfformer.layers.dropout import Dropout
 
 
@@ -97,8 +98,8 @@ def test_xla_steps_draw_with_threefry():
 def test_a_tensorflow_without_the_xla_context_check_fails_naming_its_version(
     monkeypatch,
 ):
-    """The private API behind the generator choice (and the sampling
-    filters' algorithm) is checked: when TensorFlow drops it, calls fail
+    """The private API behind the generator choice and the sampling
+    filters' algorithm is checked: when TensorFlow drops it, both fail
     loudly with the version instead of silently changing algorithm."""
     if keras.backend.backend() != "tensorflow":
         pytest.skip("a TensorFlow internal")
@@ -108,5 +109,8 @@ def test_a_tensorflow_without_the_xla_context_check_fails_naming_its_version(
 
     assert in_xla_compilation() is False
     monkeypatch.delattr(tf.__internal__, "get_enclosing_xla_context")
-    with pytest.raises(RuntimeError, match=f"TensorFlow {tf.__version__} does not"):
+    message = f"TensorFlow {tf.__version__} does not"
+    with pytest.raises(RuntimeError, match=message):
         Dropout(0.5)(np.ones((2, 3), "float32"), training=True)
+    with pytest.raises(RuntimeError, match=message):
+        filter_logits(np.zeros((2, 5), "float32"), top_k=2)
