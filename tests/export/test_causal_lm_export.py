@@ -13,9 +13,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.flatbuffer import constant_buffers, ops, read_model
@@ -301,11 +302,7 @@ def test_inputs_are_cut_at_16_kib(served, run):
     assert out["token_ids"][0].tolist() == expected
 
 
-@settings(
-    max_examples=1000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(1000)
 @given(
     st.lists(prompts, max_size=3),
     # Mostly short continuations (the loop's length is not what is fuzzed).

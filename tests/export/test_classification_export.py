@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
@@ -230,11 +231,7 @@ def test_pairs_of_unequal_halves_are_refused_by_name(case):
 
 
 # 500 cases for each run kind (single sentences, pairs): 1,000 in all.
-@settings(
-    max_examples=500,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(500)
 @given(st.lists(st.tuples(texts, texts), max_size=3))
 def test_no_input_makes_classify_fail(case, batch):
     """Any bytes: probabilities that sum to 1, a label that is the argmax,

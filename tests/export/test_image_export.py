@@ -11,9 +11,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
@@ -178,11 +179,7 @@ def image_inputs(draw):
     return data
 
 
-@settings(
-    max_examples=1000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(1000)
 @given(image_inputs())
 def test_no_input_crashes_classify(case, data):
     """Any bytes: probabilities equal to Keras's on the decoded image, or an

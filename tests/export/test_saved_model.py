@@ -10,9 +10,10 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model, next_version
@@ -241,22 +242,14 @@ def check_translates(loaded, batch):
     assert np.all(np.isfinite(out["score"].numpy()))
 
 
-@settings(
-    max_examples=1000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(1000)
 @given(st.lists(inputs, max_size=3))
 def test_no_input_string_makes_it_fail(loaded, batch):
     check_translates(loaded, batch)
 
 
 @pytest.mark.slow
-@settings(
-    max_examples=10000,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(10000, reduce=False)  # the thorough run itself
 @given(st.lists(inputs, max_size=4))
 def test_no_input_string_makes_it_fail_10000(loaded, batch):
     check_translates(loaded, batch)

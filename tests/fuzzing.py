@@ -1,0 +1,38 @@
+"""Hypothesis settings for the fuzz tests of served signatures.
+
+Each such test calls an exported model once per example (4 to 40 ms), so
+1,000 examples cost up to 40 s. The default suite runs `DEFAULT_EXAMPLES`
+of them; `TFFORMER_FUZZ=full` runs the count each test asks for (the
+thorough run). Tests that are themselves the thorough run (marked `slow`)
+pass `reduce=False`. Any other value of `TFFORMER_FUZZ` is refused, so a
+typo cannot shrink the thorough run.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+DEFAULT_EXAMPLES = 200
+
+
+def fuzz_examples(full, reduce=True):
+    """`full` under `TFFORMER_FUZZ=full` or without `reduce`, else at most
+    `DEFAULT_EXAMPLES`."""
+    mode = os.environ.get("TFFORMER_FUZZ", "")
+    if mode not in ("", "full"):
+        raise ValueError(f"TFFORMER_FUZZ must be 'full' or unset. Received: {mode!r}")
+    return full if mode == "full" or not reduce else min(full, DEFAULT_EXAMPLES)
+
+
+def fuzz_settings(full, reduce=True):
+    """`settings` for a fuzz test over a module-scoped served model: no
+    deadline (the first call may trace), and the fixture-scope and slowness
+    health checks off (the fixture is deliberately shared, and slow)."""
+    return settings(
+        max_examples=fuzz_examples(full, reduce),
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+        ],
+    )
