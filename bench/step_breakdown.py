@@ -9,6 +9,9 @@ faster the step gets. Rows:
 - full: the step `bench/train.py` times (Adam, dropout 0.1, label smoothing).
 - no dropout: `model.dropout=0` (no random numbers, no masks).
 - fused QKV: one query/key/value matrix in every self-attention.
+- 16-bit dropout draws: each 32-bit random number draws two masks, one per
+  half (half as many Threefry draws; keep probability 1 - ceil(65536 rate) /
+  65536 instead of 1 - rate; timing only, not what tfformer ships).
 - SGD: plain SGD instead of Adam (what Adam's moment updates cost).
 - no LayerNorm: every LayerNorm returns its input (timing only).
 - forward+backward: gradients computed, not applied (no optimizer).
@@ -20,10 +23,11 @@ Contenders alternate (repeat r in order, r + 1 reversed); medians and
 (min-max) of seconds per pass over the same cached batches.
 
 Usage: `python bench/step_breakdown.py [--run DIR] [--sentences 960] [--repeats 3]
-[--output bench/results/step_breakdown.json]`
+[--variants full,...] [--output bench/results/step_breakdown.json]`
 """
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -47,6 +51,7 @@ from train import (
     write_result,
 )
 
+from tfformer.layers import dropout as dropout_module
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, compile_model
@@ -56,6 +61,7 @@ VARIANTS = (
     "full",
     "no dropout",
     "fused QKV",
+    "16-bit dropout draws",
     "SGD",
     "no LayerNorm",
     "forward+backward",
@@ -91,6 +97,46 @@ def identity_layer_norms(model):
     if not count:
         raise RuntimeError("no LayerNormalization found: the ablation is void")
     return model
+
+
+def _half_draw_dropout_call(self, inputs, training=False):
+    """tfformer's Dropout with two 16-bit draws from each 32-bit number."""
+    if not training or self.rate <= 0:
+        return inputs
+    seed = self.seed_generator.next()
+    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    algorithm = "threefry" if dropout_module.in_xla_compilation() else "philox"
+    count = tf.size(inputs)
+    bits = tf.random.stateless_uniform(
+        [(count + 1) // 2],
+        seed,
+        minval=None,
+        maxval=None,
+        dtype=tf.uint32,
+        alg=algorithm,
+    )
+    halves = tf.stack(
+        [tf.bitwise.bitwise_and(bits, 0xFFFF), tf.bitwise.right_shift(bits, 16)], 1
+    )
+    halves = tf.reshape(halves, [-1])[:count]
+    threshold = int(-(-self.rate * 65536 // 1))
+    keep = tf.reshape(halves >= threshold, tf.shape(inputs))
+    scaled = inputs / tf.cast(1.0 - self.rate, inputs.dtype)
+    return tf.where(keep, scaled, tf.zeros_like(inputs))
+
+
+@contextlib.contextmanager
+def half_draw_dropout():
+    """While a variant traces: tfformer's Dropout draws 16-bit numbers."""
+    shipped = dropout_module.Dropout.call
+    dropout_module.Dropout.call = _half_draw_dropout_call
+    try:
+        yield
+    finally:
+        dropout_module.Dropout.call = shipped
+
+
+TRACE_PATCHES = {"16-bit dropout draws": half_draw_dropout}
 
 
 def fit_variant(model, config, optimizer=None):
@@ -152,8 +198,17 @@ def main():
     p.add_argument("--run", help="a translate_de_en run directory (its vocabulary)")
     p.add_argument("--sentences", type=int, default=960)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma-separated subset of the variants (full is always run)",
+    )
     p.add_argument("--output", default="bench/results/step_breakdown.json")
     args = p.parse_args()
+    chosen = ["full"] + [v for v in args.variants.split(",") if v and v != "full"]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        p.error(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
     config = load_config(CONFIG, overrides=["train.ema_momentum=null"])
     if not os.path.exists(config.data.source_path.format(split="train")):
         print(f"Multi30k not found ({config.data.source_path}); nothing to measure.")
@@ -178,19 +233,26 @@ def main():
     floor = padded_flops(shapes, sizes, vocabulary) / peak
     print(f"matmul peak {peak / 1e9:.1f} GFLOP/s; {steps} batches per pass")
 
-    runners = {
-        "full": fit_variant(build(config, data), config),
-        "no dropout": fit_variant(build(config, data, dropout=0.0), config),
-        "fused QKV": fit_variant(build(config, data, fused_qkv=True), config),
-        "SGD": fit_variant(build(config, data), config, keras.optimizers.SGD(1e-3)),
-        "no LayerNorm": fit_variant(identity_layer_norms(build(config, data)), config),
-        "forward+backward": function_variant(build(config, data), config, True),
-        "forward": function_variant(build(config, data), config, False),
+    makers = {
+        "full": lambda: fit_variant(build(config, data), config),
+        "no dropout": lambda: fit_variant(build(config, data, dropout=0.0), config),
+        "fused QKV": lambda: fit_variant(build(config, data, fused_qkv=True), config),
+        "16-bit dropout draws": lambda: fit_variant(build(config, data), config),
+        "SGD": lambda: fit_variant(
+            build(config, data), config, keras.optimizers.SGD(1e-3)
+        ),
+        "no LayerNorm": lambda: fit_variant(
+            identity_layer_norms(build(config, data)), config
+        ),
+        "forward+backward": lambda: function_variant(build(config, data), config, True),
+        "forward": lambda: function_variant(build(config, data), config, False),
     }
+    runners = {name: makers[name]() for name in VARIANTS if name in chosen}
     seconds = {name: [] for name in runners}
     for name, run in runners.items():
         began = time.perf_counter()
-        run(make)  # compiles every bucket shape
+        with TRACE_PATCHES.get(name, contextlib.nullcontext)():
+            run(make)  # compiles every bucket shape
         print(f"  compiled {name} in {time.perf_counter() - began:.0f} s", flush=True)
     for r in range(args.repeats):
         names = list(runners) if r % 2 == 0 else list(runners)[::-1]
@@ -201,7 +263,7 @@ def main():
     full = statistics.median(seconds["full"])
     rows = []
     print(f"\n{'variant':<18} {'s/pass (min-max)':<22} {'vs full':>8} {'saved':>7}")
-    for name in VARIANTS:
+    for name in runners:
         median = statistics.median(seconds[name])
         rows.append(
             dict(
