@@ -21,7 +21,12 @@ Each contender compiles on one pass over the batches, then the two
 alternate (the order reversed every other repeat), one `fit` pass per
 repeat, timed from the end of its first batch to the end of its last.
 Reported: medians and (min-max) of real (non-padding) input tokens per
-second, and the ratio of the medians.
+second, the ratio of the medians, and each contender's MFU: the useful
+training FLOPs of the real tokens (`family_flops`) per second over the
+float32 matmul peak (`train.matmul_peak`, measured before and after the
+family's contenders; MFU divides by the higher), and each contender's share
+of the step's matmul floor at its real shapes (`linear_twin`: the same
+matmuls, forward and backward, and nothing else).
 
 Usage: `python bench/train_families.py [--families gpt,bert] [--batches 30]
 [--repeats 5] [--output bench/results/train_families.json]`
@@ -39,7 +44,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import keras_hub
 import numpy as np
-from train import BatchClock, batches_dataset, machine, write_result
+import tensorflow as tf
+from train import BatchClock, batches_dataset, machine, matmul_peak, write_result
 
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
@@ -91,6 +97,87 @@ def keras_hub_bert(sizes, vocabulary, length, num_classes):
     return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits)
 
 
+def family_flops(family, lengths, sizes, vocabulary):
+    """Useful training FLOPs of rows of real lengths `lengths`: 3x forward,
+    forward = 2x the multiply-adds of every matmul, attention counted in full
+    (not causal), as bench/train.py's `training_flops` counts them. GPT: the
+    blocks and the tied output projection over the vocabulary. BERT: the
+    blocks, the pooler (d x d) and the classifier (on one token per row, so
+    left out: under 0.1 % here)."""
+    t = np.asarray(lengths, np.float64)
+    d, ff = sizes["hidden_dim"], sizes["intermediate_dim"]
+    blocks = sizes["num_layers"] * (t * (4 * d * d + 2 * d * ff) + 2 * t * t * d)
+    if family == "gpt":
+        head = t * d * vocabulary
+    else:
+        head = np.full_like(t, d * d)
+    return float(np.sum(3 * 2 * (blocks + head)))
+
+
+def linear_twin(family, sizes, vocabulary, shape, seed=0):
+    """An XLA-compiled forward and backward pass that does only the matmuls
+    of a training step of `shape` (batch, length): the family's dense
+    layers, attention scores and values (full, per head) and, for GPT, the
+    output projection, with no softmax, normalization, activation, dropout,
+    loss or optimizer. The gradients of every weight and of the input are
+    computed (the backward pass's two matmuls per forward one), so the time
+    of one call is the step's matmul floor at its real shapes."""
+    batch, length = shape
+    d, ff, heads = sizes["hidden_dim"], sizes["intermediate_dim"], sizes["num_heads"]
+    rng = np.random.default_rng(seed)
+
+    def weight(rows, columns):
+        values = rng.normal(0, rows**-0.5, (rows, columns)).astype("float32")
+        return tf.Variable(values)
+
+    layers = [
+        [weight(d, d) for _ in range(4)] + [weight(d, ff), weight(ff, d)]
+        for _ in range(sizes["num_layers"])
+    ]
+    head = weight(d, vocabulary if family == "gpt" else d)
+    variables = [w for layer in layers for w in layer] + [head]
+    x = tf.constant(rng.normal(size=(batch, length, d)).astype("float32"))
+
+    def split(t):
+        return tf.transpose(tf.reshape(t, (batch, length, heads, -1)), (0, 2, 1, 3))
+
+    def forward(x):
+        for wq, wk, wv, wo, w1, w2 in layers:
+            q, k, v = (split(x @ w) for w in (wq, wk, wv))
+            scores = tf.matmul(q, k, transpose_b=True) * (1.0 / length)
+            context = tf.transpose(scores @ v, (0, 2, 1, 3))
+            x = tf.reshape(context, (batch, length, d)) @ wo
+            x = (x @ w1) @ w2
+        return tf.reduce_sum((x if family == "gpt" else x[:, 0]) @ head)
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = forward(x)
+        grads = tape.gradient(loss, [x, *variables])
+        return loss + tf.add_n([tf.reduce_sum(g[..., :1]) for g in grads]) * 0.0
+
+    return lambda: step(x).numpy()
+
+
+def matmul_floor(family, cache, sizes, vocabulary, repeats=9):
+    """Seconds of the linear twins (`linear_twin`) of batches 2..N: the
+    median of `repeats` calls per batch shape, summed over the batches."""
+    shapes = [tuple(b[0]["token_ids"].shape) for b in cache[1:]]
+    seconds = {}
+    for shape in sorted(set(shapes)):
+        run = linear_twin(family, sizes, vocabulary, shape)
+        run()  # compiles
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - began)
+        seconds[shape] = statistics.median(times)
+    return sum(seconds[shape] for shape in shapes)
+
+
 def contenders(family, batches):
     """The config, its two compiled models and the cached batches."""
     config = load_config(CONFIGS[family], overrides=["train.ema_momentum=null"])
@@ -119,9 +206,14 @@ def contenders(family, batches):
         else:
             model = keras_hub_bert(sizes, vocabulary, length, data.num_classes)
         models[library] = compile_model(model, config)
-    # Real tokens of batches 2..N (the clock starts at the end of batch 1).
-    tokens = sum(int(np.sum(b[0]["token_ids"].numpy() != 0)) for b in cache[1:])
-    return config, sizes, models, cache, tokens
+    # Real tokens of batches 2..N (the clock starts at the end of batch 1),
+    # and their useful training FLOPs.
+    lengths = np.concatenate(
+        [np.sum(b[0]["token_ids"].numpy() != 0, axis=1) for b in cache[1:]]
+    )
+    flops = family_flops(family, lengths, sizes, vocabulary)
+    floor = matmul_floor(family, cache, sizes, vocabulary)
+    return config, sizes, models, cache, int(lengths.sum()), flops, floor
 
 
 def one_pass(model, cache):
@@ -131,7 +223,8 @@ def one_pass(model, cache):
 
 
 def measure(family, batches, repeats):
-    config, sizes, models, cache, tokens = contenders(family, batches)
+    config, sizes, models, cache, tokens, flops, floor = contenders(family, batches)
+    peaks = [matmul_peak(tf.float32)]
     for library, model in models.items():
         began = time.perf_counter()
         one_pass(model, cache)
@@ -145,6 +238,7 @@ def measure(family, batches, repeats):
                 f"  {family} repeat {r + 1}/{repeats} {library}: "
                 f"{tokens / seconds[library][-1]:.0f} real tokens/s"
             )
+    peaks.append(matmul_peak(tf.float32))
     rows = []
     for library, values in seconds.items():
         median = statistics.median(values)
@@ -157,6 +251,8 @@ def measure(family, batches, repeats):
                 tokens_per_second=tokens / median,
                 tokens_per_second_min=tokens / max(values),
                 tokens_per_second_max=tokens / min(values),
+                mfu=flops / median / max(peaks),
+                share_of_matmul_floor=floor / median,
             )
         )
     ratio = rows[0]["tokens_per_second"] / rows[1]["tokens_per_second"]
@@ -168,6 +264,9 @@ def measure(family, batches, repeats):
         sizes=sizes,
         timed_batches=batches - 1,
         real_tokens=tokens,
+        useful_flops=flops,
+        matmul_peak_flops=peaks,
+        matmul_floor_seconds=floor,
         rows=rows,
         tfformer_over_keras_hub=ratio,
     )
@@ -189,13 +288,14 @@ def main():
     results = []
     for family in families:
         results.append(measure(family, args.batches, args.repeats))
-    print(f"\n{'family':<7}{'library':<11}{'params':>10}  real tok/s (min-max)")
+    print(f"\n{'family':<7}{'library':<11}{'params':>10}  real tok/s (min-max)   MFU")
     for result in results:
         for r in result["rows"]:
             print(
                 f"{r['family']:<7}{r['library']:<11}{r['parameters']:>10,}  "
                 f"{r['tokens_per_second']:.0f} ({r['tokens_per_second_min']:.0f}-"
-                f"{r['tokens_per_second_max']:.0f})"
+                f"{r['tokens_per_second_max']:.0f})   {r['mfu']:.1%}"
+                f"   {r['share_of_matmul_floor']:.0%}"
             )
     write_result(
         args.output,
