@@ -99,10 +99,14 @@ def identity_layer_norms(model):
     return model
 
 
+HALF_DRAW_CALLS = []
+
+
 def _half_draw_dropout_call(self, inputs, training=False):
     """tfformer's Dropout with two 16-bit draws from each 32-bit number."""
     if not training or self.rate <= 0:
         return inputs
+    HALF_DRAW_CALLS.append(self.name)
     seed = self.seed_generator.next()
     seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     algorithm = "threefry" if dropout_module.in_xla_compilation() else "philox"
@@ -205,7 +209,9 @@ def main():
     )
     p.add_argument("--output", default="bench/results/step_breakdown.json")
     args = p.parse_args()
-    chosen = ["full"] + [v for v in args.variants.split(",") if v and v != "full"]
+    chosen = ["full"] + [
+        v.strip() for v in args.variants.split(",") if v.strip() not in ("", "full")
+    ]
     unknown = sorted(set(chosen) - set(VARIANTS))
     if unknown:
         p.error(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
@@ -253,6 +259,8 @@ def main():
         began = time.perf_counter()
         with TRACE_PATCHES.get(name, contextlib.nullcontext)():
             run(make)  # compiles every bucket shape
+        if name in TRACE_PATCHES and not HALF_DRAW_CALLS:
+            sys.exit(f"{name}: the patched Dropout never ran while tracing")
         print(f"  compiled {name} in {time.perf_counter() - began:.0f} s", flush=True)
     for r in range(args.repeats):
         names = list(runners) if r % 2 == 0 else list(runners)[::-1]

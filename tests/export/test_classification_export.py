@@ -230,7 +230,8 @@ def test_pairs_of_unequal_halves_are_refused_by_name(case):
         )
 
 
-# 500 cases for each run kind (single sentences, pairs): 1,000 in all.
+# 500 cases for each run kind (single sentences, pairs), 1,000 in all, under
+# TFFORMER_FUZZ=full; 200 each by default (tests/fuzzing.py).
 @fuzz_settings(500)
 @given(st.lists(st.tuples(texts, texts), max_size=3))
 def test_no_input_makes_classify_fail(case, batch):
