@@ -81,6 +81,19 @@ def build_tfformer(sizes):
     )
 
 
+def build_keras_hub(sizes):
+    """keras-hub's encoder-decoder of the same sizes (its own weights)."""
+    return KerasHubSeq2Seq(
+        sizes["vocabulary"],
+        sizes["vocabulary"],
+        layers=sizes["layers"],
+        hidden_dim=sizes["hidden_dim"],
+        heads=sizes["heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+        max_length=sizes["max_length"],
+    )
+
+
 def tfformer_decoder(model, sizes, jit_compile):
     generator = Generator(
         model,
@@ -299,15 +312,7 @@ def main():
     sizes = default_sizes(args.vocabulary)
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
-    hub = KerasHubSeq2Seq(
-        sizes["vocabulary"],
-        sizes["vocabulary"],
-        layers=sizes["layers"],
-        hidden_dim=sizes["hidden_dim"],
-        heads=sizes["heads"],
-        intermediate_dim=sizes["intermediate_dim"],
-        max_length=sizes["max_length"],
-    )
+    hub = build_keras_hub(sizes)
     # Each contender as an XLA-compiled and as a plain graph tf.function; the
     # ratios compare the faster mode of each (keras-hub's cache is ~10x slower
     # under XLA at batch 32, so its best path is the graph one). The floor is

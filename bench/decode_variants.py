@@ -44,13 +44,13 @@ import numpy as np
 import tensorflow as tf
 from decode import (
     START,
+    build_keras_hub,
     build_tfformer,
     default_sizes,
     measure,
     weight_floor_decoder,
 )
 from keras import ops
-from keras_hub_seq2seq import KerasHubSeq2Seq
 from train import machine, write_result
 
 from tfformer.decoding import Generator
@@ -179,15 +179,7 @@ def main():
     sizes = default_sizes()
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
-    hub = KerasHubSeq2Seq(
-        sizes["vocabulary"],
-        sizes["vocabulary"],
-        layers=sizes["layers"],
-        hidden_dim=sizes["hidden_dim"],
-        heads=sizes["heads"],
-        intermediate_dim=sizes["intermediate_dim"],
-        max_length=sizes["max_length"],
-    )
+    hub = build_keras_hub(sizes)
     rng = np.random.default_rng(0)
     rows = []
     for batch in [int(b) for b in args.batches.split(",")]:
