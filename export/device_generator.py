@@ -106,8 +106,13 @@ def sample(logits, u):
 
 
 def choose(logits, position, *, greedy, temperature, top_k, top_p, seed):
-    """(token, its log-probability) for column `position`."""
+    """(token, its log-probability) for column `position`. A row with a NaN
+    (or an infinity, which log-softmax turns into NaN) gets the lowest id
+    that is not padding, as the Keras generator's draw does."""
     log_probs = log_softmax(logits)
+    if np.isnan(log_probs).any():
+        token = 1 if PAD == 0 else 0
+        return token, float(log_probs[token])
     allowed = log_probs.copy()
     allowed[PAD] = NEG_INF
     if greedy:

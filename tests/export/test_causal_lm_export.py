@@ -497,6 +497,28 @@ def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
             assert got == keras_generate(run, byte_ids("to be"), 10)[0]
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_numpy_runtime_gives_a_nan_row_the_lowest_id_that_is_not_padding(greedy):
+    """As the Keras generator: a row of logits with a NaN, or with +inf
+    (log-softmax makes it NaN), becomes id 1, never padding or a crash."""
+    from tfformer.export import device_generator as device
+
+    for bad in (np.nan, np.inf):
+        logits = np.linspace(-3.0, 2.0, 40).astype(np.float32)
+        logits[7] = bad
+        token, log_p = device.choose(
+            logits, 5, greedy=greedy, temperature=0.8, top_k=5, top_p=0.9, seed=1
+        )
+        assert token == 1 and np.isnan(log_p)
+    all_nan = np.full(40, np.nan, np.float32)
+    assert (
+        device.choose(
+            all_nan, 5, greedy=greedy, temperature=1.0, top_k=0, top_p=1.0, seed=1
+        )[0]
+        == 1
+    )
+
+
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["sorted", "xla"])
 def test_the_numpy_sampling_rules_equal_the_keras_ones(jit_compile):
     """The runtime's filter and inverse-transform draw against

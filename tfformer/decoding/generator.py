@@ -398,7 +398,12 @@ class Generator:
             top_k=settings["top_k"],
             top_p=settings["top_p"],
         )
-        return sample_inverse_cdf(logits, uniform_stream(settings["seeds"], i))
+        chosen = sample_inverse_cdf(logits, uniform_stream(settings["seeds"], i))
+        # Padding has probability 0, so the draw returns it only for a row
+        # with no positive probability (a NaN): that row gets the lowest id
+        # that is not padding, as in greedy_choice.
+        fallback = 1 if self.pad_id == 0 else 0
+        return ops.where(chosen == self.pad_id, fallback, chosen)
 
     def _start(self, inputs, overrides=None):
         """The loop state of greedy and sampled generation after the first

@@ -234,7 +234,8 @@ def uniform_stream(seeds, position):
 def sample_inverse_cdf(logits, uniforms):
     """One token per row of `logits` `(batch, vocab)` (masked with NEG_INF):
     the first whose cumulative probability exceeds `uniforms * total`, never
-    a token of probability 0."""
+    a token of probability 0. A row with no positive probability (a NaN in
+    it) gives id 0."""
     probabilities = ops.softmax(ops.cast(logits, "float32"), axis=-1)
     cumulative = ops.cumsum(probabilities, axis=-1)
     threshold = uniforms[:, None] * cumulative[:, -1:]

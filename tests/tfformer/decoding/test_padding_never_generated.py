@@ -63,6 +63,21 @@ def test_sampling_never_draws_padding():
             np.testing.assert_allclose(score, np.log(0.3 * 0.4), rtol=1e-5)
 
 
+@pytest.mark.parametrize("search", ["greedy", "sample"])
+def test_a_row_of_nan_gives_the_lowest_id_that_is_not_padding(search):
+    """A model whose output after START is NaN (overflowed weights, say):
+    the sampler's draw finds no positive probability and would return id 0,
+    the padding; both searches give id 1 instead."""
+    transitions = table(CHAIN)
+    transitions[START] = np.nan
+    out = Generator(MarkovDecoder(transitions), max_length=3, search=search, seed=7)(
+        np.full((8, 1), START, "int32")
+    )
+    tokens = ops.convert_to_numpy(out["token_ids"])
+    np.testing.assert_array_equal(tokens[:, 1], [1] * 8)
+    assert np.all(np.isnan(ops.convert_to_numpy(out["scores"])))
+
+
 def numpy_greedy(log_probs, pad_id):
     """Each row's first largest entry, padding left out."""
     allowed = np.where(np.arange(log_probs.shape[-1]) == pad_id, -np.inf, log_probs)
