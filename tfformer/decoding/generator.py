@@ -66,6 +66,12 @@ def _check_rows(max_length, **settings):
             )
 
 
+def lowest_id_not(pad_id):
+    """The lowest token id that is not `pad_id`: what a row with no usable
+    score (a NaN) gets instead of padding."""
+    return 1 if pad_id == 0 else 0
+
+
 def greedy_choice(log_probs, pad_id):
     """The id of each row's largest log-probability other than `pad_id`
     `(batch,)` int32; ties go to the lowest id.
@@ -90,8 +96,7 @@ def greedy_choice(log_probs, pad_id):
         ops.where(ops.logical_and(allowed == best, not_pad), ids, vocabulary),
         axis=-1,
     )
-    fallback = 1 if pad_id == 0 else 0
-    return ops.where(first < vocabulary, first, fallback)
+    return ops.where(first < vocabulary, first, lowest_id_not(pad_id))
 
 
 def gnmt_length_penalty(length, alpha):
@@ -402,8 +407,7 @@ class Generator:
         # Padding has probability 0, so the draw returns it only for a row
         # with no positive probability (a NaN): that row gets the lowest id
         # that is not padding, as in greedy_choice.
-        fallback = 1 if self.pad_id == 0 else 0
-        return ops.where(chosen == self.pad_id, fallback, chosen)
+        return ops.where(chosen == self.pad_id, lowest_id_not(self.pad_id), chosen)
 
     def _start(self, inputs, overrides=None):
         """The loop state of greedy and sampled generation after the first
