@@ -174,6 +174,8 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
         "self_attention/value",
         "self_attention/attention_output",
         "cross_attention/query",
+        "cross_attention/key",
+        "cross_attention/value",
         "cross_attention/attention_output",
         "ffn/intermediate",
         "ffn/output",
@@ -210,15 +212,9 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
                 )
             }
         )
-    cross_kernels = []
-    for i in range(sizes["layers"]):
-        weights = {w.path: w for w in model.get_layer(f"decoder_block_{i}").weights}
-        cross_kernels.append(
-            [
-                weights[f"decoder_block_{i}/cross_attention/{n}/kernel"]
-                for n in ("key", "value")
-            ]
-        )
+    cross_kernels = [
+        [layer[f"cross_attention/{n}"][0] for n in ("key", "value")] for layer in layers
+    ]
     length = sizes["new_tokens"] + 1
     heads = sizes["heads"]
     head_dim = sizes["hidden_dim"] // heads
@@ -298,7 +294,7 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
                 (sizes["layers"], batch, 2, heads, sizes["source_length"], head_dim),
                 (1, 2),
             )
-            summaries = [0.0] * sizes["layers"]
+            summaries = [None] * sizes["layers"]
         caches = tuple(tf.zeros((batch, 2, heads, length, head_dim)) for _ in layers)
 
         def body(i, tokens, out, caches):
@@ -331,7 +327,7 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
                 if "cross_attention" in stages:
                     h = attend(q, cross_cache, None)
                 else:
-                    h = tf.tanh(q + summary)
+                    h = tf.tanh(q if summary is None else q + summary)
                 x = norm(
                     layer,
                     "cross_attention_norm",

@@ -69,13 +69,13 @@ DUMP = os.environ["STEP_PROFILE_HLO"]
 
 # (class, test on the instruction's opcode, TensorFlow op type and op name,
 # all lowercased), first match wins: a fused matmul counts as a matmul, the
-# gradient of a dropout as dropout.
+# gradient of a dropout as dropout, the loss's log-softmax as loss.
 CLASSES = (
     ("matmul", lambda op, kind, name: op == "dot" or kind in ("matmul", "einsum")),
     ("dropout", lambda op, kind, name: "dropout" in name or "random" in kind),
+    ("loss", lambda op, kind, name: "loss" in name or "entropy" in name),
     ("softmax", lambda op, kind, name: "softmax" in name),
     ("layer norm", lambda op, kind, name: "norm" in name),
-    ("loss", lambda op, kind, name: "loss" in name or "entropy" in name),
     (
         "optimizer",
         lambda op, kind, name: (
@@ -86,26 +86,31 @@ CLASSES = (
     (
         "copies, transposes, splits",
         lambda op, kind, name: (
-            op in ("copy", "transpose") or kind in ("transpose", "unpack", "split")
+            op in ("copy", "transpose")
+            or kind in ("transpose", "unpack", "split", "splitv")
         ),
     ),
     ("attention, other", lambda op, kind, name: "attention" in name),
 )
+# Thunks that only hold others (a `call` of an expanded random-number
+# generator, a decoding loop): their bodies' thunks are counted, they are
+# not, since a body's thunks may run on the other core while they wait.
+CONTAINERS = ("call", "while", "conditional")
 
 
 def hlo_instructions(path):
     """{instruction name: (opcode, op type, op name)} of an optimized HLO text
-    dump, lowercased. A fusion carries its root op's names; one holding a
-    matmul (XLA names fusions after their ops: `dot_add_fusion`) gets the
-    opcode `dot`. An instruction without names inside a called computation
-    (a random number generator that XLA expanded into a `call`) takes those
-    of the instruction that calls it."""
-    table, computation_of, caller = {}, {}, {}
+    dump, lowercased. A fusion carries its root op's names; one whose fused
+    computation holds a dot gets the opcode `dot`. An instruction without
+    names inside a called computation (a random-number generator that XLA
+    expanded into a `call`) takes those of the instruction that calls it."""
+    table, computation_of, caller, fused, has_dot = {}, {}, {}, {}, set()
     header = re.compile(r"^(?:ENTRY )?%([\w.\-]+) .*\{\s*$")
     # `%name = shape opcode(`, the shape a tuple `(a, b)` for some.
     pattern = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (?:\([^=]*?\)|\S+) ([\w\-]+)\(")
     computation = None
     for line in open(path, encoding="utf-8"):
+        line = re.sub(r"/\*.*?\*/", "", line)  # tuples print /*index=5*/
         h = header.match(line)
         if h:
             computation = h.group(1)
@@ -114,18 +119,29 @@ def hlo_instructions(path):
         if not m:
             continue
         name, opcode = m.groups()
-        if opcode == "fusion" and "dot" in name.split(".")[0].split("_"):
-            opcode = "dot"
-        meta = re.search(r'op_type="([^"]*)" op_name="([^"]*)"', line)
-        kind, op_name = meta.groups() if meta else ("", "")
-        table[name] = (opcode, kind.lower(), op_name.lower())
+        if opcode == "dot":
+            has_dot.add(computation)
+        kind = re.search(r'op_type="([^"]*)"', line)
+        op_name = re.search(r'op_name="([^"]*)"', line)
+        table[name] = (
+            opcode,
+            kind.group(1).lower() if kind else "",
+            op_name.group(1).lower() if op_name else "",
+        )
         computation_of[name] = computation
-        if opcode != "fusion":
-            for called in re.findall(r"(?:to_apply|calls|body)=%([\w.\-]+)", line):
+        for called in re.findall(r"(?:to_apply|calls|body)=%([\w.\-]+)", line):
+            if opcode == "fusion":
+                fused[name] = called
+            else:
                 caller.setdefault(called, name)
     for name, (opcode, kind, op_name) in table.items():
-        parent = name
+        if opcode == "fusion" and fused.get(name) in has_dot:
+            opcode = "dot"
+        parent, seen = name, set()
         while not (kind or op_name) and computation_of.get(parent) in caller:
+            if parent in seen:
+                break
+            seen.add(parent)
             parent = caller[computation_of[parent]]
             kind, op_name = table[parent][1:]
         table[name] = (opcode, kind, op_name)
@@ -139,22 +155,28 @@ def classify(opcode, kind, name):
     return "other"
 
 
-def newest_module(before):
-    """The largest optimized-HLO dump written since `before` (a set of paths):
-    the step's program (small helper programs are dumped too)."""
+def fresh_modules(before):
+    """{module name: optimized HLO dump path} of the programs XLA compiled
+    since `before` (a set of paths): a bucketed pipeline compiles one per
+    batch shape."""
     paths = set(glob.glob(os.path.join(DUMP, "*cpu_after_optimizations.txt")))
-    fresh = sorted(paths - before, key=os.path.getsize)
-    if not fresh:
+    modules = {}
+    for path in paths - before:
+        name = os.path.basename(path)
+        name = re.sub(r"^module_\d+\.", "", name)
+        modules[name.removesuffix(".cpu_after_optimizations.txt")] = path
+    if not modules:
         raise RuntimeError("no optimized HLO was dumped for the profiled program")
-    return fresh[-1]
+    return modules
 
 
-def thunk_self_times(logdir, instructions):
-    """{instruction name: total self time in seconds} over every thunk event
-    of the profile whose name is an instruction of the program. An event
-    nested in another (a fusion inside a `call`, as XLA expands a random
-    number generator) is taken out of its parent's time and, when its own
-    instruction carries no TensorFlow op, counted under its parent's name."""
+def thunk_self_times(logdir, tables):
+    """{(module, instruction): self time in seconds} over the profile's thunk
+    events (each names its HLO module and instruction) of the modules in
+    `tables` ({module: hlo_instructions}), containers left out; time nested
+    in another event of the same thread is taken out of that event's. Thunk
+    events of those modules whose instruction is not in the dump count under
+    (module, None)."""
     paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
     space = xplane_pb2.XSpace()
     with open(paths[0], "rb") as f:
@@ -162,30 +184,47 @@ def thunk_self_times(logdir, instructions):
     totals = collections.Counter()
     for plane in space.planes:
         names = {k: v.name for k, v in plane.event_metadata.items()}
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        module_stat = next(
+            (k for k, v in stat_names.items() if v == "hlo_module"), None
+        )
         for line in plane.lines:
-            events = sorted(
-                (e.offset_ps, e.offset_ps + e.duration_ps, names.get(e.metadata_id))
-                for e in line.events
-                if names.get(e.metadata_id) in instructions
-            )
-            stack = []  # [end, name counted under, self time] of enclosing thunks
-            for start, end, name in events:
+            events = []
+            for e in line.events:
+                module = next(
+                    (
+                        stat_names.get(st.ref_value) or st.str_value
+                        for st in e.stats
+                        if st.metadata_id == module_stat
+                    ),
+                    None,
+                )
+                if module in tables:
+                    name = names.get(e.metadata_id)
+                    key = (module, name if name in tables[module] else None)
+                    events.append((e.offset_ps, -(e.offset_ps + e.duration_ps), key))
+            events.sort()  # by start; a parent before a child that starts with it
+            stack = []  # [end, key, self time] of the enclosing events
+            for start, negative_end, key in events:
+                end = -negative_end
                 while stack and stack[-1][0] <= start:
                     _, done, own = stack.pop()
                     totals[done] += own
                 if stack:
                     stack[-1][2] -= end - start
-                    if not any(instructions[name][1:]):
-                        name = stack[-1][1]
-                stack.append([end, name, end - start])
+                stack.append([end, key, end - start])
             for _, done, own in stack:
                 totals[done] += own
-    return {name: ps / 1e12 for name, ps in totals.items()}
+    return {
+        key: ps / 1e12
+        for key, ps in totals.items()
+        if key[1] is None or tables[key[0]][key[1]][0] not in CONTAINERS
+    }
 
 
 def profile(run, units):
     """Profiles one call of `run` (already compiled and warm); returns the
-    wall seconds and seconds per class, per unit (batch or decoding step)."""
+    profile's folder and the wall seconds per unit (batch or decoding step)."""
     logdir = tempfile.mkdtemp(prefix="step-profile-")
     tf.profiler.experimental.start(logdir)
     began = time.perf_counter()
@@ -199,21 +238,23 @@ def profiled(label, run, units):
     """Compiles and warms `run`, profiles it, and returns its row."""
     before = set(glob.glob(os.path.join(DUMP, "*cpu_after_optimizations.txt")))
     run()
-    module = newest_module(before)
+    tables = {m: hlo_instructions(p) for m, p in fresh_modules(before).items()}
     run()
     logdir, wall = profile(run, units)
-    instructions = hlo_instructions(module)
-    classes, other = collections.Counter(), []
-    for name, seconds in thunk_self_times(logdir, instructions).items():
-        cls = classify(*instructions[name])
+    classes, other = collections.Counter(), collections.Counter()
+    for (module, name), seconds in thunk_self_times(logdir, tables).items():
+        if name is None:
+            classes["not in the HLO dump"] += seconds / units
+            continue
+        cls = classify(*tables[module][name])
         classes[cls] += seconds / units
-        if cls == "other":
-            other.append((seconds / units * 1e3, name, *instructions[name][1:]))
+        if cls == "other":  # summed over the modules (batch shapes)
+            other[(name, *tables[module][name][1:])] += seconds / units * 1e3
     total = sum(classes.values())
     print(f"{label}: wall {wall * 1e3:.2f} ms, thunks {total * 1e3:.2f} ms per unit")
     for cls, seconds in classes.most_common():
         print(f"  {cls:<28}{seconds * 1e3:9.3f} ms {seconds / total:7.1%}")
-    other = sorted(other, reverse=True)[:8]
+    other = [(ms, *key) for key, ms in other.most_common(8)]
     for ms, name, kind, op_name in other:
         print(f"    other: {ms:8.3f} ms {name} ({kind} {op_name[:70]})")
     return dict(
@@ -254,8 +295,9 @@ def seq2seq_runs(batches):
 def gpt_runs(batches):
     import train_families
 
-    train_families.matmul_floor = lambda *args, **kwargs: None  # not needed here
-    _, _, models, cache, _, _, _ = train_families.contenders("gpt", batches)
+    _, _, models, cache, _, _, _ = train_families.contenders(
+        "gpt", batches, with_floor=False
+    )
     return {
         f"gpt {library}": (
             lambda m=model: train_families.one_pass(m, cache),

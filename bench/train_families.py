@@ -185,8 +185,9 @@ def matmul_floor(family, cache, sizes, vocabulary, repeats=9):
     return sum(seconds[shape] for shape in shapes)
 
 
-def contenders(family, batches):
-    """The config, its two compiled models and the cached batches."""
+def contenders(family, batches, with_floor=True):
+    """The config, its two compiled models, the cached batches, their real
+    tokens and useful FLOPs, and (`with_floor`) their matmul floor's seconds."""
     config = load_config(CONFIGS[family], overrides=["train.ema_momentum=null"])
     task = get_task(config.task)
     data = build_dataset(config, tempfile.mkdtemp(prefix=f"bench-{family}-"))
@@ -219,7 +220,7 @@ def contenders(family, batches):
         [np.sum(b[0]["token_ids"].numpy() != 0, axis=1) for b in cache[1:]]
     )
     flops = family_flops(family, lengths, sizes, vocabulary)
-    floor = matmul_floor(family, cache, sizes, vocabulary)
+    floor = matmul_floor(family, cache, sizes, vocabulary) if with_floor else None
     return config, sizes, models, cache, int(lengths.sum()), flops, floor
 
 
