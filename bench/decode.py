@@ -183,9 +183,13 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
         "cross_attention_norm",
         "ffn_norm",
     )
+
+    def block_weights(block):
+        return {w.path: w for w in model.get_layer(block).weights}
+
     layers = []
     for i in range(sizes["layers"]):
-        weights = {w.path: w for w in model.get_layer(f"decoder_block_{i}").weights}
+        weights = block_weights(f"decoder_block_{i}")
         layer = {}
         for name in names:
             prefix = f"decoder_block_{i}/{name}/"
@@ -198,7 +202,7 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
     source_embedding = model.get_layer("encoder_embedding").token_embeddings
     encoder_layers = []
     for i in range(sizes["layers"]):
-        weights = {w.path: w for w in model.get_layer(f"encoder_block_{i}").weights}
+        weights = block_weights(f"encoder_block_{i}")
         encoder_layers.append(
             {
                 name: weights[f"encoder_block_{i}/{name}/kernel"]
