@@ -1,6 +1,7 @@
 import glob
 import json
 import os
+import types
 
 import pytest
 
@@ -65,6 +66,23 @@ def test_overrides_are_typed():
     assert config.data.lower_case is True
 
 
+def test_activation_dropout_reaches_the_models_blocks():
+    """`model.activation_dropout` is the FFNs' hidden rate of the task's
+    model; unset, the preset's `dropout`."""
+    from tfformer.training.tasks import get_task
+
+    task = get_task("translation")
+    vocabulary = types.SimpleNamespace(vocabulary_size=40)
+    data = types.SimpleNamespace(
+        tokenizers={"source": vocabulary, "target": vocabulary}
+    )
+    for overrides, want in ((["model.activation_dropout=0.0"], 0.0), ([], 0.1)):
+        config = load_config(overrides=["model.dropout=0.1", *overrides])
+        model = task.build_model(config, data)
+        blocks = [layer for layer in model.layers if "_block_" in layer.name]
+        assert {block.ffn.dropout for block in blocks} == {want}
+
+
 @pytest.mark.parametrize(
     "values, error, message",
     [
@@ -85,6 +103,21 @@ def test_overrides_are_typed():
         ({"train": {"label_smoothing": 1.5}}, ValueError, r"train\.label_smoothing"),
         ({"train": {"ema_momentum": 1.0}}, ValueError, r"train\.ema_momentum.*1\.0"),
         ({"model": {"position": "rotary"}}, ValueError, r"model\.position.*rotary"),
+        (
+            {"model": {"activation_dropout": 1.0}},
+            ValueError,
+            r"model\.activation_dropout must be in \[0, 1\).*1\.0",
+        ),
+        ({"model": {"dropout": -0.1}}, ValueError, r"model\.dropout must be in"),
+        (
+            {
+                "task": "image_classification",
+                "data": {"image_dir": "x"},
+                "model": {"activation_dropout": 2.0},
+            },
+            ValueError,
+            r"model\.activation_dropout must be in",
+        ),
         ({"model": {"scale_embeddings": 1}}, TypeError, r"model\.scale_embeddings"),
         (
             # Only the translation task's model section has position options.

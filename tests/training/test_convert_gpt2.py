@@ -542,7 +542,9 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
 
     source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    config = fine_tuning_config(tmp_path, run, "model.dropout=0.5")
+    config = fine_tuning_config(
+        tmp_path, run, "model.dropout=0.5", "model.activation_dropout=0.0"
+    )
     task = get_task("causal_lm")
     data = task.prepare(config, task.raw_splits(config.data), None, quiet)
     model = task.build_model(config, data)
@@ -559,6 +561,8 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
         if "dropout" in layer.name or "block" in layer.name
     }
     assert rates and set(rates.values()) == {0.5}, rates
+    blocks = [layer for layer in model.layers if "block" in layer.name]
+    assert {block.ffn.dropout for block in blocks} == {0.0}
     noisy = np.asarray(model({"token_ids": ids}, training=True))
     assert np.abs(noisy - np.asarray(model({"token_ids": ids}))).max() > 1e-3
 

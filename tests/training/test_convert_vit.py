@@ -359,8 +359,12 @@ def finetune_config(root, run, *extra, out="finetuned"):
 def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     root, _, run = converted
     source = get_task("image_classification").load(run).model
-    config = finetune_config(root, run, "data.image_size=16")
+    config = finetune_config(
+        root, run, "data.image_size=16", "model.activation_dropout=0.05"
+    )
     model = initialized_vit(config, len(COLOURS))
+    blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.0, 0.05)}
     # Every layer but the head and the position table is the source's.
     for layer in model.layers:
         if layer.weights and layer.name not in ("head", "patch_embedding"):

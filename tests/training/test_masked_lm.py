@@ -147,7 +147,9 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
 
     run, _ = pretrained
     config = load_config(
-        overrides=classifier_overrides(tmp_path, f"model.init_from={run}")
+        overrides=classifier_overrides(
+            tmp_path, f"model.init_from={run}", "model.activation_dropout=0.0"
+        )
     )
     data = build_dataset(config, None, progress=lambda *_: None)
     assert (
@@ -168,6 +170,8 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     # Embeddings (3 tables + norm), 3 blocks, and nothing silently skipped.
     assert copied >= 5 + 3 * 12
     assert model.get_layer("encoder_block_2").count_params() > 0
+    blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.0)}
 
     result = train(config, progress=lambda *_: None)
     assert result.metrics["global_step"] == 4

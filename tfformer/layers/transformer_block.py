@@ -42,6 +42,7 @@ class TransformerBlock(keras.layers.Layer):
         num_key_value_heads=None,
         dropout=0.0,
         attention_dropout=None,
+        activation_dropout=None,
         activation="relu",
         layer_norm_epsilon=1e-6,
         normalize_first=False,
@@ -60,6 +61,7 @@ class TransformerBlock(keras.layers.Layer):
         check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout, allow_none=True)
+        check_rate("activation_dropout", activation_dropout, allow_none=True)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         if normalization not in NORMALIZATIONS:
             raise ValueError(
@@ -73,6 +75,7 @@ class TransformerBlock(keras.layers.Layer):
         self.num_key_value_heads = num_key_value_heads
         self.dropout = dropout
         self.attention_dropout = attention_dropout
+        self.activation_dropout = activation_dropout
         self.activation = get_activation(activation)
         self.layer_norm_epsilon = layer_norm_epsilon
         self.normalize_first = normalize_first
@@ -137,7 +140,11 @@ class TransformerBlock(keras.layers.Layer):
         self.ffn = FeedForward(
             self.intermediate_dim,
             activation=self.activation,
-            dropout=self.dropout,
+            dropout=(
+                self.dropout
+                if self.activation_dropout is None
+                else self.activation_dropout
+            ),
             gated=self.gated_ffn,
             use_bias=self.use_bias,
             kernel_initializer=self.kernel_initializer.clone(),
@@ -187,6 +194,7 @@ class TransformerBlock(keras.layers.Layer):
                 "num_key_value_heads": self.num_key_value_heads,
                 "dropout": self.dropout,
                 "attention_dropout": self.attention_dropout,
+                "activation_dropout": self.activation_dropout,
                 "activation": keras.activations.serialize(self.activation),
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "normalize_first": self.normalize_first,

@@ -22,8 +22,12 @@ class TransformerEncoderBlock(TransformerBlock):
         intermediate_dim: feed-forward width (d_ff).
         key_dim: size per head; defaults to hidden_dim // num_heads.
         num_key_value_heads: grouped-query attention; defaults to num_heads.
-        dropout: dropout on each sublayer output and the FFN activations.
+        dropout: dropout on each sublayer output (and, by default, the FFN's
+            hidden activations).
         attention_dropout: dropout on attention weights; defaults to `dropout`.
+        activation_dropout: dropout on the FFN's hidden activations (fairseq's
+            `activation_dropout`, tensor2tensor's `relu_dropout`); defaults
+            to `dropout`. keras-hub's blocks, GPT-2 and BERT have none: 0.
         activation: FFN activation, "relu" (the paper) or "gelu".
         layer_norm_epsilon: epsilon of the layer norms.
         normalize_first: pre-norm instead of the paper's post-norm.

@@ -19,6 +19,7 @@ def bert_encoder(
     num_heads=12,
     intermediate_dim=3072,
     dropout=0.1,
+    activation_dropout=None,
     max_sequence_length=512,
     num_segments=2,
     activation="gelu",
@@ -39,6 +40,8 @@ def bert_encoder(
         vocabulary_size: vocabulary size.
         num_layers, hidden_dim, num_heads, intermediate_dim: sizes.
         dropout: dropout rate.
+        activation_dropout: dropout on the FFN's hidden activations; None:
+            `dropout`. keras-hub's blocks, GPT-2 and BERT have none (0.0).
         max_sequence_length: rows of the position table.
         num_segments: number of segment (token type) ids.
         activation: FFN activation.
@@ -78,6 +81,7 @@ def bert_encoder(
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
         dropout=dropout,
+        activation_dropout=activation_dropout,
         activation=activation,
         layer_norm_epsilon=layer_norm_epsilon,
     )

@@ -22,6 +22,7 @@ def gpt_decoder(
     num_heads=12,
     intermediate_dim=3072,
     dropout=0.1,
+    activation_dropout=None,
     max_sequence_length=1024,
     position="learned",
     normalize_first=True,
@@ -50,6 +51,8 @@ def gpt_decoder(
         vocabulary_size: vocabulary size.
         num_layers, hidden_dim, num_heads, intermediate_dim: sizes.
         dropout: dropout rate.
+        activation_dropout: dropout on the FFN's hidden activations; None:
+            `dropout`. keras-hub's blocks, GPT-2 and BERT have none (0.0).
         max_sequence_length: context length (rows of a learned position table).
         position: "learned", "sinusoidal", or "rotary" (positions applied to
             queries and keys inside attention; no additive embedding).
@@ -99,6 +102,7 @@ def gpt_decoder(
         intermediate_dim=intermediate_dim,
         num_key_value_heads=num_key_value_heads,
         dropout=dropout,
+        activation_dropout=activation_dropout,
         activation=activation,
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=normalize_first,

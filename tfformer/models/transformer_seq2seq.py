@@ -25,6 +25,7 @@ def transformer_seq2seq(
     num_heads=8,
     intermediate_dim=2048,
     dropout=0.1,
+    activation_dropout=None,
     max_sequence_length=256,
     position="sinusoidal",
     scale_embeddings=True,
@@ -53,7 +54,11 @@ def transformer_seq2seq(
         hidden_dim: d_model.
         num_heads: attention heads.
         intermediate_dim: feed-forward width d_ff.
-        dropout: P_drop, on embeddings, sublayer outputs and attention.
+        dropout: P_drop, on embeddings, sublayer outputs and attention
+            (and, unless `activation_dropout` says otherwise, on the FFN's
+            hidden activations, which the paper does not mention).
+        activation_dropout: dropout on the FFN's hidden activations; None:
+            `dropout`. The paper's section 5.4 and keras-hub's blocks: 0.0.
         max_sequence_length: longest sequence (learned positions need it).
         position: "sinusoidal" or "learned".
         scale_embeddings: multiply token embeddings by sqrt(d_model) (the
@@ -122,6 +127,7 @@ def transformer_seq2seq(
         intermediate_dim=intermediate_dim,
         num_key_value_heads=num_key_value_heads,
         dropout=dropout,
+        activation_dropout=activation_dropout,
         activation=activation,
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=normalize_first,

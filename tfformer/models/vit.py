@@ -20,6 +20,7 @@ def vit(
     num_heads=12,
     intermediate_dim=3072,
     dropout=0.0,
+    activation_dropout=None,
     layer_norm_epsilon=1e-6,
     pixel_mean=None,
     pixel_std=None,
@@ -44,6 +45,8 @@ def vit(
         num_channels: image channels.
         num_layers, hidden_dim, num_heads, intermediate_dim: sizes.
         dropout: dropout rate.
+        activation_dropout: dropout on the FFN's hidden activations; None:
+            `dropout`. keras-hub's blocks, GPT-2 and BERT have none (0.0).
         layer_norm_epsilon: epsilon of the layer norms.
         pixel_mean, pixel_std: per-channel statistics (`num_channels` floats
             each) of a normalization layer in front; None: the model takes
@@ -82,6 +85,7 @@ def vit(
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
         dropout=dropout,
+        activation_dropout=activation_dropout,
         activation="gelu",
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=True,

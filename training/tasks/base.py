@@ -10,6 +10,7 @@ these methods and never look at the task's name.
 import dataclasses
 from typing import Literal
 
+from tfformer.layers.validation import check_rate
 from tfformer.rundir.run import CONFIG, RunDirectory
 
 
@@ -49,6 +50,9 @@ class ModelConfig:
     num_heads: int | None = None
     intermediate_dim: int | None = None
     dropout: float | None = None
+    # Dropout on the feed-forward networks' hidden activations; None:
+    # `dropout`. 0.0 is the placement of keras-hub's blocks, GPT-2 and BERT.
+    activation_dropout: float | None = None
 
 
 @dataclasses.dataclass
@@ -204,6 +208,8 @@ class Task:
             )
         if buckets[0] < 2:
             raise ValueError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
+        for name in ("dropout", "activation_dropout"):
+            check_rate(f"model.{name}", getattr(config.model, name), allow_none=True)
         self.model_sizes(config.model)
 
     def preset(self, model_config):
@@ -227,7 +233,14 @@ class Task:
                 f"Received: model.preset={preset!r} ({builder.__name__})"
             )
         sizes = dict(sizes)
-        for name in ("hidden_dim", "num_heads", "intermediate_dim", "dropout"):
+        names = (
+            "hidden_dim",
+            "num_heads",
+            "intermediate_dim",
+            "dropout",
+            "activation_dropout",
+        )
+        for name in names:
             value = getattr(model_config, name)
             if value is not None:
                 sizes[name] = value

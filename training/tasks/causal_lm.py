@@ -194,13 +194,15 @@ class CausalLMTask(Task):
     def initialized_model(self, config):
         """A copy of `model.init_from`'s decoder (new variables, in the
         current distribution strategy's scope) with its weights, every
-        dropout at `model.dropout` when that is set. Its layers keep the
-        source's dtype policies (float32 for a converted checkpoint) whatever
-        `train.precision` says."""
+        dropout at `model.dropout` when that is set (the feed-forward
+        networks' hidden dropout at `model.activation_dropout` when that is).
+        Its layers keep the source's dtype policies (float32 for a converted
+        checkpoint) whatever `train.precision` says."""
         import keras
 
         _, _, source = self.initial_run(config)
         rate = config.model.dropout
+        hidden_rate = config.model.activation_dropout
 
         def clone(layer):
             layer_config = layer.get_config()
@@ -209,6 +211,8 @@ class CausalLMTask(Task):
                     layer_config["rate"] = rate
                 elif "dropout" in layer_config:
                     layer_config["dropout"] = rate
+            if hidden_rate is not None and "activation_dropout" in layer_config:
+                layer_config["activation_dropout"] = hidden_rate
             return layer.__class__.from_config(layer_config)
 
         model = keras.models.clone_model(source, clone_function=clone)

@@ -17,6 +17,7 @@ import dataclasses
 import os
 import re
 
+from tfformer.layers.validation import check_rate
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
@@ -146,6 +147,8 @@ class ImageClassificationTask(Task):
                 f"data.class_names has duplicates. Received: {list(d.class_names)}"
             )
         check_holdout_fraction(d)
+        for name in ("dropout", "activation_dropout"):
+            check_rate(f"model.{name}", getattr(config.model, name), allow_none=True)
         if config.model.init_from is not None:
             return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)
@@ -572,7 +575,13 @@ def initialized_vit(config, num_classes):
     theirs, size = settings.pop("image_size"), config.data.image_size
     patch = settings["patch_size"]
     dropout = config.model.dropout if config.model.dropout is not None else 0.0
-    model = vit(size, num_classes, dropout=dropout, **settings)
+    model = vit(
+        size,
+        num_classes,
+        dropout=dropout,
+        activation_dropout=config.model.activation_dropout,
+        **settings,
+    )
     for layer in model.layers:
         if not layer.weights or layer.name == "head":
             continue

@@ -305,7 +305,10 @@ class TextClassificationTask(Task):
         sizes = {k: v for k, v in sizes.items() if k != "preset"}
         dropout = config.model.dropout if config.model.dropout is not None else 0.1
         encoder = bert_encoder(
-            data.tokenizers["text"].vocabulary_size, dropout=dropout, **sizes
+            data.tokenizers["text"].vocabulary_size,
+            dropout=dropout,
+            activation_dropout=config.model.activation_dropout,
+            **sizes,
         )
         copy_encoder_weights(source, encoder)
         return bert_classifier(encoder, data.num_classes, dropout=dropout)

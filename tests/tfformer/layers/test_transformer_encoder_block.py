@@ -108,10 +108,39 @@ def test_dropout_reaches_every_sublayer_in_training():
     assert block.self_attention.dropout == 0.3 and block.ffn.dropout == 0.3
 
 
+def test_activation_dropout_is_the_feed_forward_hidden_rate():
+    """None follows `dropout` (the hidden activations drop with the sublayer
+    outputs); a number sets the FFN's hidden rate alone, and survives the
+    config."""
+    x = _normal(2, 4, 8)
+    sizes = dict(num_heads=2, intermediate_dim=16, attention_dropout=0.0)
+    only_hidden = TransformerEncoderBlock(**sizes, dropout=0.0, activation_dropout=0.5)
+    assert not np.allclose(only_hidden(x, training=True), only_hidden(x))
+    assert only_hidden.ffn.dropout == 0.5 and only_hidden.self_attention.dropout == 0
+    # Sublayer dropout only: the hidden rate is 0, the block still drops.
+    no_hidden = TransformerEncoderBlock(**sizes, dropout=0.3, activation_dropout=0.0)
+    assert not np.allclose(no_hidden(x, training=True), no_hidden(x))
+    assert no_hidden.ffn.dropout == 0.0
+    clone = TransformerEncoderBlock.from_config(no_hidden.get_config())
+    clone(x)
+    assert clone.ffn.dropout == 0.0 and clone.dropout == 0.3
+    none = TransformerEncoderBlock(**sizes, dropout=0.0, activation_dropout=0.0)
+    np.testing.assert_array_equal(none(x, training=True), none(x))
+    follows = TransformerEncoderBlock(**sizes, dropout=0.2)
+    follows(x)
+    assert follows.ffn.dropout == 0.2
+
+
 def test_layer_contract(tmp_path):
     run_layer_test(
         TransformerEncoderBlock,
-        dict(num_heads=2, intermediate_dim=16, dropout=0.1, num_key_value_heads=1),
+        dict(
+            num_heads=2,
+            intermediate_dim=16,
+            dropout=0.1,
+            activation_dropout=0.0,
+            num_key_value_heads=1,
+        ),
         {"inputs": _normal(2, 5, 8)},
         tmp_path,
     )
@@ -126,6 +155,8 @@ def test_bad_arguments():
         TransformerEncoderBlock(num_heads=2, intermediate_dim=8)(
             _normal(1, 4, 8), padding_mask=np.ones((1, 3), bool)
         )
+    with pytest.raises(ValueError, match=r"activation_dropout must be in \[0, 1\)"):
+        TransformerEncoderBlock(num_heads=2, intermediate_dim=8, activation_dropout=1)
     with pytest.raises(ValueError, match="layer_norm_epsilon must be a positive"):
         TransformerEncoderBlock(num_heads=2, intermediate_dim=8, layer_norm_epsilon=0)
     # key_dim makes any hidden size work.

@@ -60,3 +60,26 @@ def test_overrides_and_unknown_names():
     assert "encoder_block_1" not in {layer.name for layer in model.layers}
     with pytest.raises(ValueError, match="Unknown preset"):
         from_preset("transformer_huge", 10, 10)
+
+
+@pytest.mark.parametrize(
+    "name", ["transformer_tiny", "bert_tiny", "gpt_tiny", "vit_tiny"]
+)
+def test_every_builder_passes_activation_dropout_to_every_block(name):
+    """The builders' `activation_dropout` reaches each block's FFN; unset, the
+    FFN's hidden rate is `dropout` (tfformer's behaviour before the option)."""
+    args = {
+        "transformer_tiny": (50, 60),
+        "bert_tiny": (50,),
+        "gpt_tiny": (50,),
+        "vit_tiny": (),
+    }[name]
+    extra = dict(image_size=16, num_classes=3) if name == "vit_tiny" else {}
+    for hidden, want in ((0.0, 0.0), (None, 0.25)):
+        model = from_preset(
+            name, *args, **extra, dropout=0.25, activation_dropout=hidden
+        )
+        blocks = [layer for layer in model.layers if "_block_" in layer.name]
+        assert len(blocks) >= 2
+        assert {block.ffn.dropout for block in blocks} == {want}
+        assert {block.dropout for block in blocks} == {0.25}
