@@ -17,10 +17,12 @@ tfformer's pipeline (`training_stream`), with the config's optimizer,
 schedule and loss (`compile_model`), under XLA, no weight averaging; each
 library keeps its own architecture details (keras-hub's GELU, its
 `keras.layers.Dropout`). keras-hub's padding mask is `token_ids != 0`.
-Same dropout: keras-hub's blocks (and GPT-2's and BERT's) do not drop the
-feed-forward network's hidden activations; "tfformer" runs with
-`model.activation_dropout=0.0` to match, and "tfformer_ffn_dropout" is the
-config as it trains (hidden dropout at `dropout`).
+Same model: keras-hub's blocks (and GPT-2's and BERT's) do not drop the
+feed-forward network's hidden activations, and GPT2Backbone's GELU is the
+tanh form; "tfformer" runs with `model.activation_dropout=0.0` and, for
+gpt, `model.activation=gelu_approximate` to match (BERT's GELU is exact in
+both). "tfformer_ffn_dropout" is the config as it trains (hidden dropout at
+`dropout`; gpt_tiny's exact GELU).
 Each contender compiles on one pass over the batches, then the two
 alternate (the order reversed every other repeat), one `fit` pass per
 repeat, timed from the end of its first batch to the end of its last.
@@ -209,15 +211,18 @@ def contenders(family, batches, with_floor=True):
     cache = list(stream.take(batches))
     if len(cache) < batches:
         raise ValueError(f"--batches {batches}: the data gives {len(cache)}.")
-    # keras-hub's dropout placement: no hidden dropout in the FFN.
-    same_dropout = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, activation_dropout=0.0)
+    # keras-hub's model: no hidden dropout in the FFN, and its GELU.
+    recipe = dict(activation_dropout=0.0)
+    if family == "gpt":
+        recipe["activation"] = "gelu_approximate"
+    same_model = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, **recipe)
     )
     models = {}
     for library in ("tfformer", "keras_hub", "tfformer_ffn_dropout"):
         keras.utils.set_random_seed(0)
         if library == "tfformer":
-            model = build_model(same_dropout, data)
+            model = build_model(same_model, data)
         elif library == "tfformer_ffn_dropout":
             model = build_model(config, data)
         elif family == "gpt":
@@ -326,7 +331,7 @@ def main():
     for result in results:
         print(
             f"{result['family']}: tfformer/keras-hub "
-            f"{result['tfformer_over_keras_hub']:.2f}x (same dropout); with the "
+            f"{result['tfformer_over_keras_hub']:.2f}x (same model); with the "
             f"FFN's hidden dropout {result['tfformer_ffn_dropout_over_keras_hub']:.2f}x"
         )
     return 0

@@ -3,6 +3,7 @@ import json
 import os
 import types
 
+import keras
 import pytest
 
 from tfformer.training.commands.train import main
@@ -110,6 +111,11 @@ def test_activation_dropout_reaches_the_models_blocks():
         ),
         ({"model": {"dropout": -0.1}}, ValueError, r"model\.dropout must be in"),
         (
+            {"model": {"activation": "swishy"}},
+            ValueError,
+            r"model\.activation must be a Keras activation name.*swishy",
+        ),
+        (
             {
                 "task": "image_classification",
                 "data": {"image_dir": "x"},
@@ -196,3 +202,23 @@ def test_package_exposes_the_entry_functions():
     assert training.load_config().train.batch_size > 0
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         training.nope  # noqa: B018
+
+
+def test_activation_reaches_the_models_blocks():
+    """`model.activation` is the FFNs' activation of the task's model (here
+    GPT-2's tanh GELU on the causal LM); unset, the builder's exact GELU."""
+    from tfformer.layers.feed_forward import gelu_approximate
+    from tfformer.training.tasks import get_task
+
+    task = get_task("causal_lm")
+    vocabulary = types.SimpleNamespace(vocabulary_size=40)
+    data = types.SimpleNamespace(tokenizers={"text": vocabulary})
+    base = ["task=causal_lm", "data.text_path=x", "model.preset=gpt_tiny"]
+    for overrides, want in (
+        (["model.activation=gelu_approximate"], gelu_approximate),
+        ([], keras.activations.gelu),
+    ):
+        config = load_config(overrides=[*base, *overrides])
+        model = task.build_model(config, data)
+        blocks = [layer for layer in model.layers if "_block_" in layer.name]
+        assert blocks and {block.ffn.activation for block in blocks} == {want}

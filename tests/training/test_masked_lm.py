@@ -185,6 +185,7 @@ def test_init_from_is_refused_with_the_reason(pretrained, tmp_path, capsys):
     base = classifier_overrides(tmp_path, f"model.init_from={run}")
     cases = [
         ("model.num_layers=2", "model.num_layers comes from that run (3)"),
+        ("model.activation=relu", "model.activation comes from that run ('gelu')"),
         ("data.lower_case=true", "lower_case=False"),
         ("data.tokenizer=byte", "set data.tokenizer=wordpiece"),
         ("data.max_length=32", "data.max_length must be <= 16"),

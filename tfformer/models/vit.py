@@ -21,6 +21,7 @@ def vit(
     intermediate_dim=3072,
     dropout=0.0,
     activation_dropout=None,
+    activation="gelu",
     layer_norm_epsilon=1e-6,
     pixel_mean=None,
     pixel_std=None,
@@ -47,6 +48,7 @@ def vit(
         dropout: dropout rate.
         activation_dropout: dropout on the FFN's hidden activations; None:
             `dropout`. keras-hub's blocks, GPT-2 and BERT have none (0.0).
+        activation: FFN activation (ViT's is the exact GELU).
         layer_norm_epsilon: epsilon of the layer norms.
         pixel_mean, pixel_std: per-channel statistics (`num_channels` floats
             each) of a normalization layer in front; None: the model takes
@@ -86,7 +88,7 @@ def vit(
         intermediate_dim=intermediate_dim,
         dropout=dropout,
         activation_dropout=activation_dropout,
-        activation="gelu",
+        activation=activation,
         layer_norm_epsilon=layer_norm_epsilon,
         normalize_first=True,
     )

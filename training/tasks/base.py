@@ -10,6 +10,7 @@ these methods and never look at the task's name.
 import dataclasses
 from typing import Literal
 
+from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.validation import check_rate
 from tfformer.rundir.run import CONFIG, RunDirectory
 
@@ -53,6 +54,9 @@ class ModelConfig:
     # Dropout on the feed-forward networks' hidden activations; None:
     # `dropout`. 0.0 is the placement of keras-hub's blocks, GPT-2 and BERT.
     activation_dropout: float | None = None
+    # The feed-forward networks' activation (a Keras name, or
+    # "gelu_approximate": GPT-2's tanh form); None: the builder's.
+    activation: str | None = None
 
 
 @dataclasses.dataclass
@@ -84,6 +88,23 @@ class LoadedRun:
     config: object  # the training `Config`
     model: object  # keras.Model
     tokenizers: dict
+
+
+def check_model_recipe(model_config):
+    """ValueError naming `model.dropout`, `model.activation_dropout` or
+    `model.activation` when one is set to what no model can take."""
+    for name in ("dropout", "activation_dropout"):
+        check_rate(f"model.{name}", getattr(model_config, name), allow_none=True)
+    activation = model_config.activation
+    if activation is not None:
+        try:
+            get_activation(activation)
+        except ValueError:
+            raise ValueError(
+                "model.activation must be a Keras activation name (relu, "
+                "gelu, silu, ...) or gelu_approximate. Received: "
+                f"model.activation={activation!r}"
+            ) from None
 
 
 def check_holdout_fraction(data_config):
@@ -208,8 +229,7 @@ class Task:
             )
         if buckets[0] < 2:
             raise ValueError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
-        for name in ("dropout", "activation_dropout"):
-            check_rate(f"model.{name}", getattr(config.model, name), allow_none=True)
+        check_model_recipe(config.model)
         self.model_sizes(config.model)
 
     def preset(self, model_config):
@@ -239,6 +259,7 @@ class Task:
             "intermediate_dim",
             "dropout",
             "activation_dropout",
+            "activation",
         )
         for name in names:
             value = getattr(model_config, name)

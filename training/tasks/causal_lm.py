@@ -24,7 +24,14 @@ from tfformer.training.tasks.base import (
 )
 
 # Model keys that come from model.init_from's decoder and must stay unset.
-INIT_SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
+INIT_SIZE_KEYS = (
+    "preset",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "activation",
+)
 WHITESPACE = re.compile(r"\s")
 
 

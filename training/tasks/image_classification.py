@@ -17,12 +17,12 @@ import dataclasses
 import os
 import re
 
-from tfformer.layers.validation import check_rate
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
     Task,
     check_holdout_fraction,
+    check_model_recipe,
     positive,
 )
 
@@ -79,6 +79,7 @@ INIT_SIZE_KEYS = (
     "hidden_dim",
     "num_heads",
     "intermediate_dim",
+    "activation",
 )
 
 
@@ -147,8 +148,7 @@ class ImageClassificationTask(Task):
                 f"data.class_names has duplicates. Received: {list(d.class_names)}"
             )
         check_holdout_fraction(d)
-        for name in ("dropout", "activation_dropout"):
-            check_rate(f"model.{name}", getattr(config.model, name), allow_none=True)
+        check_model_recipe(config.model)
         if config.model.init_from is not None:
             return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)
@@ -469,6 +469,7 @@ def vit_settings(model):
         "hidden_dim": patches.hidden_dim,
         "num_heads": block["num_heads"],
         "intermediate_dim": block["intermediate_dim"],
+        "activation": block["activation"],
         "layer_norm_epsilon": model.get_layer("encoder_norm").epsilon,
         "image_size": int(model.inputs[0].shape[1]),
     }

@@ -27,7 +27,14 @@ from tfformer.training.tasks.base import (
 INIT_FAMILIES = ("masked_lm", "text_classification", "sentence_embedding")
 # Model keys that come from the initial run's encoder and must stay unset
 # (or equal its values).
-SIZE_KEYS = ("preset", "num_layers", "hidden_dim", "num_heads", "intermediate_dim")
+SIZE_KEYS = (
+    "preset",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "activation",
+)
 
 
 @dataclasses.dataclass
