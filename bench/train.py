@@ -24,9 +24,12 @@ Same dropout: keras-hub's TransformerEncoder/Decoder drop the sublayer
 outputs and the attention weights, not the feed-forward network's hidden
 activations; tfformer's blocks drop those too unless
 `model.activation_dropout=0.0`. Every "tfformer" row runs with
-`model.activation_dropout=0.0`, so both libraries draw the same dropout;
-the row "tfformer_ffn_dropout / bucketed" (float32) is the config as
-`translate_de_en` trains it, hidden dropout included.
+`model.activation_dropout=0.0`, and every keras-hub row drops its
+embeddings at `dropout` as tfformer's model does (a Dropout layer after
+each `TokenAndPositionEmbedding`; the keras.io example has none), so both
+libraries draw the same dropout. The row "tfformer_ffn_dropout / bucketed"
+(float32) is the config as `translate_de_en` trains it, hidden dropout
+included.
 
 Each contender first compiles by training one pass over the pool; then the
 contenders alternate, each training one pass (`model.fit`, the batches
@@ -214,7 +217,11 @@ def contenders(config, data, pool, precision, batch_tokens):
             elif library == "tfformer_ffn_dropout":
                 model = build_model(config, data)
             else:
-                model = build_keras_hub(config, data).training_model()
+                # tfformer's dropout on the embeddings, as a keras-hub user
+                # adds it (keras.io's example has none).
+                model = build_keras_hub(
+                    config, data, embedding_dropout=sizes["dropout"]
+                ).training_model()
             model = compile_model(model, config)
         dataset, steps = pipelines[pipe]
         dataset, source, target = cached(dataset, steps)

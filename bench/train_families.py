@@ -18,11 +18,12 @@ schedule and loss (`compile_model`), under XLA, no weight averaging; each
 library keeps its own architecture details (keras-hub's GELU, its
 `keras.layers.Dropout`). keras-hub's padding mask is `token_ids != 0`.
 Same model: keras-hub's blocks (and GPT-2's and BERT's) do not drop the
-feed-forward network's hidden activations, and GPT2Backbone's GELU is the
-tanh form; "tfformer" runs with `model.activation_dropout=0.0` and, for
-gpt, `model.activation=gelu_approximate` to match (BERT's GELU is exact in
-both). "tfformer_ffn_dropout" is the config as it trains (hidden dropout at
-`dropout`; gpt_tiny's exact GELU).
+feed-forward network's hidden activations, and GPT2Backbone and
+BertBackbone both build their blocks with the tanh GELU
+(`keras_hub.src.utils.keras_utils.gelu_approximate`); "tfformer" runs with
+`model.activation_dropout=0.0` and `model.activation=gelu_approximate` to
+match. "tfformer_ffn_dropout" is the config as it trains (hidden dropout
+at `dropout`, the presets' exact GELU).
 Each contender compiles on one pass over the batches, then the two
 alternate (the order reversed every other repeat), one `fit` pass per
 repeat, timed from the end of its first batch to the end of its last.
@@ -211,12 +212,12 @@ def contenders(family, batches, with_floor=True):
     cache = list(stream.take(batches))
     if len(cache) < batches:
         raise ValueError(f"--batches {batches}: the data gives {len(cache)}.")
-    # keras-hub's model: no hidden dropout in the FFN, and its GELU.
-    recipe = dict(activation_dropout=0.0)
-    if family == "gpt":
-        recipe["activation"] = "gelu_approximate"
+    # keras-hub's model: no hidden dropout in the FFN, and its tanh GELU.
     same_model = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, **recipe)
+        config,
+        model=dataclasses.replace(
+            config.model, activation_dropout=0.0, activation="gelu_approximate"
+        ),
     )
     models = {}
     for library in ("tfformer", "keras_hub", "tfformer_ffn_dropout"):

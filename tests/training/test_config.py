@@ -222,3 +222,17 @@ def test_activation_reaches_the_models_blocks():
         model = task.build_model(config, data)
         blocks = [layer for layer in model.layers if "_block_" in layer.name]
         assert blocks and {block.ffn.activation for block in blocks} == {want}
+
+
+def test_an_initial_runs_activation_compares_as_a_function():
+    """A registered activation (gelu_approximate) serializes to a dict in a
+    block's config; the init_from checks compare what it names."""
+    from tfformer.layers.feed_forward import gelu_approximate
+    from tfformer.training.tasks.base import same_model_setting
+
+    theirs = keras.activations.serialize(gelu_approximate)
+    assert isinstance(theirs, dict)
+    assert same_model_setting("activation", "gelu_approximate", theirs)
+    assert not same_model_setting("activation", "gelu", theirs)
+    assert same_model_setting("activation", "gelu", "gelu")
+    assert not same_model_setting("num_layers", 2, 3)

@@ -598,6 +598,7 @@ def test_fine_tuning_refuses_what_the_run_cannot_take(tmp_path, bpe):
     )
     cases = [
         (["model.num_layers=1"], "model.num_layers comes from that run"),
+        (["model.activation=relu"], "model.activation comes from that run"),
         (["data.tokenizer=byte"], "set data.tokenizer=bpe"),
         (["data.max_length=30"], "data.max_length must be <= 24"),
         ([f"model.init_from={ids_run}"], "its tokenizer is ids"),

@@ -360,7 +360,11 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     root, _, run = converted
     source = get_task("image_classification").load(run).model
     config = finetune_config(
-        root, run, "data.image_size=16", "model.activation_dropout=0.05"
+        root,
+        run,
+        "data.image_size=16",
+        "model.activation_dropout=0.05",
+        "model.activation=gelu",  # the source's: accepted
     )
     model = initialized_vit(config, len(COLOURS))
     blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
@@ -402,6 +406,7 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     "override, message",
     [
         ("model.num_layers=3", r"model.num_layers comes from that run \(2\)"),
+        ("model.activation=relu", r"model.activation comes from that run \('gelu'\)"),
         ("data.image_size=10", r"its patch size is 4; data.image_size must be"),
     ],
 )

@@ -107,6 +107,18 @@ def check_model_recipe(model_config):
             ) from None
 
 
+def same_model_setting(name, ours, theirs):
+    """Whether the config's `model.<name>` value `ours` is the initial run's
+    `theirs`; activations compare as functions (a registered one, such as
+    gelu_approximate, serializes to a dict)."""
+    if name != "activation":
+        return ours == theirs
+    try:
+        return get_activation(ours) is get_activation(theirs)
+    except (TypeError, ValueError):
+        return False
+
+
 def check_holdout_fraction(data_config):
     """`data.holdout_fraction` of the examples for validation, as many for test."""
     if not 0.0 < data_config.holdout_fraction < 0.5:

@@ -218,7 +218,11 @@ class CausalLMTask(Task):
                     layer_config["rate"] = rate
                 elif "dropout" in layer_config:
                     layer_config["dropout"] = rate
-            if hidden_rate is not None and "activation_dropout" in layer_config:
+            # Either rate set: the hidden rate is model.activation_dropout
+            # (None: model.dropout); neither: the source's.
+            if "activation_dropout" in layer_config and (
+                rate is not None or hidden_rate is not None
+            ):
                 layer_config["activation_dropout"] = hidden_rate
             return layer.__class__.from_config(layer_config)
 

@@ -17,6 +17,7 @@ import dataclasses
 import os
 import re
 
+from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
@@ -24,6 +25,7 @@ from tfformer.training.tasks.base import (
     check_holdout_fraction,
     check_model_recipe,
     positive,
+    same_model_setting,
 )
 
 
@@ -550,11 +552,13 @@ def initial_vit(config):
     source, settings = _INITIAL[key]
     for name in INIT_SIZE_KEYS:
         value = getattr(config.model, name)
-        if value is not None and value != settings.get(name):
+        theirs = settings.get(name)
+        if value is not None and not same_model_setting(name, value, theirs):
+            if name == "activation":
+                theirs = getattr(get_activation(theirs), "__name__", theirs)
             raise ValueError(
-                f"{where}: model.{name} comes from that run "
-                f"({settings.get(name)!r}); leave it unset. Received: "
-                f"model.{name}={value!r}"
+                f"{where}: model.{name} comes from that run ({theirs!r}); "
+                f"leave it unset. Received: model.{name}={value!r}"
             )
     patch, size = settings["patch_size"], config.data.image_size
     if size % patch:

@@ -12,6 +12,7 @@ is given as "text_a<TAB>text_b").
 import dataclasses
 import os
 
+from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
@@ -21,6 +22,7 @@ from tfformer.training.tasks.base import (
     check_initial_tokenizer,
     holdout_splits,
     initial_tokenizer,
+    same_model_setting,
 )
 
 # The run families whose encoder and vocabulary a classifier can start from.
@@ -228,7 +230,9 @@ class TextClassificationTask(Task):
         for key in SIZE_KEYS:
             value = getattr(config.model, key)
             theirs = sizes.get(key)
-            if value is not None and value != theirs:
+            if value is not None and not same_model_setting(key, value, theirs):
+                if key == "activation":
+                    theirs = getattr(get_activation(theirs), "__name__", theirs)
                 raise ValueError(
                     f"{where}: model.{key} comes from that run ({theirs!r}); "
                     f"leave it unset. Received: model.{key}={value!r}"
