@@ -47,7 +47,8 @@ token batches when the config sets `train.batch_tokens`, else sentence
 batches; the other pipeline's ratio is printed under it.
 
 Usage: `python bench/train.py [--run DIR] [--sentences 1920] [--repeats 3]
-[--batch-tokens N] [--precision float32,mixed_bfloat16]
+[--batch-tokens N] [--pipelines bucketed,fixed,tokens]
+[--precision float32,mixed_bfloat16]
 [--output bench/results/train.json]`
 """
 
@@ -194,7 +195,7 @@ CONTENDERS = {
 }
 
 
-def contenders(config, data, pool, precision, batch_tokens):
+def contenders(config, data, pool, precision, batch_tokens, pipes=None):
     t = config.train
     sizes = get_task(config.task).model_sizes(config.model)
     vocabulary = data.tokenizers["target"].vocabulary_size
@@ -210,6 +211,8 @@ def contenders(config, data, pool, precision, batch_tokens):
     )
     out = {}
     for library, pipe in CONTENDERS[precision]:
+        if pipes is not None and pipe not in pipes:
+            continue
         keras.utils.set_random_seed(0)
         with dtype_policy(precision):
             if library == "tfformer":
@@ -295,12 +298,20 @@ def main():
         help="token budget of the tokens pipeline (default: the config's, else 2048)",
     )
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--pipelines",
+        default="bucketed,fixed,tokens",
+        help="the pipelines whose contenders run (default: all)",
+    )
     p.add_argument("--bf16-repeats", type=int, default=2)
     p.add_argument("--precision", default="float32,mixed_bfloat16")
     p.add_argument("--output", default="bench/results/train.json")
     args = p.parse_args()
     if args.sentences < 64 or min(args.repeats, args.bf16_repeats) < 1:
         p.error("--sentences must be at least 64 and the repeats at least 1.")
+    pipes = args.pipelines.split(",")
+    if set(pipes) - {"bucketed", "fixed", "tokens"}:
+        p.error(f"--pipelines takes bucketed, fixed, tokens. Received: {pipes}")
     unknown = set(args.precision.split(",")) - set(CONTENDERS)
     if unknown:
         p.error(f"--precision takes {sorted(CONTENDERS)}. Received: {sorted(unknown)}")
@@ -333,7 +344,7 @@ def main():
     rows = []
     for precision in args.precision.split(","):
         print(f"{precision}:")
-        entries = contenders(config, data, pool, precision, batch_tokens)
+        entries = contenders(config, data, pool, precision, batch_tokens, pipes)
         repeats = args.repeats if precision == "float32" else args.bf16_repeats
         measure(entries, repeats)
         for (library, pipe), e in entries.items():
@@ -369,14 +380,16 @@ def main():
         f"{'real tok/s (min-max)':<24} {'MFU':>6} {'vs keras-hub':>12}"
     )
     for r in rows:
+        fixed = base.get(r["precision"])  # absent when --pipelines leaves it out
         r["vs_keras_hub_fixed"] = (
-            r["tokens_per_second"] / base[r["precision"]]["tokens_per_second"]
+            r["tokens_per_second"] / fixed["tokens_per_second"] if fixed else None
         )
         spread = f"{r['tokens_per_second']:.0f} ({r['tokens_per_second_min']:.0f}-"
         spread += f"{r['tokens_per_second_max']:.0f})"
+        versus = "" if fixed is None else f"{r['vs_keras_hub_fixed']:>11.2f}x"
         print(
             f"{r['library']:<20} {r['pipeline']:<9} {r['precision']:<15} "
-            f"{spread:<24} {r['mfu']:>6.1%} {r['vs_keras_hub_fixed']:>11.2f}x"
+            f"{spread:<24} {r['mfu']:>6.1%} {versus}"
         )
     result = dict(
         machine=machine(),
@@ -432,7 +445,7 @@ def headline(rows, pipe="bucketed", ours="tfformer"):
     ours = by.get((ours, pipe, "float32"))
     theirs = by.get(("keras_hub", pipe, "float32"))
     if ours is None or theirs is None:
-        return "same pipeline: not measured (needs --precision float32)"
+        return "same pipeline: not measured (needs both libraries' float32 rows)"
     ratio = ours["tokens_per_second"] / theirs["tokens_per_second"]
     return f"same pipeline: tfformer/keras-hub {ratio:.2f}x; MFU {ours['mfu']:.1%}"
 
