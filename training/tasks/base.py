@@ -107,6 +107,18 @@ def check_model_recipe(model_config):
             ) from None
 
 
+# Model keys that a run started with `model.init_from` takes from its source
+# (the config leaves them unset, or equal to the source's).
+INITIAL_RUN_KEYS = (
+    "preset",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "activation",
+)
+
+
 def same_model_setting(name, ours, theirs):
     """Whether the config's `model.<name>` value `ours` is the initial run's
     `theirs`; activations compare as functions (a registered one, such as

@@ -13,6 +13,7 @@ import re
 import numpy as np
 
 from tfformer.training.tasks.base import (
+    INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
     Task,
@@ -24,14 +25,7 @@ from tfformer.training.tasks.base import (
 )
 
 # Model keys that come from model.init_from's decoder and must stay unset.
-INIT_SIZE_KEYS = (
-    "preset",
-    "num_layers",
-    "hidden_dim",
-    "num_heads",
-    "intermediate_dim",
-    "activation",
-)
+INIT_SIZE_KEYS = INITIAL_RUN_KEYS
 WHITESPACE = re.compile(r"\s")
 
 

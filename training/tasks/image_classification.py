@@ -19,6 +19,7 @@ import re
 
 from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
+    INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
     Task,
@@ -74,15 +75,7 @@ class ImageModel(ModelConfig):
 
 # Model keys that come from model.init_from and must stay unset (or equal
 # its values).
-INIT_SIZE_KEYS = (
-    "preset",
-    "patch_size",
-    "num_layers",
-    "hidden_dim",
-    "num_heads",
-    "intermediate_dim",
-    "activation",
-)
+INIT_SIZE_KEYS = (*INITIAL_RUN_KEYS, "patch_size")
 
 
 def one_source_message(d):

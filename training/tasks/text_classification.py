@@ -14,6 +14,7 @@ import os
 
 from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
+    INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
     Task,
@@ -29,14 +30,7 @@ from tfformer.training.tasks.base import (
 INIT_FAMILIES = ("masked_lm", "text_classification", "sentence_embedding")
 # Model keys that come from the initial run's encoder and must stay unset
 # (or equal its values).
-SIZE_KEYS = (
-    "preset",
-    "num_layers",
-    "hidden_dim",
-    "num_heads",
-    "intermediate_dim",
-    "activation",
-)
+SIZE_KEYS = INITIAL_RUN_KEYS
 
 
 @dataclasses.dataclass
