@@ -131,6 +131,21 @@ def same_model_setting(name, ours, theirs):
         return False
 
 
+def check_initial_settings(where, model_config, keys, theirs):
+    """ValueError naming the first of `keys` that `model_config` sets to
+    other than the initial run's value in `theirs` (a dict)."""
+    for key in keys:
+        value, source = getattr(model_config, key), theirs.get(key)
+        if value is None or same_model_setting(key, value, source):
+            continue
+        if key == "activation":
+            source = getattr(get_activation(source), "__name__", source)
+        raise ValueError(
+            f"{where}: model.{key} comes from that run ({source!r}); "
+            f"leave it unset. Received: model.{key}={value!r}"
+        )
+
+
 def check_holdout_fraction(data_config):
     """`data.holdout_fraction` of the examples for validation, as many for test."""
     if not 0.0 < data_config.holdout_fraction < 0.5:

@@ -17,16 +17,15 @@ import dataclasses
 import os
 import re
 
-from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
     Task,
     check_holdout_fraction,
+    check_initial_settings,
     check_model_recipe,
     positive,
-    same_model_setting,
 )
 
 
@@ -543,16 +542,7 @@ def initial_vit(config):
         _INITIAL.clear()
         _INITIAL[key] = (source, vit_settings(source))
     source, settings = _INITIAL[key]
-    for name in INIT_SIZE_KEYS:
-        value = getattr(config.model, name)
-        theirs = settings.get(name)
-        if value is not None and not same_model_setting(name, value, theirs):
-            if name == "activation":
-                theirs = getattr(get_activation(theirs), "__name__", theirs)
-            raise ValueError(
-                f"{where}: model.{name} comes from that run ({theirs!r}); "
-                f"leave it unset. Received: model.{name}={value!r}"
-            )
+    check_initial_settings(where, config.model, INIT_SIZE_KEYS, settings)
     patch, size = settings["patch_size"], config.data.image_size
     if size % patch:
         raise ValueError(

@@ -12,7 +12,6 @@ is given as "text_a<TAB>text_b").
 import dataclasses
 import os
 
-from tfformer.layers.feed_forward import get_activation
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
@@ -20,10 +19,10 @@ from tfformer.training.tasks.base import (
     Task,
     TextDataConfig,
     check_holdout_fraction,
+    check_initial_settings,
     check_initial_tokenizer,
     holdout_splits,
     initial_tokenizer,
-    same_model_setting,
 )
 
 # The run families whose encoder and vocabulary a classifier can start from.
@@ -221,16 +220,7 @@ class TextClassificationTask(Task):
             model = run.load_model()
             self._initial = {key: (model, encoder_sizes(model))}
         model, sizes = self._initial[key]
-        for key in SIZE_KEYS:
-            value = getattr(config.model, key)
-            theirs = sizes.get(key)
-            if value is not None and not same_model_setting(key, value, theirs):
-                if key == "activation":
-                    theirs = getattr(get_activation(theirs), "__name__", theirs)
-                raise ValueError(
-                    f"{where}: model.{key} comes from that run ({theirs!r}); "
-                    f"leave it unset. Received: model.{key}={value!r}"
-                )
+        check_initial_settings(where, config.model, SIZE_KEYS, sizes)
         positions = sizes["max_sequence_length"]
         if d.max_length > positions:
             raise ValueError(
