@@ -335,6 +335,7 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
             "data.lower_case=true",
             "data.max_length=16",
             f"model.init_from={run}",
+            "model.dropout=0.2",
             "train.epochs=1",
             "train.steps_per_epoch=2",
             "train.batch_size=4",
@@ -345,6 +346,15 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     task = get_task("text_classification")
     data = task.prepare(config, task.raw_splits(config.data), None)
     model = task.build_model(config, data)
+    # The config's dropout, BERT's placement: no FFN hidden dropout (the
+    # converted run records 0.0) unless model.activation_dropout is set.
+    blocks = [la for la in model.layers if la.name.startswith("encoder_block")]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.0)}
+    config.model.activation_dropout = 0.05
+    again = task.build_model(config, data)
+    blocks = [la for la in again.layers if la.name.startswith("encoder_block")]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.05)}
+    config.model.activation_dropout = None
     source = get_task("sentence_embedding").load(run).model
     for name in ("token_embedding", "encoder_block_1", "pooler"):
         for mine, theirs in zip(

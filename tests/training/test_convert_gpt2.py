@@ -536,16 +536,22 @@ def fine_tuning_config(tmp_path, run, *overrides):
 
 def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     """`model.init_from` of a converted GPT-2: the copy computes the
-    source's logits, takes the config's dropout, trains (its loss on the
+    source's logits, takes the config's dropout but keeps GPT-2's
+    placement (no dropout on the MLP's hidden activations) unless
+    `model.activation_dropout` says otherwise, trains (its loss on the
     text falls), and the new run keeps the BPE and generates text."""
     from tfformer.training.fit.trainer import train
 
     source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    config = fine_tuning_config(
-        tmp_path, run, "model.dropout=0.5", "model.activation_dropout=0.0"
-    )
     task = get_task("causal_lm")
+    config = fine_tuning_config(
+        tmp_path, run, "model.dropout=0.5", "model.activation_dropout=0.25"
+    )
+    data = task.prepare(config, task.raw_splits(config.data), None, quiet)
+    blocks = [la for la in task.build_model(config, data).layers if "block" in la.name]
+    assert blocks and {block.ffn.dropout for block in blocks} == {0.25}
+    config = fine_tuning_config(tmp_path, run, "model.dropout=0.5")
     data = task.prepare(config, task.raw_splits(config.data), None, quiet)
     model = task.build_model(config, data)
     original = task.load(run).model

@@ -369,6 +369,10 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     model = initialized_vit(config, len(COLOURS))
     blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.0, 0.05)}
+    # Unset, the hidden rate is the converted source's: HF's ViT has none.
+    unset = initialized_vit(finetune_config(root, run, "model.dropout=0.1"), 3)
+    blocks = [layer for layer in unset.layers if "encoder_block" in layer.name]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.0)}
     # Every layer but the head and the position table is the source's.
     for layer in model.layers:
         if layer.weights and layer.name not in ("head", "patch_embedding"):

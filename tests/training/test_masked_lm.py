@@ -172,6 +172,14 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     assert model.get_layer("encoder_block_2").count_params() > 0
     blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.0)}
+    # Unset, the hidden rate follows model.dropout: the source (trained with
+    # the default) records None, not a rate of its own.
+    config.model.activation_dropout = None
+    blocks = [
+        la for la in build_model(config, data).layers if "encoder_block" in la.name
+    ]
+    assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.1)}
+    config.model.activation_dropout = 0.0
 
     result = train(config, progress=lambda *_: None)
     assert result.metrics["global_step"] == 4

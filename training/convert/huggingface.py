@@ -39,6 +39,12 @@ from tfformer.rundir.files import atomic_write_text
 from tfformer.rundir.run import CONFIG, RunDirectory, tokenizer_file
 from tfformer.training.convert.safetensors import Checkpoint
 
+# Hugging Face's BERT, ViT, Llama and GPT-2 drop no feed-forward hidden
+# activations (tfformer's blocks drop them at `dropout` unless told). A
+# converted model records this rate, and `model.init_from` fine-tuning keeps
+# it unless the config sets `model.activation_dropout`.
+HIDDEN_DROPOUT = 0.0
+
 
 def read_json(directory, name, required=True, kind=dict):
     """A JSON file of the checkpoint directory (None when absent and not
@@ -524,7 +530,7 @@ def load_bert(source, sizes, prefixes):
         find_prefix(checkpoint, "embeddings.word_embeddings.weight", prefixes),
     )
     keras.utils.set_random_seed(0)
-    encoder = bert_encoder(dropout=0.0, **sizes)
+    encoder = bert_encoder(dropout=0.0, activation_dropout=HIDDEN_DROPOUT, **sizes)
     return checkpoint, weights, encoder, load_bert_encoder(encoder, weights, sizes)
 
 
@@ -640,6 +646,7 @@ def write_bert_run(staging, task, model, tokenizer, sizes, settings, **model_key
             "num_heads": sizes["num_heads"],
             "intermediate_dim": sizes["intermediate_dim"],
             "dropout": 0.0,
+            "activation_dropout": HIDDEN_DROPOUT,
             **model_keys,
         },
     }
@@ -850,6 +857,7 @@ def convert_vit(source, config, staging, progress):
     model = vit(
         num_classes=len(labels),
         dropout=0.0,
+        activation_dropout=HIDDEN_DROPOUT,
         pixel_mean=mean,
         pixel_std=std,
         **sizes,
@@ -880,6 +888,7 @@ def convert_vit(source, config, staging, progress):
             "num_heads": sizes["num_heads"],
             "intermediate_dim": sizes["intermediate_dim"],
             "dropout": 0.0,
+            "activation_dropout": HIDDEN_DROPOUT,
         },
     }
 
@@ -940,6 +949,7 @@ def write_decoder_run(staging, model, tokenizer, kind, sizes):
             "num_heads": sizes["num_heads"],
             "intermediate_dim": sizes["intermediate_dim"],
             "dropout": 0.0,
+            "activation_dropout": HIDDEN_DROPOUT,
         },
     }
 
@@ -1071,6 +1081,7 @@ def convert_llama(source, config, staging, progress):
     keras.utils.set_random_seed(0)
     model = gpt_decoder(
         dropout=0.0,
+        activation_dropout=HIDDEN_DROPOUT,
         position="rotary",
         normalize_first=True,
         activation="silu",
@@ -1407,6 +1418,7 @@ def convert_gpt2(source, config, staging, progress):
     keras.utils.set_random_seed(0)
     model = gpt_decoder(
         dropout=0.0,
+        activation_dropout=HIDDEN_DROPOUT,
         position="learned",
         normalize_first=True,
         padding_logit=PADDING_LOGIT,

@@ -52,7 +52,9 @@ class ModelConfig:
     intermediate_dim: int | None = None
     dropout: float | None = None
     # Dropout on the feed-forward networks' hidden activations; None:
-    # `dropout`. 0.0 is the placement of keras-hub's blocks, GPT-2 and BERT.
+    # `dropout` (with `init_from`: the source's own rate when it records
+    # one, as a converted checkpoint's 0.0). 0.0 is the placement of
+    # keras-hub's blocks, GPT-2 and BERT.
     activation_dropout: float | None = None
     # The feed-forward networks' activation (a Keras name, or
     # "gelu_approximate": GPT-2's tanh form); None: the builder's.
@@ -144,6 +146,18 @@ def check_initial_settings(where, model_config, keys, theirs):
             f"{where}: model.{key} comes from that run ({source!r}); "
             f"leave it unset. Received: model.{key}={value!r}"
         )
+
+
+def initial_hidden_dropout(model_config, theirs):
+    """The feed-forward networks' hidden dropout of a model started from
+    `model.init_from`: `model.activation_dropout` when the config sets it,
+    else the source blocks' rate `theirs`. That is None (follow
+    `model.dropout`) for a model trained with the default, and 0.0 for a
+    converted Hugging Face checkpoint: BERT, GPT-2, Llama and ViT have no
+    such dropout, so fine-tuning keeps their placement."""
+    if model_config.activation_dropout is not None:
+        return model_config.activation_dropout
+    return theirs
 
 
 def check_holdout_fraction(data_config):

@@ -20,6 +20,7 @@ from tfformer.training.tasks.base import (
     TextDataConfig,
     check_holdout_fraction,
     check_initial_tokenizer,
+    initial_hidden_dropout,
     initial_tokenizer,
     token_compile_arguments,
 )
@@ -195,15 +196,16 @@ class CausalLMTask(Task):
     def initialized_model(self, config):
         """A copy of `model.init_from`'s decoder (new variables, in the
         current distribution strategy's scope) with its weights, every
-        dropout at `model.dropout` when that is set (the feed-forward
-        networks' hidden dropout at `model.activation_dropout` when that is).
+        dropout at `model.dropout` when that is set, and the feed-forward
+        networks' hidden dropout at `initial_hidden_dropout` (the config's
+        `model.activation_dropout`, else the source's: a converted GPT-2's
+        or Llama's 0.0, a trained model's None, which follows the rest).
         Its layers keep the source's dtype policies (float32 for a converted
         checkpoint) whatever `train.precision` says."""
         import keras
 
         _, _, source = self.initial_run(config)
         rate = config.model.dropout
-        hidden_rate = config.model.activation_dropout
 
         def clone(layer):
             layer_config = layer.get_config()
@@ -212,12 +214,10 @@ class CausalLMTask(Task):
                     layer_config["rate"] = rate
                 elif "dropout" in layer_config:
                     layer_config["dropout"] = rate
-            # Either rate set: the hidden rate is model.activation_dropout
-            # (None: model.dropout); neither: the source's.
-            if "activation_dropout" in layer_config and (
-                rate is not None or hidden_rate is not None
-            ):
-                layer_config["activation_dropout"] = hidden_rate
+            if "activation_dropout" in layer_config:
+                layer_config["activation_dropout"] = initial_hidden_dropout(
+                    config.model, layer_config["activation_dropout"]
+                )
             return layer.__class__.from_config(layer_config)
 
         model = keras.models.clone_model(source, clone_function=clone)

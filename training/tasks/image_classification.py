@@ -25,6 +25,7 @@ from tfformer.training.tasks.base import (
     check_holdout_fraction,
     check_initial_settings,
     check_model_recipe,
+    initial_hidden_dropout,
     positive,
 )
 
@@ -446,8 +447,9 @@ class ImageClassificationTask(Task):
 
 
 def vit_settings(model):
-    """`vit` keyword arguments of a built ViT classifier (its sizes, layer
-    norm epsilon and pixel normalization), read from its layers."""
+    """`vit` keyword arguments of a built ViT classifier (its sizes,
+    activation, hidden dropout, layer norm epsilon and pixel
+    normalization), read from its layers."""
     import numpy as np
 
     patches = model.get_layer("patch_embedding")
@@ -464,6 +466,7 @@ def vit_settings(model):
         "num_heads": block["num_heads"],
         "intermediate_dim": block["intermediate_dim"],
         "activation": block["activation"],
+        "activation_dropout": block.get("activation_dropout"),
         "layer_norm_epsilon": model.get_layer("encoder_norm").epsilon,
         "image_size": int(model.inputs[0].shape[1]),
     }
@@ -554,7 +557,8 @@ def initial_vit(config):
 
 def initialized_vit(config, num_classes):
     """The ViT of `model.init_from` (`initial_vit`: its sizes, weights and
-    pixel normalization; this config's dropout) with a new head of
+    pixel normalization; this config's dropout, the hidden one by
+    `initial_hidden_dropout`) with a new head of
     `num_classes` and, for another data.image_size, a resized position
     table."""
     from tfformer.models import vit
@@ -563,13 +567,10 @@ def initialized_vit(config, num_classes):
     theirs, size = settings.pop("image_size"), config.data.image_size
     patch = settings["patch_size"]
     dropout = config.model.dropout if config.model.dropout is not None else 0.0
-    model = vit(
-        size,
-        num_classes,
-        dropout=dropout,
-        activation_dropout=config.model.activation_dropout,
-        **settings,
+    settings["activation_dropout"] = initial_hidden_dropout(
+        config.model, settings["activation_dropout"]
     )
+    model = vit(size, num_classes, dropout=dropout, **settings)
     for layer in model.layers:
         if not layer.weights or layer.name == "head":
             continue

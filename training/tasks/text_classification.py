@@ -22,6 +22,7 @@ from tfformer.training.tasks.base import (
     check_initial_settings,
     check_initial_tokenizer,
     holdout_splits,
+    initial_hidden_dropout,
     initial_tokenizer,
 )
 
@@ -292,18 +293,19 @@ class TextClassificationTask(Task):
     def initialized_model(self, config, data):
         """The classifier on `model.init_from`'s encoder: its sizes and
         position table (read from its model), its weights (every encoder
-        layer; the pooler too when the run has one), this config's dropout,
-        and a new head."""
+        layer; the pooler too when the run has one), this config's dropout
+        (the hidden one by `initial_hidden_dropout`: a converted BERT's 0.0
+        unless the config sets it), and a new head."""
         from tfformer.models import bert_classifier, bert_encoder
 
         _, _, source, sizes = self.initial_run(config)
         sizes = {k: v for k, v in sizes.items() if k != "preset"}
+        sizes["activation_dropout"] = initial_hidden_dropout(
+            config.model, sizes.get("activation_dropout")
+        )
         dropout = config.model.dropout if config.model.dropout is not None else 0.1
         encoder = bert_encoder(
-            data.tokenizers["text"].vocabulary_size,
-            dropout=dropout,
-            activation_dropout=config.model.activation_dropout,
-            **sizes,
+            data.tokenizers["text"].vocabulary_size, dropout=dropout, **sizes
         )
         copy_encoder_weights(source, encoder)
         return bert_classifier(encoder, data.num_classes, dropout=dropout)
@@ -427,7 +429,7 @@ def encoder_sizes(model):
         "max_sequence_length": embedding.sequence_length,
         "num_segments": model.get_layer("segment_embedding").input_dim,
     }
-    for key in ("activation", "layer_norm_epsilon"):
+    for key in ("activation", "layer_norm_epsilon", "activation_dropout"):
         if key in block:
             sizes[key] = block[key]
     sizes["preset"] = None
