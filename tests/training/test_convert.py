@@ -355,7 +355,9 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     blocks = [la for la in again.layers if la.name.startswith("encoder_block")]
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.05)}
     config.model.activation_dropout = None
-    source = get_task("sentence_embedding").load(run).model
+    loaded = get_task("sentence_embedding").load(run)
+    assert loaded.config.model.activation_dropout == 0.0  # the run's config too
+    source = loaded.model
     for name in ("token_embedding", "encoder_block_1", "pooler"):
         for mine, theirs in zip(
             model.get_layer(name).get_weights(),

@@ -148,6 +148,10 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     assert loaded.model.get_layer("decoder_norm").epsilon == 1e-6
     block = loaded.model.get_layer("decoder_block_0")
     assert block.ffn.activation.__name__ == "gelu"  # exact, as configured
+    # GPT-2 has no dropout on the MLP's hidden activations: recorded, so
+    # that fine-tuning keeps it (in the model and in the run's config).
+    assert block.activation_dropout == 0.0
+    assert loaded.config.model.activation_dropout == 0.0
     tokenizer = loaded.tokenizers["text"]
     last = SIZES["vocab"] - 1
     assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (

@@ -135,6 +135,8 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     assert loaded.model.get_layer("decoder_norm").epsilon == 1e-5
     block = loaded.model.get_layer("decoder_block_1")
     assert block.rotary_max_wavelength == 500.0 and block.normalization == "rms"
+    assert block.activation_dropout == 0.0  # Llama's MLP has no dropout
+    assert loaded.config.model.activation_dropout == 0.0
     tokenizer = loaded.tokenizers["text"]
     # The model's ids: the checkpoint's plus one.
     assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (2, 3, 0)
