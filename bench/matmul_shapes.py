@@ -1,7 +1,7 @@
 """How fast XLA runs each kind of matmul in the GPT training step, on its own.
 
-bench/train_families.py's GPT step (the `shakespeare_gpt` sizes: batch 32,
-128 tokens, width 256, 4 heads of 64, FFN 1024, byte vocabulary) spends
+bench/train_families.py's GPT step (the `shakespeare_gpt` config's sizes:
+batch 32, 128 tokens, width 256, 4 heads of 64, FFN 1024, byte vocabulary) spends
 about two thirds of its thunk time in matmuls (BENCHMARKS.md, "where the XLA
 steps' time goes"). This script times each kind alone, forward and backward
 under XLA (float32), at the step's shapes:
@@ -37,17 +37,41 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 from train import machine, matmul_peak, write_result
+from train_families import CONFIGS
 
-# The shakespeare_gpt config's step (training/configs/shakespeare_gpt.json);
-# the byte tokenizer's vocabulary: 256 bytes and 4 specials.
-SIZES = dict(batch=32, length=128, width=256, heads=4, ffn=1024, vocabulary=260)
+from tfformer.rundir.text import ByteTokenizer
+from tfformer.training.config import load_config
+from tfformer.training.tasks import get_task
+
+
+def gpt_sizes():
+    """The step's sizes, read from bench/train_families.py's GPT config (its
+    byte tokenizer's vocabulary: 256 bytes and the reserved tokens)."""
+    config = load_config(CONFIGS["gpt"])
+    if config.data.tokenizer != "byte":
+        raise ValueError(
+            f"{CONFIGS['gpt']}: expected the byte tokenizer. "
+            f"Received: data.tokenizer={config.data.tokenizer!r}"
+        )
+    sizes = get_task(config.task).model_sizes(config.model)
+    return dict(
+        batch=config.train.batch_size,
+        length=config.data.max_length,
+        width=sizes["hidden_dim"],
+        heads=sizes["num_heads"],
+        ffn=sizes["intermediate_dim"],
+        layers=sizes["num_layers"],
+        vocabulary=ByteTokenizer.vocabulary_size,
+    )
 
 
 def kinds(s):
     """name -> (function of the operands, operand shapes, forward FLOPs, count
-    per step)."""
-    b, n, d, h, f, v = (s[k] for k in SIZES)
-    tokens, head = b * n, d // h
+    per step) at the sizes `s` (`gpt_sizes`)."""
+    b, n, d, h, f, v = (
+        s[k] for k in ("batch", "length", "width", "heads", "ffn", "vocabulary")
+    )
+    layers, tokens, head = s["layers"], b * n, d // h
 
     def dense(x, w):
         return tf.matmul(x, w)
@@ -60,7 +84,6 @@ def kinds(s):
         scores = tf.einsum("bthd,bshd->bhts", q, k)
         return tf.einsum("bhts,bshd->bthd", scores, v)
 
-    layers = 4
     attention_flops = 2 * 2 * b * h * n * n * head
     return {
         "projection": (dense, [(tokens, d), (d, d)], 2 * tokens * d * d, 4 * layers),
@@ -123,7 +146,8 @@ def main(argv=None):
         )
 
     peak_before = matmul_peak(tf.float32)
-    table = kinds(SIZES)
+    sizes = gpt_sizes()
+    table = kinds(sizes)
     steps = {}
     for i, (name, (function, shapes, _, _)) in enumerate(table.items()):
         steps[name] = compiled(function, shapes, seed=i)
@@ -190,7 +214,7 @@ def main(argv=None):
         args.output,
         dict(
             machine=machine(),
-            sizes=SIZES,
+            sizes=sizes,
             repeats=args.repeats,
             calls=args.calls,
             matmul_peak_gflops=dict(before=peak_before / 1e9, after=peak_after / 1e9),
