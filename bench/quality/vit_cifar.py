@@ -13,7 +13,7 @@ once at the end. The input pipeline's own images/s (augmentation and
 batching, no model) is measured once and reported apart.
 
 Usage:
-  python bench/vit_cifar.py [--minutes 10] [--variants a,b,...]
+  python -m bench.quality.vit_cifar [--minutes 10] [--variants a,b,...]
       [--output bench/results/cifar10_vit_ablation.json]
 
 Variants run one after another (never alongside other work: 2 cores).

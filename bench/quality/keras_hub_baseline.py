@@ -10,16 +10,16 @@ is built as the keras.io keras-hub translation example builds it:
 batched. To compare models and not optimisers, it trains with tfformer's
 optimizer, schedule, label-smoothed loss and batch size (from the run's
 config), and XLA (`jit_compile=True`). It decodes greedily with keras-hub's
-self- and cross-attention caches (`bench/keras_hub_seq2seq.py`) and, with
+self- and cross-attention caches (`bench/peers.py`) and, with
 `--beam N`, also with `keras_hub.samplers.BeamSampler(num_beams=N)` over the
 same caches (keras-hub's generic beam search: no length penalty, ranked by
 summed log-probability).
 
 Usage:
-  python bench/keras_hub_baseline.py --run runs/translate_de_en \
+  python -m bench.quality.keras_hub_baseline --run runs/translate_de_en \
       --minutes 60 --out runs/keras_hub_de_en [--beam 4]
   # decode again with the saved weights, no training:
-  python bench/keras_hub_baseline.py --run runs/translate_de_en \
+  python -m bench.quality.keras_hub_baseline --run runs/translate_de_en \
       --out runs/keras_hub_de_en --decode-only --beam 4
 
 Writes `<out>/metrics.json` (epochs, real tokens/s), `training_curves.png`,
@@ -36,8 +36,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import numpy as np
-from keras_hub_seq2seq import KerasHubSeq2Seq, padded_dataset
 
+from bench.peers import KerasHubSeq2Seq, padded_dataset
 from tfformer.rundir.files import atomic_write_text
 from tfformer.training.config import load_config
 from tfformer.training.evaluation.translation import score_translations

@@ -35,8 +35,8 @@ family's contenders; MFU divides by the higher), and each contender's share
 of the step's matmul floor at its real shapes (`linear_twin`: the same
 matmuls, forward and backward, and nothing else).
 
-Usage: `python bench/train_families.py [--families gpt,bert] [--batches 30]
-[--repeats 5] [--output bench/results/train_families.json]`
+Usage: `python -m bench.training_speed.train_families [--families gpt,bert]
+[--batches 30] [--repeats 5] [--output bench/results/train_families.json]`
 """
 
 import argparse
@@ -53,8 +53,14 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
-from train import BatchClock, batches_dataset, machine, matmul_peak, write_result
 
+from bench.training_speed.train import (
+    BatchClock,
+    batches_dataset,
+    machine,
+    matmul_peak,
+    write_result,
+)
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 from tfformer.training.tasks import get_task
@@ -108,7 +114,7 @@ def keras_hub_bert(sizes, vocabulary, length, num_classes):
 def family_flops(family, lengths, sizes, vocabulary):
     """Useful training FLOPs of rows of real lengths `lengths`: 3x forward,
     forward = 2x the multiply-adds of every matmul, attention counted in full
-    (not causal), as bench/train.py's `training_flops` counts them. GPT: the
+    (not causal), as train.py's `training_flops` counts them. GPT: the
     blocks and the tied output projection over the vocabulary. BERT: the
     blocks, the pooler (d x d) and the classifier (on one token per row, so
     left out: under 0.1 % here)."""

@@ -1,5 +1,5 @@
 """Where a plain-graph decoding step goes: TensorFlow's profiler over one
-greedy decode of bench/decode.py's model, time per op type.
+greedy decode of bench/decoding_speed/decode.py's model, time per op type.
 
 XLA compiles the whole loop into one program, which the profiler shows as
 one op, so only the plain-graph mode (`jit_compile=False`, the SavedModel's
@@ -10,7 +10,7 @@ of its own, with `--system-site-packages`, keeps it apart).
 Reported per batch size: self time per op type in ms per decoding step, its
 share, and the ops of the five costliest types.
 
-Usage: `python bench/decode_profile.py [--batches 1,32] [--output
+Usage: `python -m bench.decoding_speed.decode_profile [--batches 1,32] [--output
 bench/results/decode_profile.json]`.
 """
 
@@ -27,8 +27,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
-from decode import build_tfformer, default_sizes, tfformer_decoder
-from train import machine, write_result
+
+from bench.decoding_speed.decode import build_tfformer, default_sizes, tfformer_decoder
+from bench.training_speed.train import machine, write_result
 
 
 def op_stats(logdir):
@@ -36,7 +37,9 @@ def op_stats(logdir):
     try:
         from xprof.convert import raw_to_tool_data
     except ImportError:
-        sys.exit("bench/decode_profile.py needs xprof: pip install xprof")
+        sys.exit(
+            "bench/decoding_speed/decode_profile.py needs xprof: pip install xprof"
+        )
     paths = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.xplane.pb"))
     data, _ = raw_to_tool_data.xspace_to_tool_data(
         paths, "framework_op_stats", {"tqx": "out:csv"}

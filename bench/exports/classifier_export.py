@@ -17,7 +17,7 @@ It reports file sizes, accuracy and macro-F1, agreement of the argmax with
 Keras, the largest probability difference from Keras, and the median
 latency per sentence with its 10th-90th percentile spread.
 
-Usage: python bench/classifier_export.py --checkpoint RUN
+Usage: python -m bench.exports.classifier_export --checkpoint RUN
     [--output bench/results/classifier_export.json] [--variants none int8 ...]
 """
 

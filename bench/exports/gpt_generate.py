@@ -27,7 +27,7 @@ the SavedModel's `score` signature and each TFLite variant (decode over each
 window from position 0).
 
 Usage:
-  python bench/gpt_generate.py --run ~/.cache/tfformer/gpt_60min_run
+  python -m bench.exports.gpt_generate --run ~/.cache/tfformer/gpt_60min_run
       [--output bench/results/gpt_generate.json]
 """
 
@@ -396,7 +396,7 @@ def main():
             keras=keras.__version__,
             keras_hub=keras_hub.__version__,
         ),
-        command="python bench/gpt_generate.py " + " ".join(sys.argv[1:]),
+        command="python -m bench.exports.gpt_generate " + " ".join(sys.argv[1:]),
     )
     atomic_write_text(args.output, json.dumps(result, indent=2))
     print(f"wrote {args.output}")

@@ -8,16 +8,16 @@ exports the same run's full-int8 translator twice, calibrated on the same
 200 training sources, once with the current choice and once with the old one
 put back in the export process, and translates the first `--limit` test
 sentences one at a time with each in LiteRT (device tokenizer), as
-`bench/export.py` does. Reported: lowercased sacreBLEU and chrF, agreement
-with Keras greedy (batch 1), agreement of the two exports, and the median
-latency per sentence, and the ops that still read or write float tensors.
+`bench/exports/translator_export.py` does. Reported: lowercased sacreBLEU
+and chrF, agreement with Keras greedy (batch 1), agreement of the two
+exports, and the median latency per sentence, and the ops that still read or
+write float tensors.
 
-Usage: `python bench/int8_greedy_choice.py --checkpoint RUN [--limit 300]
+Usage: `python -m bench.exports.int8_greedy_choice --checkpoint RUN [--limit 300]
 [--output bench/results/int8_greedy_choice.json]`
 """
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -26,8 +26,9 @@ import tempfile
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
-from train import machine, write_result
 
+from bench.exports import translator_export
+from bench.training_speed.train import machine, write_result
 from tfformer.export.device_tokenizer import DeviceTokenizer
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks.translation import LiteRTTranslator
@@ -35,14 +36,6 @@ from tfformer.export.tflite import tflite_file_name
 from tfformer.rundir.run import RunDirectory
 from tfformer.training.config import config_from_dict
 from tfformer.training.tasks.translation import TASK, Translator
-
-# bench/export.py's timing and scoring, loaded by path: the name `export` is
-# also the repository's export package.
-_spec = importlib.util.spec_from_file_location(
-    "export_bench", os.path.join(os.path.dirname(__file__), "export.py")
-)
-export_bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(export_bench)
 
 # Runs `python -m export ...` with the greedy choice of bcdd058..a1497be.
 OLD_CHOICE = """
@@ -94,10 +87,12 @@ def main():
     keras_translator = Translator.from_run(
         args.checkpoint, search="greedy", batch_size=1
     )
-    keras_out, seconds = export_bench.timed(
+    keras_out, seconds = translator_export.timed(
         lambda s: keras_translator.translate([s])[0], sources
     )
-    rows = [export_bench.summary("keras (greedy)", keras_out, seconds, pairs, None, 0)]
+    rows = [
+        translator_export.summary("keras (greedy)", keras_out, seconds, pairs, None, 0)
+    ]
     outputs = {}
     with tempfile.TemporaryDirectory() as work:
         calibration = os.path.join(work, "calibration.txt")
@@ -115,8 +110,8 @@ def main():
                     litert.translate_ids(tokenizer.tokenize(source))
                 )
 
-            outputs[name], seconds = export_bench.timed(one, sources)
-            row = export_bench.summary(
+            outputs[name], seconds = translator_export.timed(one, sources)
+            row = translator_export.summary(
                 f"tflite full_int8, {name}",
                 outputs[name],
                 seconds,

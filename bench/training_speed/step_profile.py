@@ -14,11 +14,11 @@ transposes, and the rest.
 Targets (each library's contenders profiled one after the other, one pass
 or decode each after two warm ones):
 - `seq2seq`: the `translate_de_en` model and keras-hub's layers of the same
-  sizes on bench/train.py's bucketed batches (library against library; needs
-  ../shared/data/multi30k);
+  sizes on bench/training_speed/train.py's bucketed batches (library against
+  library; needs ../shared/data/multi30k);
 - `gpt`: the `shakespeare_gpt` config against keras-hub's GPT2Backbone on
-  bench/train_families.py's batches;
-- `decode`: bench/decode.py's model, tfformer's `Generator` (greedy, XLA)
+  bench/training_speed/train_families.py's batches;
+- `decode`: bench/decoding_speed/decode.py's model, tfformer's `Generator` (greedy, XLA)
   and the weight-streaming floor (with the encoder's matmuls), at batch 1
   and 32.
 
@@ -27,7 +27,7 @@ up to more than the wall time; shares are of the summed thunk time.
 TensorFlow's XSpace protobuf module (`tensorflow.tsl.profiler.protobuf`) is
 not public API: a missing one stops the script naming the version.
 
-Usage: `python bench/step_profile.py [--targets seq2seq,gpt,decode]
+Usage: `python -m bench.training_speed.step_profile [--targets seq2seq,gpt,decode]
 [--batches 12] [--output bench/results/step_profile.json]`.
 """
 
@@ -55,13 +55,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
-from train import machine, write_result
+
+from bench.training_speed.train import machine, write_result
 
 try:
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 except ImportError:
     sys.exit(
-        "bench/step_profile.py reads profiles with "
+        "bench/training_speed/step_profile.py reads profiles with "
         "tensorflow.tsl.profiler.protobuf.xplane_pb2 (TensorFlow 2.21 has it); "
         f"TensorFlow {tf.__version__} does not."
     )
@@ -269,9 +270,8 @@ def profiled(label, run, units):
 
 
 def seq2seq_runs(batches):
-    from train import CONFIG, subset
-    from train import contenders as train_contenders
-
+    from bench.training_speed.train import CONFIG, subset
+    from bench.training_speed.train import contenders as train_contenders
     from tfformer.training.config import load_config
     from tfformer.training.fit.trainer import build_dataset
 
@@ -293,7 +293,7 @@ def seq2seq_runs(batches):
 
 
 def gpt_runs(batches):
-    import train_families
+    from bench.training_speed import train_families
 
     _, _, models, cache, _, _, _ = train_families.contenders(
         "gpt", batches, with_floor=False
@@ -308,7 +308,7 @@ def gpt_runs(batches):
 
 
 def decode_runs():
-    from decode import (
+    from bench.decoding_speed.decode import (
         build_tfformer,
         default_sizes,
         tfformer_decoder,

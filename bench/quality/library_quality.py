@@ -36,7 +36,7 @@ keras-hub's layers as its keras.io translation example composes them
 initializers).
 
 Usage:
-  python bench/library_quality.py [--epochs 3] [--limit N]
+  python -m bench.quality.library_quality [--epochs 3] [--limit N]
       [--output bench/results/library_quality_de_en.json]
 
 Writes the JSON (per-epoch validation loss/accuracy and batch seconds per
@@ -58,9 +58,9 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
-from keras_hub_baseline import build_keras_hub, cut_after_end
-from keras_hub_seq2seq import KerasHubCachedDecoder
 
+from bench.peers import KerasHubCachedDecoder
+from bench.quality.keras_hub_baseline import build_keras_hub, cut_after_end
 from tfformer.rundir.files import atomic_write_text
 from tfformer.rundir.run import RunDirectory
 from tfformer.training import pipeline
@@ -241,7 +241,7 @@ def main():
             cpu_count=os.cpu_count(),
             platform=platform.platform(),
         ),
-        command="python bench/library_quality.py " + " ".join(sys.argv[1:]),
+        command="python -m bench.quality.library_quality " + " ".join(sys.argv[1:]),
         contenders={},
     )
     for name, entry in contenders.items():

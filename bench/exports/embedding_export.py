@@ -21,7 +21,7 @@ Steps:
    sentences is Keras's (top-1 agreement, the semantic-search question),
    file size and the median latency per sentence (10th-90th percentile).
 
-Usage: python bench/embedding_export.py [--from DIR] [--sentences 1000]
+Usage: python -m bench.exports.embedding_export [--from DIR] [--sentences 1000]
     [--output bench/results/minilm_embedder.json]
 """
 
@@ -40,12 +40,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from classifier_export import timed
 
+from bench.exports.classifier_export import timed
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
 VARIANTS = ("none", "float16", "int8", "full_int8")
 
 

@@ -20,7 +20,7 @@ parity: 1.0 for the SavedModel and TFLite float32), the largest probability
 difference from Keras, and the median latency per image with its
 10th-90th percentile spread.
 
-Usage: python bench/image_export.py --checkpoint RUN
+Usage: python -m bench.exports.image_export --checkpoint RUN
     [--output bench/results/image_export_cifar10.json] [--latency-images 300]
 """
 
@@ -34,8 +34,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
-from classifier_export import VARIANTS, directory_bytes, export, timed
 
+from bench.exports.classifier_export import VARIANTS, directory_bytes, export, timed
 from tfformer.rundir.files import atomic_write_text
 from tfformer.rundir.images import decode_pixels
 from tfformer.training.sources.image_folders import list_split, resolve

@@ -32,7 +32,7 @@ convergence"): `--minutes` of training (the epoch in progress is cut at a
 batch end), at most `--epochs` epochs.
 
 Usage:
-  python bench/keras_io_recipe.py --minutes 60 [--epochs 200] [--limit N]
+  python -m bench.quality.keras_io_recipe --minutes 60 [--epochs 200] [--limit N]
       [--output bench/results/keras_io_recipe_de_en.json]
 """
 
@@ -299,7 +299,7 @@ def main():
             cpu_count=os.cpu_count(),
             platform=platform.platform(),
         ),
-        command="python bench/keras_io_recipe.py " + " ".join(sys.argv[1:]),
+        command="python -m bench.quality.keras_io_recipe " + " ".join(sys.argv[1:]),
     )
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     atomic_write_text(args.output, json.dumps(results, indent=2))

@@ -15,7 +15,7 @@ percentile spread, sacreBLEU / chrF (lowercased, with signatures), exact match,
 and how often each agrees with the Keras greedy output. TFLite conversions run
 in subprocesses (the converter leaks memory, tensorflow/tensorflow#122598).
 
-Usage: `python bench/export.py --checkpoint RUN_DIR [--limit 300]
+Usage: `python -m bench.exports.translator_export --checkpoint RUN_DIR [--limit 300]
 [--output bench/results/export.json]`.
 """
 

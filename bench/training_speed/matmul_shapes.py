@@ -1,6 +1,6 @@
 """How fast XLA runs each kind of matmul in the GPT training step, on its own.
 
-bench/train_families.py's GPT step (the `shakespeare_gpt` config's sizes:
+bench/training_speed/train_families.py's GPT step (the `shakespeare_gpt` config's sizes:
 batch 32, 128 tokens, width 256, 4 heads of 64, FFN 1024, byte vocabulary) spends
 about two thirds of its thunk time in matmuls (BENCHMARKS.md, "where the XLA
 steps' time goes"). This script times each kind alone, forward and backward
@@ -23,7 +23,7 @@ medians and (min-max) over repeats, each repeat the median of `--calls`
 calls. The last block estimates one step's matmul time from the rates, and
 what it would be if attention's batched matmuls ran at the dense rate.
 
-Usage: `python bench/matmul_shapes.py [--repeats 7] [--calls 10]
+Usage: `python -m bench.training_speed.matmul_shapes [--repeats 7] [--calls 10]
 [--output bench/results/matmul_shapes.json]`
 """
 
@@ -36,17 +36,17 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
-from train import machine, matmul_peak, write_result
-from train_families import CONFIGS
 
+from bench.training_speed.train import machine, matmul_peak, write_result
+from bench.training_speed.train_families import CONFIGS
 from tfformer.rundir.text import ByteTokenizer
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
 
 
 def gpt_sizes():
-    """The step's sizes, read from bench/train_families.py's GPT config (its
-    byte tokenizer's vocabulary: 256 bytes and the reserved tokens)."""
+    """The step's sizes, read from train_families.py's GPT config (its byte
+    tokenizer's vocabulary: 256 bytes and the reserved tokens)."""
     config = load_config(CONFIGS["gpt"])
     if config.data.tokenizer != "byte":
         raise ValueError(

@@ -6,7 +6,8 @@ On CPU, XLA compiles the whole step into one program, so a profiler sees one
 op; each row here instead removes one kind of work and reports how much
 faster the step gets. Rows:
 
-- full: the step `bench/train.py` times (Adam, dropout 0.1, label smoothing).
+- full: the step `bench/training_speed/train.py` times (Adam, dropout 0.1,
+  label smoothing).
 - no dropout: `model.dropout=0` (no random numbers, no masks).
 - fused QKV: one query/key/value matrix in every self-attention.
 - 16-bit dropout draws: each 32-bit random number draws two masks, one per
@@ -22,8 +23,8 @@ faster the step gets. Rows:
 Contenders alternate (repeat r in order, r + 1 reversed); medians and
 (min-max) of seconds per pass over the same cached batches.
 
-Usage: `python bench/step_breakdown.py [--run DIR] [--sentences 960] [--repeats 3]
-[--variants full,...] [--output bench/results/step_breakdown.json]`
+Usage: `python -m bench.training_speed.step_breakdown [--run DIR] [--sentences 960]
+[--repeats 3] [--variants full,...] [--output bench/results/step_breakdown.json]`
 """
 
 import argparse
@@ -39,7 +40,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import tensorflow as tf
-from train import (
+
+from bench.training_speed.train import (
     CONFIG,
     BatchClock,
     bucketed,
@@ -50,7 +52,6 @@ from train import (
     training_flops,
     write_result,
 )
-
 from tfformer.layers import dropout as dropout_module
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.training.config import load_config
@@ -145,7 +146,7 @@ TRACE_PATCHES = {"16-bit dropout draws": half_draw_dropout}
 
 def fit_variant(model, config, optimizer=None):
     """`model.fit` as the trainer compiles it (loss and metrics), optionally
-    with another optimizer; timed over one pass like bench/train.py."""
+    with another optimizer; timed over one pass like bench/training_speed/train.py."""
     model = compile_model(model, config)
     if optimizer is not None:
         model.compile(

@@ -20,7 +20,7 @@ runs, this script also samples the resident memory of its process tree every
   plain-Python device tokenizer (loaded from its file, so neither TensorFlow
   nor Keras is imported), the same sentences: what an app's process holds.
 
-Usage: `python bench/memory.py [--minutes 5] [--run DIR] [--sentences 50]
+Usage: `python -m bench.exports.memory [--minutes 5] [--run DIR] [--sentences 50]
 [--output bench/results/memory_de_en.json]`. A `--run` that already holds
 `model.keras` is reused (no training row).
 """
@@ -270,7 +270,7 @@ def main():
                 [python, "-c", SERVE_TFLITE, path, sources, device_tokenizer],
             )
         )
-    from train import machine, write_result
+    from bench.training_speed.train import machine, write_result
 
     result = dict(
         machine=machine(),

@@ -30,8 +30,8 @@ Each runs as an XLA-compiled and as a plain-graph `tf.function`; ratios use
 the faster mode of each. Contenders alternate within each repeat; the
 figures are medians with min and max.
 
-Usage: `python bench/decode.py [--repeats 5] [--batches 1,32] [--vocabulary 8000]
-[--output FILE]`.
+Usage: `python -m bench.decoding_speed.decode [--repeats 5] [--batches 1,32]
+[--vocabulary 8000] [--output FILE]`.
 """
 
 import argparse
@@ -47,8 +47,8 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
-from keras_hub_seq2seq import KerasHubSeq2Seq
 
+from bench.peers import KerasHubSeq2Seq
 from tfformer.decoding import Generator
 from tfformer.decoding.generator import greedy_choice
 from tfformer.models import transformer_seq2seq

@@ -2,7 +2,7 @@
 decoding with one part of its attention changed at a time, against the
 weight-streaming floor (XLA) and keras-hub's cache (plain graph).
 
-bench/decode.py's model and sizes (3+3 layers, d_model 256, 8 heads, FFN
+bench/decoding_speed/decode.py's model and sizes (3+3 layers, d_model 256, 8 heads, FFN
 1024, vocabulary 8,000, source length 32, 64 new tokens, caches of 65
 slots). Variants of `tfformer.layers.MultiHeadAttention`, patched while each
 contender traces (same weights, same `Generator`):
@@ -19,7 +19,7 @@ contender traces (same weights, same `Generator`):
   the written prefix.
 
 Each runs XLA-compiled and as a plain graph. The weight floor
-(bench/decode.py's, XLA) and keras-hub's cached decoder (plain graph, its
+(bench/decoding_speed/decode.py's, XLA) and keras-hub's cached decoder (plain graph, its
 faster mode) are references. Contenders alternate within each repeat
 (reversed every other one); medians with min and max. The script fails if
 a variant other than the cut cache generates other tokens or scores
@@ -27,7 +27,7 @@ a variant other than the cut cache generates other tokens or scores
 sign its patch did not run), or if a patched method did not run while its
 variant traced.
 
-Usage: `python bench/decode_variants.py [--repeats 9] [--batches 1,32]
+Usage: `python -m bench.decoding_speed.decode_variants [--repeats 9] [--batches 1,32]
 [--output bench/results/decode_variants.json]`.
 """
 
@@ -42,7 +42,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
-from decode import (
+from keras import ops
+
+from bench.decoding_speed.decode import (
     START,
     build_keras_hub,
     build_tfformer,
@@ -50,9 +52,7 @@ from decode import (
     measure,
     weight_floor_decoder,
 )
-from keras import ops
-from train import machine, write_result
-
+from bench.training_speed.train import machine, write_result
 from tfformer.decoding import Generator
 from tfformer.layers import multi_head_attention as mha
 
@@ -104,7 +104,9 @@ def _pair_write_cache(self, query, value, key, cache, cache_update_index):
 
 def _pair_read_cache(self, query, cache):
     if self.rotary is not None or self.fused_qkv:
-        raise NotImplementedError("pair caches here cover bench/decode.py's model")
+        raise NotImplementedError(
+            "pair caches here cover bench/decoding_speed/decode.py's model"
+        )
     q = self._split_heads(self.query_dense(query), self.num_heads, self.key_dim)
     return self._heads_first(q), cache[0], cache[1]
 
@@ -194,7 +196,7 @@ def main():
         outputs = {}
         for variant in VARIANTS:
             for mode, jit in (("xla", True), ("graph", False)):
-                # bench/decode.py's tfformer contender: always 64 new tokens.
+                # decode.py's tfformer contender: always 64 new tokens.
                 compiled = Generator(
                     model,
                     max_length=sizes["new_tokens"] + 1,

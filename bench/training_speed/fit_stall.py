@@ -2,13 +2,13 @@
 tf.data's autotuning on (the default) and off, alternating.
 
 Each call trains one pass over the same cached batches of the
-`translate_de_en` model (bench/train.py's tfformer/bucketed contender). For
-each call: the batches (end of the first to the end of the last), the
+`translate_de_en` model (bench/training_speed/train.py's tfformer/bucketed
+contender). For each call: the batches (end of the first to the end of the last), the
 first batch, and the rest of the call: before the first batch, and after
 the last one until `fit` returns. The "after" part is where the stall was:
 deleting the pass's iterator waited for autotuning's background thread.
 
-Usage: `python bench/fit_stall.py [--sentences 960] [--calls 8]
+Usage: `python -m bench.training_speed.fit_stall [--sentences 960] [--calls 8]
 [--output bench/results/fit_stall.json]`
 """
 
@@ -22,8 +22,15 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-from train import CONFIG, bucketed, cached, machine, subset, write_result
 
+from bench.training_speed.train import (
+    CONFIG,
+    bucketed,
+    cached,
+    machine,
+    subset,
+    write_result,
+)
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 

@@ -13,8 +13,9 @@ scored, as in training and as nanoGPT's `estimate_loss` does over random
 windows.
 
 Usage:
-  python bench/gpt_quality.py [--config training/configs/shakespeare_gpt_10min.json]
-      [--minutes 10] [--set key=value ...]
+  python -m bench.quality.gpt_quality
+      [--config training/configs/shakespeare_gpt_10min.json] [--minutes 10]
+      [--set key=value ...]
       [--output bench/results/gpt_shakespeare_10min.json] [--keep DIR]
 
 Writes the JSON (model, steps, tokens seen, learning-rate schedule, training
@@ -133,7 +134,7 @@ def main():
             keras=keras.__version__,
             cpu_count=os.cpu_count(),
         ),
-        command="python bench/gpt_quality.py " + " ".join(sys.argv[1:]),
+        command="python -m bench.quality.gpt_quality " + " ".join(sys.argv[1:]),
     )
     del result
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)

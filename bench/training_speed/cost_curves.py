@@ -4,7 +4,7 @@ as the sequence length and the batch grow, tfformer against keras-hub.
 The model is translate_de_en.json's `transformer_small` size (3+3 layers,
 d_model 256, 8 heads, FFN 1024) with a vocabulary of 8,000, built by each
 library: tfformer's `transformer_seq2seq` and keras-hub's
-TransformerEncoder/Decoder (`bench/keras_hub_seq2seq.py`). Inputs are random
+TransformerEncoder/Decoder (`bench/peers.py`). Inputs are random
 ids with no padding, so every token counts.
 
 - Training: `model.fit` under XLA, float32, dropout 0.1, Adam, sparse
@@ -15,7 +15,7 @@ ids with no padding, so every token counts.
   batch curve holds L = 64. Per-step seconds of `--steps` steps after the
   compiling one; median and (min-max).
 - Decoding: greedy, `L - 1` new tokens after the start token, source length
-  min(L, 32); each library's faster mode in bench/decode.py (tfformer's
+  min(L, 32); each library's faster mode in bench/decoding_speed/decode.py (tfformer's
   `Generator` XLA-compiled, keras-hub's cached loop as a plain graph).
   Median of `--repeats` calls after a compiling one.
 
@@ -25,7 +25,7 @@ alone; the table also gives it above the floor of a process that only
 imports TensorFlow, Keras, keras-hub and tfformer. The two libraries
 alternate at each point (in reverse order every other point).
 
-Usage: `python bench/cost_curves.py [--lengths 16,32,64,128,256,512,1024]
+Usage: `python -m bench.training_speed.cost_curves [--lengths 16,32,64,128,256,512,1024]
 [--batches 1,4,16,64,256] [--decode-lengths 16,64,256,1024]
 [--decode-batches 1,4,16,64] [--output bench/results/cost_curves.json]`;
 writes the JSON and a PNG next to it.
@@ -49,8 +49,8 @@ LIBRARIES = ("tfformer", "keras_hub")
 
 def build(library, length, dropout):
     import keras
-    from keras_hub_seq2seq import KerasHubSeq2Seq
 
+    from bench.peers import KerasHubSeq2Seq
     from tfformer.models import transformer_seq2seq
 
     keras.utils.set_random_seed(0)
@@ -80,7 +80,8 @@ def train_point(library, length, batch, steps):
     import keras
     import numpy as np
     import tensorflow as tf
-    from train import NO_AUTOTUNE, BatchClock
+
+    from bench.training_speed.train import NO_AUTOTUNE, BatchClock
 
     model = build(library, length, 0.1)
     if library != "tfformer":
@@ -132,7 +133,6 @@ def decode_point(library, length, batch, repeats):
 
 def worker(point):
     """Runs one point in this process and prints its JSON on the last line."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if point["kind"] == "imports":
         import keras  # noqa: F401
         import keras_hub  # noqa: F401
@@ -157,7 +157,13 @@ def run_point(point):
     began = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--point", json.dumps(point)],
+            [
+                sys.executable,
+                "-m",
+                "bench.training_speed.cost_curves",
+                "--point",
+                json.dumps(point),
+            ],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -327,7 +333,7 @@ def main():
             f"peak {row['peak_rss_mb']:.0f} MB, {row['wall_seconds']:.0f} s",
             flush=True,
         )
-    from train import machine, write_result
+    from bench.training_speed.train import machine, write_result
 
     result = dict(
         machine=machine(),

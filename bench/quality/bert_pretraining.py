@@ -29,7 +29,7 @@ pretrained` the classifiers are fine-tuned from it with that recipe.
 Usage:
   /usr/bin/time -v tfformer-train --config training/configs/polarity_mlm.yaml \
       --set train.output_dir=RUN --set train.verbose=2 > RUN.log 2>&1
-  python bench/bert_pretraining.py [--pretrained RUN | --pretrain-minutes 45]
+  python -m bench.quality.bert_pretraining [--pretrained RUN | --pretrain-minutes 45]
       [--seeds 0 1 2] [--work ~/.cache/tfformer/bert]
       [--output bench/results/bert_pretraining.json] [--set-finetune K=V ...]
       [--set-pretrain K=V ...] [--kinds pretrained scratch]

@@ -168,8 +168,8 @@ class KerasHubSeq2Seq:
         """A `tf.function`: source ids `(batch, S)` -> greedy ids `(batch, length)`
         (start token first). It always runs `length - 1` steps; greedy tokens
         before an end token do not depend on what follows it. `mask_source`
-        keeps cross-attention off source padding (bench/decode.py's sources
-        have none and leave it out)."""
+        keeps cross-attention off source padding (the sources of
+        bench/decoding_speed/decode.py have none and leave it out)."""
 
         def decode(source):
             encoded = self.encode(source)

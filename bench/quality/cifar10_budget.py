@@ -12,7 +12,7 @@ Contenders (run one after another, never alongside other work: 2 cores):
   warmup by steps, then decay over the share of the budget left, so it
   reaches its floor at the budget whatever the machine's speed spells);
   with `--clock probe` over the steps a 20-step throughput probe predicts,
-  as in `bench/vit_cifar.py` (the 30-minute round of stop 28).
+  as in `bench/quality/vit_cifar.py` (the 30-minute round of stop 28).
 - `keras_hub`: keras-hub's `ViTBackbone` at the same sizes (patch size,
   depth, width, heads, MLP width, no dropout), a normalization layer with
   the same statistics in front and a linear head on the class token; the
@@ -38,10 +38,10 @@ takes the last 10 %) is not counted out of the budget: the budget is the
 whole training invocation.
 
 The tfformer run is kept in ~/.cache/tfformer/cifar10_vit_<minutes>min
-(for `tfformer-evaluate` and `bench/image_export.py`).
+(for `tfformer-evaluate` and `bench/exports/image_export.py`).
 
 Usage:
-  python bench/cifar10_budget.py --minutes 30 [--contenders tfformer,keras_hub]
+  python -m bench.quality.cifar10_budget --minutes 30 [--contenders tfformer,keras_hub]
       [--clock budget|probe]
       [--output bench/results/cifar10_budget_30min.json] [--earlier-minutes 30]
 
@@ -64,8 +64,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 import numpy as np
-from vit_cifar import images_per_second
 
+from bench.quality.vit_cifar import images_per_second
 from tfformer.rundir.files import atomic_write_text
 from tfformer.training.config import load_config
 from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
@@ -438,7 +438,7 @@ def main():
         keras.backend.clear_session()
         began = time.perf_counter()
         if name == "tfformer":
-            # Kept for bench/image_export.py and tfformer-evaluate.
+            # Kept for bench/exports/image_export.py and tfformer-evaluate.
             out = os.path.join(CACHE, f"cifar10_vit_{args.minutes:g}min")
             if os.path.exists(out):
                 shutil.rmtree(out)

@@ -1,11 +1,11 @@
 """Where a batch-1 cached decoding step spends its time, from the floor up.
 
-`bench/decode.py` measures tfformer's cached greedy decoding against prefix
-recompute and keras-hub. This script explains the batch-1 figure: it starts
-from the weight-streaming floor (only the matrix-vector products over the
-float32 weights a cached step must read, plus an argmax) and adds the rest of
-a decoder step one piece at a time, written by hand with the same model's
-weights (`decode.weight_floor_decoder`, `stages`):
+`bench/decoding_speed/decode.py` measures tfformer's cached greedy decoding
+against prefix recompute and keras-hub. This script explains the batch-1
+figure: it starts from the weight-streaming floor (only the matrix-vector
+products over the float32 weights a cached step must read, plus an argmax)
+and adds the rest of a decoder step one piece at a time, written by hand with
+the same model's weights (`decode.weight_floor_decoder`, `stages`):
 
     floor -> + biases -> + LayerNorms -> + self-attention over the cache
           -> + cross-attention -> + log-softmax and the greedy choice
@@ -15,7 +15,7 @@ padding mask, scores and end-of-sequence bookkeeping on top) and prefix
 recompute. All run as XLA-compiled `tf.while_loop`s over 64 new tokens, in
 one process, alternating, repeated; the table gives medians.
 
-Usage: `python bench/decode_breakdown.py [--repeats 9] [--batch 1]
+Usage: `python -m bench.decoding_speed.decode_breakdown [--repeats 9] [--batch 1]
 [--output FILE]`.
 """
 
@@ -29,7 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
-from decode import (
+
+from bench.decoding_speed.decode import (
     STAGES,
     build_tfformer,
     default_sizes,

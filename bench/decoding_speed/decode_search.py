@@ -1,7 +1,7 @@
 """tfformer's `Generator` with each search, at batch 1 and 32: greedy,
 sampling without filters, with top-k, with top-p, and beam search.
 
-The model and settings are bench/decode.py's (3+3 layers, d_model 256,
+The model and settings are bench/decoding_speed/decode.py's (3+3 layers, d_model 256,
 vocabulary 8,000 unless `--vocabulary`, source length 32, 64 new tokens;
 the end token is outside the vocabulary, so every run makes all 64). Every
 search runs as one `tf.function` (`Generator.compiled()`), XLA-compiled
@@ -18,7 +18,7 @@ plain graph) and with the other one, forced while the contender traces
 `--modes xla,graph` every search also runs as a plain graph
 (`jit_compile=False`: the SavedModel's default).
 
-Usage: `python bench/decode_search.py [--repeats 5] [--batches 1,32]
+Usage: `python -m bench.decoding_speed.decode_search [--repeats 5] [--batches 1,32]
 [--modes xla] [--vocabulary 8000] [--output bench/results/decode_search.json]`.
 """
 
@@ -32,10 +32,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 import tensorflow as tf
-from decode import START, build_tfformer, default_sizes
-from train import machine, write_result
 
 import tfformer.decoding.sampling as sampling
+from bench.decoding_speed.decode import START, build_tfformer, default_sizes
+from bench.training_speed.train import machine, write_result
 from tfformer.decoding import Generator
 
 SEARCHES = {

@@ -46,8 +46,8 @@ The headline line compares the two libraries on the product's pipeline:
 token batches when the config sets `train.batch_tokens`, else sentence
 batches; the other pipeline's ratio is printed under it.
 
-Usage: `python bench/train.py [--run DIR] [--sentences 1920] [--repeats 3]
-[--batch-tokens N] [--pipelines bucketed,fixed,tokens]
+Usage: `python -m bench.training_speed.train [--run DIR] [--sentences 1920]
+[--repeats 3] [--batch-tokens N] [--pipelines bucketed,fixed,tokens]
 [--precision float32,mixed_bfloat16]
 [--output bench/results/train.json]`
 """
@@ -68,9 +68,9 @@ import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
-from keras_hub_baseline import build_keras_hub
-from keras_hub_seq2seq import padded_dataset
 
+from bench.peers import padded_dataset
+from bench.quality.keras_hub_baseline import build_keras_hub
 from tfformer.training import pipeline
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import (

@@ -1,0 +1,2 @@
+"""Decoding speed: cached generation against prefix recompute, keras-hub and
+the weight-streaming floor."""

@@ -1,0 +1,2 @@
+"""Exported forms (SavedModel, TFLite) against the Keras model: size, latency,
+parity, memory."""

@@ -1,0 +1,1 @@
+"""Quality under a budget: tfformer against keras-hub and published recipes."""

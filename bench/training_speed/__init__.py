@@ -1,0 +1,1 @@
+"""Training speed: tokens/s, MFU and where the step's time goes."""
