@@ -1,6 +1,8 @@
-"""keras-hub's encoder-decoder, built the way the keras.io keras-hub
-translation example builds it, for the benchmarks and the baseline run.
+"""keras-hub's models at tfformer's sizes: the contenders the benchmarks
+build, one builder each.
 
+The encoder-decoder (`KerasHubSeq2Seq`) is built the way the keras.io
+keras-hub translation example builds it:
 `keras_hub.layers.TokenAndPositionEmbedding` + `TransformerEncoder` /
 `TransformerDecoder` blocks + a `Dense` output layer. `training_model()` is
 the functional model `model.fit` trains (same input names as tfformer's
@@ -9,6 +11,13 @@ padding); `decoder()` is keras-hub's best cached greedy loop: the
 self-attention and cross-attention caches of `TransformerDecoder`, the cross
 cache computed at step 0 and reused, all in one `tf.while_loop`;
 `beam_decoder()` runs `keras_hub.samplers.BeamSampler` over the same caches.
+`seq2seq_for_config` and `seq2seq_for_sizes` build it from a training
+config or from a dict of sizes.
+
+GPT and BERT: `keras_hub.models.GPT2Backbone` with its tied output
+projection (`gpt2_language_model`) and `BertBackbone` with its pooled
+output, dropout and a Dense layer (`bert_text_classifier`), at the sizes of
+tfformer's `model_sizes` (`backbone_arguments`).
 """
 
 import keras
@@ -16,7 +25,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-START = 2
+START, END = 2, 3
 
 
 def fixed_length(examples, length):
@@ -35,6 +44,12 @@ def padded_dataset(examples, length, batch_size, *, shuffle, seed=0):
     if shuffle:
         ds = ds.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size, drop_remainder=shuffle).prefetch(tf.data.AUTOTUNE)
+
+
+def cut_after_end(ids):
+    """Zeroes every token after the first end token (kept)."""
+    ended = np.cumsum(ids == END, axis=1) - (ids == END)
+    return np.where(ended > 0, 0, ids)
 
 
 class KerasHubSeq2Seq:
@@ -301,3 +316,86 @@ class KerasHubCachedDecoder:
             last_only=False,
         )
         return tf.cast(logits, tf.float32), tuple(caches), tuple(cross)
+
+
+def seq2seq_for_config(config, data, dropout=None, **options):
+    """The encoder-decoder at a tfformer training config's sizes, with its
+    data's vocabularies and `data.max_length` positions; `dropout` defaults
+    to the config's."""
+    # Imported here: the decoding benchmarks, which build from sizes, load
+    # nothing of the training program (cost_curves.py records their memory).
+    from tfformer.training.tasks import get_task
+
+    sizes = get_task(config.task).model_sizes(config.model)
+    return KerasHubSeq2Seq(
+        data.tokenizers["source"].vocabulary_size,
+        data.tokenizers["target"].vocabulary_size,
+        layers=sizes["num_encoder_layers"],
+        hidden_dim=sizes["hidden_dim"],
+        heads=sizes["num_heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+        max_length=config.data.max_length,
+        dropout=sizes.get("dropout", 0.1) if dropout is None else dropout,
+        **options,
+    )
+
+
+def seq2seq_for_sizes(sizes, dropout=0.0):
+    """The encoder-decoder at `sizes` (`layers`, `hidden_dim`, `heads`,
+    `intermediate_dim`, `vocabulary` for both sides, `max_length`), its
+    own weights."""
+    return KerasHubSeq2Seq(
+        sizes["vocabulary"],
+        sizes["vocabulary"],
+        layers=sizes["layers"],
+        hidden_dim=sizes["hidden_dim"],
+        heads=sizes["heads"],
+        intermediate_dim=sizes["intermediate_dim"],
+        max_length=sizes["max_length"],
+        dropout=dropout,
+    )
+
+
+def backbone_arguments(sizes, vocabulary, length):
+    """keras-hub backbone keywords for tfformer's sizes."""
+    names = ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "dropout")
+    return dict(
+        vocabulary_size=vocabulary,
+        max_sequence_length=length,
+        **{name: sizes[name] for name in names},
+    )
+
+
+def gpt2_language_model(sizes, vocabulary, length):
+    """`GPT2Backbone` with its tied output projection
+    (`token_embedding(..., reverse=True)`, as `GPT2CausalLM`): token ids ->
+    logits; the padding mask is `token_ids != 0`."""
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    backbone = keras_hub.models.GPT2Backbone(
+        **backbone_arguments(sizes, vocabulary, length)
+    )
+    hidden = backbone(
+        {"token_ids": token_ids, "padding_mask": keras.ops.not_equal(token_ids, 0)}
+    )
+    logits = backbone.token_embedding(hidden, reverse=True)
+    return keras.Model({"token_ids": token_ids}, logits)
+
+
+def bert_text_classifier(sizes, vocabulary, length, num_classes):
+    """`BertBackbone`'s pooled output, dropout and a Dense layer (as
+    `BertTextClassifier`); the padding mask is `token_ids != 0`."""
+    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
+    segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
+    backbone = keras_hub.models.BertBackbone(
+        **backbone_arguments(sizes, vocabulary, length)
+    )
+    outputs = backbone(
+        {
+            "token_ids": token_ids,
+            "segment_ids": segment_ids,
+            "padding_mask": keras.ops.not_equal(token_ids, 0),
+        }
+    )
+    pooled = keras.layers.Dropout(sizes["dropout"])(outputs["pooled_output"])
+    logits = keras.layers.Dense(num_classes)(pooled)
+    return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits)

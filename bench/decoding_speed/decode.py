@@ -34,21 +34,16 @@ Usage: `python -m bench.decoding_speed.decode [--repeats 5] [--batches 1,32]
 [--vocabulary 8000] [--output FILE]`.
 """
 
-import argparse
-import json
 import os
-import platform
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from bench.peers import KerasHubSeq2Seq
+from bench import common
+from bench.peers import seq2seq_for_sizes
 from tfformer.decoding import Generator
 from tfformer.decoding.generator import greedy_choice
 from tfformer.models import transformer_seq2seq
@@ -81,19 +76,6 @@ def build_tfformer(sizes):
         intermediate_dim=sizes["intermediate_dim"],
         dropout=0.0,
         max_sequence_length=sizes["max_length"],
-    )
-
-
-def build_keras_hub(sizes):
-    """keras-hub's encoder-decoder of the same sizes (its own weights)."""
-    return KerasHubSeq2Seq(
-        sizes["vocabulary"],
-        sizes["vocabulary"],
-        layers=sizes["layers"],
-        hidden_dim=sizes["hidden_dim"],
-        heads=sizes["heads"],
-        intermediate_dim=sizes["intermediate_dim"],
-        max_length=sizes["max_length"],
     )
 
 
@@ -372,18 +354,16 @@ def measure(contenders, source, repeats):
         print(f"batch {batch}: compiling {name} ({mode})", flush=True)
         decode(source)
     times = {key: [] for key in contenders}
-    for repeat in range(repeats):
+    for repeat, order in common.rounds(contenders, repeats):
         print(f"batch {batch}: repeat {repeat + 1}/{repeats}", flush=True)
-        items = list(contenders.items())
-        for name, decode in items if repeat % 2 == 0 else items[::-1]:
-            began = time.perf_counter()
-            decode(source).numpy()
-            times[name].append(time.perf_counter() - began)
+        for name in order:
+            _, seconds = common.timed(lambda d=contenders[name]: d(source).numpy())
+            times[name].append(seconds)
     return times
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--output", default="bench/results/decode.json")
@@ -399,7 +379,7 @@ def main():
     sizes = default_sizes(args.vocabulary)
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
-    hub = build_keras_hub(sizes)
+    hub = seq2seq_for_sizes(sizes)
     # Each contender as an XLA-compiled and as a plain graph tf.function; the
     # ratios compare the faster mode of each (keras-hub's cache is ~10x slower
     # under XLA at batch 32, so its best path is the graph one). The floor is
@@ -427,15 +407,15 @@ def main():
         source = tf.constant(source, tf.int32)
         times = measure(contenders, source, args.repeats)
         for (name, mode), seconds in times.items():
-            median = statistics.median(seconds)
+            median, fastest, slowest = common.median_min_max(seconds)
             rows.append(
                 dict(
                     contender=name,
                     mode=mode,
                     batch=batch,
                     median_seconds=median,
-                    min_seconds=min(seconds),
-                    max_seconds=max(seconds),
+                    min_seconds=fastest,
+                    max_seconds=slowest,
                     tokens_per_second=batch * sizes["new_tokens"] / median,
                     seconds=seconds,
                 )
@@ -480,24 +460,10 @@ def main():
             f"of it ({ratio['share_of_floor_with_encoder']:.0%} of the floor "
             "with the encoder)"
         )
-    result = dict(
-        sizes=sizes,
-        repeats=args.repeats,
-        machine=dict(
-            platform=platform.platform(),
-            processor=platform.processor(),
-            cpus=os.cpu_count(),
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            keras_hub=keras_hub.__version__,
-        ),
-        rows=rows,
-        ratios=ratios,
+    common.write_result(
+        args.output,
+        dict(sizes=sizes, repeats=args.repeats, rows=rows, ratios=ratios),
     )
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ Usage: `python -m bench.decoding_speed.decode_breakdown [--repeats 9] [--batch 1
 [--output FILE]`.
 """
 
-import argparse
-import json
 import os
 import statistics
 
@@ -30,6 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bench import common
 from bench.decoding_speed.decode import (
     STAGES,
     build_tfformer,
@@ -42,7 +41,7 @@ from bench.decoding_speed.decode import (
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--output", default="bench/results/decode_breakdown.json")
@@ -82,14 +81,10 @@ def main():
             f"{name:<22}{row['ms_per_token']:>10.3f}"
             f"{row['share_of_floor_speed']:>16.0%}{row['vs_prefix_recompute']:>13.2f}"
         )
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(
-            dict(sizes=sizes, batch=args.batch, repeats=args.repeats, rows=rows),
-            f,
-            indent=2,
-        )
-    print(f"wrote {args.output}")
+    common.write_result(
+        args.output,
+        dict(sizes=sizes, batch=args.batch, repeats=args.repeats, rows=rows),
+    )
 
 
 if __name__ == "__main__":

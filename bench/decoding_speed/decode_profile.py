@@ -14,7 +14,6 @@ Usage: `python -m bench.decoding_speed.decode_profile [--batches 1,32] [--output
 bench/results/decode_profile.json]`.
 """
 
-import argparse
 import collections
 import glob
 import json
@@ -28,8 +27,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bench import common
 from bench.decoding_speed.decode import build_tfformer, default_sizes, tfformer_decoder
-from bench.training_speed.train import machine, write_result
 
 
 def op_stats(logdir):
@@ -88,7 +87,7 @@ def profile(decode, source, steps):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--output", default="bench/results/decode_profile.json")
     args = parser.parse_args()
@@ -106,10 +105,7 @@ def main():
         print(f"batch {batch}: {result['ms_per_step']:.2f} ms per step (profiled)")
         for t in result["types"][:10]:
             print(f"  {t['type']:<28}{t['ms_per_step']:7.3f} ms {t['share']:6.1%}")
-    write_result(
-        args.output,
-        dict(machine=machine(), sizes=sizes, mode="graph", profiles=results),
-    )
+    common.write_result(args.output, dict(sizes=sizes, mode="graph", profiles=results))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,7 @@ Usage: `python -m bench.decoding_speed.decode_search [--repeats 5] [--batches 1,
 [--modes xla] [--vocabulary 8000] [--output bench/results/decode_search.json]`.
 """
 
-import argparse
 import os
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,8 +31,8 @@ import numpy as np
 import tensorflow as tf
 
 import tfformer.decoding.sampling as sampling
+from bench import common
 from bench.decoding_speed.decode import START, build_tfformer, default_sizes
-from bench.training_speed.train import machine, write_result
 from tfformer.decoding import Generator
 
 SEARCHES = {
@@ -63,7 +60,7 @@ def trace(decoder, source, name, mode):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--modes", default="xla", help="xla, graph or xla,graph")
@@ -106,21 +103,21 @@ def main():
                 identical[f"batch {batch}: {chosen}"] = same
                 print(f"batch {batch}: {chosen}: same tokens with either: {same}")
         seconds = {name: [] for name in decoders}
-        for repeat in range(args.repeats):
-            names = list(decoders) if repeat % 2 == 0 else list(decoders)[::-1]
+        for _, names in common.rounds(decoders, args.repeats):
             for name in names:
-                began = time.perf_counter()
-                decoders[name](source)["token_ids"].numpy()
-                seconds[name].append(time.perf_counter() - began)
+                _, elapsed = common.timed(
+                    lambda d=decoders[name], s=source: d(s)["token_ids"].numpy()
+                )
+                seconds[name].append(elapsed)
         for name, times in seconds.items():
-            median = statistics.median(times)
+            median, fastest, slowest = common.median_min_max(times)
             rows.append(
                 dict(
                     search=name,
                     batch=batch,
                     ms_per_step=1e3 * median / steps,
-                    ms_per_step_min=1e3 * min(times) / steps,
-                    ms_per_step_max=1e3 * max(times) / steps,
+                    ms_per_step_min=1e3 * fastest / steps,
+                    ms_per_step_max=1e3 * slowest / steps,
                     tokens_per_second=batch * steps / median,
                     seconds=times,
                 )
@@ -132,10 +129,9 @@ def main():
                 f"{row['tokens_per_second']:.0f} tok/s",
                 flush=True,
             )
-    write_result(
+    common.write_result(
         args.output,
         dict(
-            machine=machine(),
             sizes=sizes,
             repeats=args.repeats,
             rows=rows,

@@ -31,10 +31,8 @@ Usage: `python -m bench.decoding_speed.decode_variants [--repeats 9] [--batches 
 [--output bench/results/decode_variants.json]`.
 """
 
-import argparse
 import contextlib
 import os
-import statistics
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,15 +42,15 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from bench import common
 from bench.decoding_speed.decode import (
     START,
-    build_keras_hub,
     build_tfformer,
     default_sizes,
     measure,
     weight_floor_decoder,
 )
-from bench.training_speed.train import machine, write_result
+from bench.peers import seq2seq_for_sizes
 from tfformer.decoding import Generator
 from tfformer.layers import multi_head_attention as mha
 
@@ -173,7 +171,7 @@ def patched(variant):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--output", default="bench/results/decode_variants.json")
@@ -181,7 +179,7 @@ def main():
     sizes = default_sizes()
     keras.utils.set_random_seed(0)
     model = build_tfformer(sizes)
-    hub = build_keras_hub(sizes)
+    hub = seq2seq_for_sizes(sizes)
     rng = np.random.default_rng(0)
     rows = []
     for batch in [int(b) for b in args.batches.split(",")]:
@@ -222,15 +220,15 @@ def main():
                 sys.exit(f"{variant} ({mode}): other tokens or scores than shipped")
         times = measure(contenders, source, args.repeats)
         for (name, mode), seconds in times.items():
-            median = statistics.median(seconds)
+            median, fastest, slowest = common.median_min_max(seconds)
             rows.append(
                 dict(
                     contender=name,
                     mode=mode,
                     batch=batch,
                     ms_per_step=1000 * median / sizes["new_tokens"],
-                    min_ms_per_step=1000 * min(seconds) / sizes["new_tokens"],
-                    max_ms_per_step=1000 * max(seconds) / sizes["new_tokens"],
+                    min_ms_per_step=1000 * fastest / sizes["new_tokens"],
+                    max_ms_per_step=1000 * slowest / sizes["new_tokens"],
                     tokens_per_second=batch * sizes["new_tokens"] / median,
                     seconds=seconds,
                 )
@@ -241,8 +239,9 @@ def main():
         f"{'vs shipped':>12}{'reference':>22}"
     )
     for r in rows:
-        low, high = r["min_ms_per_step"], r["max_ms_per_step"]
-        spread = f"{r['ms_per_step']:.3f} ({low:.3f}-{high:.3f})"
+        spread = common.spread_text(
+            r["ms_per_step"], r["min_ms_per_step"], r["max_ms_per_step"], digits=3
+        )
         line = f"{r['contender']:<20}{r['mode']:<7}{r['batch']:>6}{spread:>24}"
         if r["contender"] in VARIANTS:
             shipped = by["shipped", r["mode"], r["batch"]]
@@ -257,15 +256,9 @@ def main():
                 reference = f"{r['vs_keras_hub_graph']:.2f}x keras-hub"
             line += f"{r['speed_vs_shipped']:>11.2f}x{reference:>22}"
         print(line)
-    write_result(
+    common.write_result(
         args.output,
-        dict(
-            sizes=sizes,
-            cut_slots=CUT_SLOTS,
-            repeats=args.repeats,
-            machine=machine(),
-            rows=rows,
-        ),
+        dict(sizes=sizes, cut_slots=CUT_SLOTS, repeats=args.repeats, rows=rows),
     )
 
 

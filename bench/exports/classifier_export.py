@@ -21,19 +21,16 @@ Usage: python -m bench.exports.classifier_export --checkpoint RUN
     [--output bench/results/classifier_export.json] [--variants none int8 ...]
 """
 
-import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
 
+from bench import common
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import (
     classification_scores,
@@ -43,38 +40,8 @@ from tfformer.training.tasks.text_classification import (
 VARIANTS = ("none", "float16", "int8", "full_int8", "integer_only")
 
 
-def directory_bytes(path):
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
-
-
-def timed(function, items):
-    outputs, seconds = [], []
-    for item in items:
-        began = time.perf_counter()
-        outputs.append(function(item))
-        seconds.append(time.perf_counter() - began)
-    ms = 1000 * np.array(seconds)
-    return np.array(outputs), {
-        "median_ms": float(np.median(ms)),
-        "p10_ms": float(np.percentile(ms, 10)),
-        "p90_ms": float(np.percentile(ms, 90)),
-    }
-
-
-def export(argv):
-    done = subprocess.run(
-        [sys.executable, "-m", "tfformer.export", *argv], capture_output=True, text=True
-    )
-    if done.returncode:
-        sys.exit(done.stderr[-3000:])
-
-
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--checkpoint", required=True)
     p.add_argument(
         "--output", default=os.path.join("bench", "results", "classifier_export.json")
@@ -105,14 +72,10 @@ def main():
         return tf.nn.softmax(logits[0]).numpy()
 
     forms = {}
-    keras_p, keras_time = timed(keras_one, texts)
+    keras_p, keras_time = common.latency_per_item(keras_one, texts)
     forms["keras"] = {"latency": keras_time, "probabilities": keras_p}
     work = tempfile.mkdtemp(prefix="classifier_export_")
-    serving = os.path.join(work, "serving")
-    export(
-        ["--checkpoint", args.checkpoint, "--format", "saved_model", "--out", serving]
-    )
-    version = os.path.join(serving, sorted(os.listdir(serving))[-1])
+    version = common.saved_model_export(args.checkpoint, os.path.join(work, "serving"))
     served = tf.saved_model.load(version)
     classify = served.signatures["classify"]
 
@@ -123,11 +86,11 @@ def main():
             out = classify(text=tf.constant([text]))
         return out["probabilities"].numpy()[0]
 
-    saved_p, saved_time = timed(saved_one, texts)
+    saved_p, saved_time = common.latency_per_item(saved_one, texts)
     forms["saved_model"] = {
         "latency": saved_time,
         "probabilities": saved_p,
-        "bytes": directory_bytes(version),
+        "bytes": common.directory_bytes(version),
     }
     calibration = os.path.join(work, "calibration.txt")
     with open(calibration, "w", encoding="utf-8") as f:
@@ -135,26 +98,16 @@ def main():
             f.write((text if isinstance(text, str) else "\t".join(text)) + "\n")
     for quantize in args.variants:
         out = os.path.join(work, f"tflite_{quantize}")
-        argv = ["--checkpoint", args.checkpoint, "--format", "tflite", "--out", out]
-        if quantize != "none":
-            argv += ["--quantize", quantize]
-        if quantize in ("full_int8", "integer_only"):
-            argv += ["--representative-data", calibration]
-        export(argv)
-        name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
-        sys.path.insert(0, out)
-        try:
-            import classify as device
-
-            runtime = device.LiteRTClassifier(os.path.join(out, name), num_threads=1)
-        finally:
-            sys.path.remove(out)
-            sys.modules.pop("classify", None)
-        device_p, device_time = timed(lambda t, r=runtime: r.classify(t)[1], texts)
+        path = common.tflite_export(args.checkpoint, quantize, out, calibration)
+        device = common.load_script(os.path.join(out, "classify.py"))
+        runtime = device.LiteRTClassifier(path, num_threads=1)
+        device_p, device_time = common.latency_per_item(
+            lambda t, r=runtime: r.classify(t)[1], texts
+        )
         forms[f"tflite_{quantize}"] = {
             "latency": device_time,
             "probabilities": device_p,
-            "bytes": os.path.getsize(os.path.join(out, name)),
+            "bytes": os.path.getsize(path),
         }
     report = {
         "checkpoint": os.path.abspath(args.checkpoint),
@@ -179,8 +132,7 @@ def main():
         )
         report["forms"][form] = found
         print(form, json.dumps(found))
-    with open(args.output, "w") as f:
-        json.dump(report, f, indent=1)
+    common.write_result(args.output, report)
 
 
 if __name__ == "__main__":

@@ -25,15 +25,11 @@ Usage: python -m bench.exports.embedding_export [--from DIR] [--sentences 1000]
     [--output bench/results/minilm_embedder.json]
 """
 
-import argparse
-import gzip
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -41,24 +37,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from bench.exports.classifier_export import timed
+from bench import common
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
+MULTI30K = os.path.join(common.REPOSITORY, "..", "shared", "data", "multi30k")
 VARIANTS = ("none", "float16", "int8", "full_int8")
 
 
-def run_command(argv):
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode:
-        sys.exit(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
-
-
 def lines(name, count):
-    with gzip.open(os.path.join(DATA, "multi30k", name), "rt", encoding="utf-8") as f:
-        return [next(f).rstrip("\n") for _ in range(count)]
+    return common.first_lines(os.path.join(MULTI30K, name), count)
 
 
 def checkpoint_directory(work):
@@ -99,7 +87,7 @@ def compare(vectors, reference):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--from", dest="source")
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument(
@@ -109,12 +97,11 @@ def main():
     work = tempfile.mkdtemp(prefix="embedding_export_")
     source = args.source or checkpoint_directory(work)
     run = os.path.join(work, "run")
-    began = time.perf_counter()
-    run_command(
+    _, convert_seconds = common.timed(
+        common.run_command,
         [sys.executable, "-m", "tfformer.training.commands.convert", "--from", source,
-         "--out", run]
+         "--out", run],
     )  # fmt: skip
-    convert_seconds = time.perf_counter() - began
     texts = lines("test_2016_flickr.en.gz", args.sentences)
     task = get_task("sentence_embedding")
     loaded = task.load(run)
@@ -133,7 +120,7 @@ def main():
         return out["embedding"][0]
 
     forms = {}
-    keras_v, keras_time = timed(keras_one, texts)
+    keras_v, keras_time = common.latency_per_item(keras_one, texts)
     forms["keras"] = {"latency": keras_time, "vectors": keras_v}
 
     import keras_hub
@@ -151,55 +138,34 @@ def main():
         hidden = hub_call(tf.constant(ids_of(text))).numpy()[0]
         return unit(hidden.mean(0))
 
-    hub_v, hub_time = timed(hub_one, texts)
+    hub_v, hub_time = common.latency_per_item(hub_one, texts)
     forms["keras_hub"] = {"latency": hub_time, "vectors": hub_v}
 
-    serving = os.path.join(work, "serving")
-    run_command(
-        [sys.executable, "-m", "tfformer.export", "--checkpoint", run, "--format",
-         "saved_model", "--out", serving]
-    )  # fmt: skip
-    version = os.path.join(serving, sorted(os.listdir(serving))[-1])
+    version = common.saved_model_export(run, os.path.join(work, "serving"))
     embed = tf.saved_model.load(version).signatures["embed"]
-    saved_v, saved_time = timed(
+    saved_v, saved_time = common.latency_per_item(
         lambda t: embed(text=tf.constant([t]))["embedding"].numpy()[0], texts
     )
     forms["saved_model"] = {
         "latency": saved_time,
         "vectors": saved_v,
-        "bytes": sum(
-            os.path.getsize(os.path.join(r, n))
-            for r, _, names in os.walk(version)
-            for n in names
-        ),
+        "bytes": common.directory_bytes(version),
     }
     calibration = os.path.join(work, "calibration.txt")
     with open(calibration, "w", encoding="utf-8") as f:
         f.write("\n".join(lines("train.en.gz", 200)) + "\n")
     for quantize in VARIANTS:
         out = os.path.join(work, f"tflite_{quantize}")
-        argv = [sys.executable, "-m", "tfformer.export", "--checkpoint", run,
-                "--format", "tflite", "--out", out]  # fmt: skip
-        if quantize != "none":
-            argv += ["--quantize", quantize]
-        if quantize == "full_int8":
-            argv += ["--representative-data", calibration]
-        run_command(argv)
-        name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
-        spec = importlib.util.spec_from_file_location(
-            f"embed_{quantize}", os.path.join(out, "embed.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        embedder = module.LiteRTEmbedder(os.path.join(out, name), num_threads=1)
-        device_v, device_time = timed(embedder.embed, texts)
+        path = common.tflite_export(run, quantize, out, calibration)
+        module = common.load_script(os.path.join(out, "embed.py"), f"embed_{quantize}")
+        embedder = module.LiteRTEmbedder(path, num_threads=1)
+        device_v, device_time = common.latency_per_item(embedder.embed, texts)
         forms[f"tflite_{quantize}"] = {
             "latency": device_time,
             "vectors": device_v,
-            "bytes": os.path.getsize(os.path.join(out, name)),
+            "bytes": os.path.getsize(path),
         }
     report = {
-        "command": " ".join(["python", *sys.argv]),
         "checkpoint": "all-MiniLM-L6-v2" if not args.source else args.source,
         "sentences": len(texts),
         "data": "Multi30k test_2016_flickr.en, first sentences",
@@ -213,9 +179,7 @@ def main():
         found.update(compare(vectors, keras_v))
         report["forms"][form] = found
         print(form, json.dumps(found), flush=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
-    print(f"Wrote {args.output}")
+    common.write_result(args.output, report)
 
 
 if __name__ == "__main__":

@@ -31,41 +31,29 @@ Usage:
       [--output bench/results/gpt_generate.json]
 """
 
-import argparse
 import json
 import os
-import platform
-import statistics
-import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras
 import keras_hub
 import numpy as np
 import tensorflow as tf
 
+from bench import common
+from bench.peers import backbone_arguments
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
-from tfformer.rundir.files import atomic_write_text
 from tfformer.rundir.text import ByteTokenizer
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.causal_lm import score_text
 
 VARIANTS = ("none", "float16", "int8", "full_int8")
-
-
-def directory_bytes(path):
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
 
 
 def keras_xla(model, length):
@@ -97,13 +85,7 @@ def prefix_recompute(model, length):
 
 def keras_hub_gpt2(sizes, vocabulary, length):
     backbone = keras_hub.models.GPT2Backbone(
-        vocabulary_size=vocabulary,
-        num_layers=sizes["num_layers"],
-        num_heads=sizes["num_heads"],
-        hidden_dim=sizes["hidden_dim"],
-        intermediate_dim=sizes["intermediate_dim"],
-        dropout=0.0,
-        max_sequence_length=length,
+        **backbone_arguments(dict(sizes, dropout=0.0), vocabulary, length)
     )
     causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     causal_lm.compile(sampler="greedy")  # jit_compile defaults to XLA on TF
@@ -144,13 +126,9 @@ def saved_model_generate(path, new_tokens):
 
 
 def load_runtime(directory, path, threads):
-    sys.path.insert(0, directory)
-    try:
-        import generate
-
-        return generate.LiteRTGenerator(path, num_threads=threads)
-    finally:
-        sys.path.remove(directory)
+    """The export's reference runtime (`generate.py` in `directory`)."""
+    generate = common.load_script(os.path.join(directory, "generate.py"))
+    return generate.LiteRTGenerator(path, num_threads=threads)
 
 
 def tflite_generate(runtime, new_tokens, clock):
@@ -198,7 +176,7 @@ def tflite_nats(runtime, windows):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a causal_lm run directory")
     p.add_argument("--prompt-length", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=64)
@@ -248,8 +226,10 @@ def main():
             ),
         )
     sizes_on_disk = {
-        "saved_model_variables": directory_bytes(os.path.join(saved, "variables")),
-        "saved_model": directory_bytes(saved),
+        "saved_model_variables": common.directory_bytes(
+            os.path.join(saved, "variables")
+        ),
+        "saved_model": common.directory_bytes(saved),
         **{f"tflite_{v}": os.path.getsize(path) for v, (_, path) in tflite.items()},
         **{
             f"tflite_loop_{v}": os.path.getsize(
@@ -310,22 +290,22 @@ def main():
         for clock in clocks.values():
             clock.update(prefill=0.0, decode=0.0)
         times = {name: [] for name in contenders}
-        for repeat in range(args.repeats):
+        for repeat, order in common.rounds(contenders, args.repeats):
             print(f"batch {batch}: round {repeat + 1}/{args.repeats}", flush=True)
-            items = list(contenders.items())
-            for name, generate in items if repeat % 2 == 0 else items[::-1]:
-                began = time.perf_counter()
-                generate(tf.constant(prompts))
-                times[name].append(time.perf_counter() - began)
+            for name in order:
+                _, seconds = common.timed(
+                    lambda g=contenders[name], p=prompts: g(tf.constant(p))
+                )
+                times[name].append(seconds)
         reference = outputs["keras_xla"][:, :length]
         for name, seconds in times.items():
-            median = statistics.median(seconds)
+            median, fastest, slowest = common.median_min_max(seconds)
             row = dict(
                 contender=name,
                 batch=batch,
                 median_seconds=round(median, 4),
-                min_seconds=round(min(seconds), 4),
-                max_seconds=round(max(seconds), 4),
+                min_seconds=round(fastest, 4),
+                max_seconds=round(slowest, 4),
                 tokens_per_second=round(batch * args.new_tokens / median, 1),
             )
             if name != "keras_hub_gpt2_xla":  # random weights
@@ -388,18 +368,8 @@ def main():
         ratios=ratios,
         quality_nats_per_token=quality,
         bytes_on_disk=sizes_on_disk,
-        machine=dict(
-            platform=platform.platform(),
-            processor=platform.processor(),
-            cpus=os.cpu_count(),
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            keras_hub=keras_hub.__version__,
-        ),
-        command="python -m bench.exports.gpt_generate " + " ".join(sys.argv[1:]),
     )
-    atomic_write_text(args.output, json.dumps(result, indent=2))
-    print(f"wrote {args.output}")
+    common.write_result(args.output, result)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,8 @@ Usage: python -m bench.exports.image_export --checkpoint RUN
     [--output bench/results/image_export_cifar10.json] [--latency-images 300]
 """
 
-import argparse
 import json
 import os
-import sys
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -35,8 +33,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from bench.exports.classifier_export import VARIANTS, directory_bytes, export, timed
-from tfformer.rundir.files import atomic_write_text
+from bench import common
+from bench.exports.classifier_export import VARIANTS
 from tfformer.rundir.images import decode_pixels
 from tfformer.training.sources.image_folders import list_split, resolve
 from tfformer.training.tasks import get_task
@@ -52,7 +50,7 @@ def test_files(data_config):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--checkpoint", required=True)
     p.add_argument(
         "--output",
@@ -72,18 +70,14 @@ def main():
 
     forms = {}
     keras_p = task.probabilities(loaded.model, pixels, batch_size=500)
-    _, keras_time = timed(
+    _, keras_time = common.latency_per_item(
         lambda i: loaded.model.predict_on_batch(pixels[i : i + 1].astype("float32")),
         timing,
     )
     forms["keras"] = {"latency": keras_time, "probabilities": keras_p}
 
     work = tempfile.mkdtemp(prefix="image_export_")
-    serving = os.path.join(work, "serving")
-    export(
-        ["--checkpoint", args.checkpoint, "--format", "saved_model", "--out", serving]
-    )
-    version = os.path.join(serving, sorted(os.listdir(serving))[-1])
+    version = common.saved_model_export(args.checkpoint, os.path.join(work, "serving"))
     classify = tf.saved_model.load(version).signatures["classify"]
     saved_p = np.concatenate(
         [
@@ -93,42 +87,29 @@ def main():
             for i in range(0, len(encoded), 100)
         ]
     )
-    _, saved_time = timed(
+    _, saved_time = common.latency_per_item(
         lambda i: classify(image_bytes=tf.constant(encoded[i : i + 1])), timing
     )
     forms["saved_model"] = {
         "latency": saved_time,
         "probabilities": saved_p,
-        "bytes": directory_bytes(version),
+        "bytes": common.directory_bytes(version),
     }
     calibration = os.path.join(work, "calibration.txt")
     with open(calibration, "w", encoding="utf-8") as f:
         f.write("\n".join(calibration_files) + "\n")
     for quantize in VARIANTS:
         out = os.path.join(work, f"tflite_{quantize}")
-        argv = ["--checkpoint", args.checkpoint, "--format", "tflite", "--out", out]
-        if quantize != "none":
-            argv += ["--quantize", quantize]
-        if quantize in ("full_int8", "integer_only"):
-            argv += ["--representative-data", calibration]
-        export(argv)
-        name = "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
-        sys.path.insert(0, out)
-        try:
-            import classify_image as device
-
-            runtime = device.ImageClassifier(os.path.join(out, name), num_threads=1)
-        finally:
-            sys.path.remove(out)
-            sys.modules.pop("classify_image", None)
-        device_p, device_time = timed(runtime.probabilities, pixels)
+        path = common.tflite_export(args.checkpoint, quantize, out, calibration)
+        device = common.load_script(os.path.join(out, "classify_image.py"))
+        runtime = device.ImageClassifier(path, num_threads=1)
+        device_p, device_time = common.latency_per_item(runtime.probabilities, pixels)
         forms[f"tflite_{quantize}"] = {
             "latency": device_time,
             "probabilities": device_p,
-            "bytes": os.path.getsize(os.path.join(out, name)),
+            "bytes": os.path.getsize(path),
         }
     report = {
-        "command": " ".join(["python", *sys.argv]),
         "checkpoint": os.path.abspath(args.checkpoint),
         "test_images": len(files),
         "latency_images": len(timing),
@@ -150,7 +131,7 @@ def main():
         )
         report["forms"][form] = found
         print(form, json.dumps(found), flush=True)
-    atomic_write_text(args.output, json.dumps(report, indent=1) + "\n")
+    common.write_result(args.output, report)
 
 
 if __name__ == "__main__":

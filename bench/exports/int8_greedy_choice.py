@@ -17,9 +17,7 @@ Usage: `python -m bench.exports.int8_greedy_choice --checkpoint RUN [--limit 300
 [--output bench/results/int8_greedy_choice.json]`
 """
 
-import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -27,8 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-from bench.exports import translator_export
-from bench.training_speed.train import machine, write_result
+from bench import common
+from bench.exports.translator_export import summary
 from tfformer.export.device_tokenizer import DeviceTokenizer
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks.translation import LiteRTTranslator
@@ -69,12 +67,12 @@ def export_full_int8(checkpoint, out, calibration, old_choice):
         *("--quantize", "full_int8", "--representative-data", calibration),
         *("--out", out),
     ]
-    subprocess.run(command, check=True, capture_output=True)
+    common.run_command(command)
     return os.path.join(out, tflite_file_name("full_int8"))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a translate_de_en run")
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--output", default="bench/results/int8_greedy_choice.json")
@@ -87,12 +85,10 @@ def main():
     keras_translator = Translator.from_run(
         args.checkpoint, search="greedy", batch_size=1
     )
-    keras_out, seconds = translator_export.timed(
-        lambda s: keras_translator.translate([s])[0], sources
+    keras_out, seconds = common.timed_each(
+        lambda s: keras_translator.translate([s])[0], sources, warmup=True
     )
-    rows = [
-        translator_export.summary("keras (greedy)", keras_out, seconds, pairs, None, 0)
-    ]
+    rows = [summary("keras (greedy)", keras_out, seconds, pairs, None, 0)]
     outputs = {}
     with tempfile.TemporaryDirectory() as work:
         calibration = os.path.join(work, "calibration.txt")
@@ -110,8 +106,8 @@ def main():
                     litert.translate_ids(tokenizer.tokenize(source))
                 )
 
-            outputs[name], seconds = translator_export.timed(one, sources)
-            row = translator_export.summary(
+            outputs[name], seconds = common.timed_each(one, sources, warmup=True)
+            row = summary(
                 f"tflite full_int8, {name}",
                 outputs[name],
                 seconds,
@@ -132,11 +128,9 @@ def main():
             f"{r['agrees_with_keras']:>8.3f}"
         )
     print(f"the two full-int8 exports translate {agree:.1%} of sentences alike")
-    write_result(
+    common.write_result(
         args.output,
         dict(
-            machine=machine(),
-            command=" ".join(sys.argv),
             run=os.path.abspath(args.checkpoint),
             test_sentences=len(pairs),
             exports_agree=agree,

@@ -25,8 +25,6 @@ Usage: `python -m bench.exports.memory [--minutes 5] [--run DIR] [--sentences 50
 `model.keras` is reused (no training row).
 """
 
-import argparse
-import gzip
 import json
 import os
 import re
@@ -37,6 +35,8 @@ import tempfile
 import textwrap
 import threading
 import time
+
+from bench import common
 
 DATA = "../shared/data/multi30k"
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8")
@@ -106,11 +106,6 @@ def measured(name, command, env=None):
     return row
 
 
-def first_lines(path, n):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [next(f).rstrip("\n") for _ in range(n)]
-
-
 SERVE_SAVED_MODEL = textwrap.dedent(
     """
     import sys, tensorflow as tf
@@ -141,11 +136,7 @@ SERVE_TFLITE = textwrap.dedent(
 
 
 def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5))
     for row in rows:
         if row["name"] == "train":
@@ -178,7 +169,7 @@ def plot(rows, path):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--run", default=None, help="run directory (default: temp)")
     parser.add_argument("--sentences", type=int, default=50)
@@ -193,11 +184,13 @@ def main():
     sources = os.path.join(work, "sources.txt")
     with open(sources, "w", encoding="utf-8") as f:
         f.write(
-            "\n".join(first_lines(f"{DATA}/test_2016_flickr.de.gz", args.sentences))
+            "\n".join(
+                common.first_lines(f"{DATA}/test_2016_flickr.de.gz", args.sentences)
+            )
         )
     calibration = os.path.join(work, "calibration.txt")
     with open(calibration, "w", encoding="utf-8") as f:
-        f.write("\n".join(first_lines(f"{DATA}/train.de.gz", 200)))
+        f.write("\n".join(common.first_lines(f"{DATA}/train.de.gz", 200)))
     python = sys.executable
     rows = [
         measured(
@@ -270,15 +263,12 @@ def main():
                 [python, "-c", SERVE_TFLITE, path, sources, device_tokenizer],
             )
         )
-    from bench.training_speed.train import machine, write_result
-
     result = dict(
-        machine=machine(),
         minutes=args.minutes if any(r["name"] == "train" for r in rows) else None,
         sentences=args.sentences,
         rows=rows,
     )
-    write_result(args.output, result)
+    common.write_result(args.output, result)
     plot(rows, os.path.splitext(args.output)[0] + ".png")
     print(f"{'command':<22}{'peak MB':>9}{'seconds':>9}")
     for row in rows:

@@ -19,20 +19,16 @@ Usage: `python -m bench.exports.translator_export --checkpoint RUN_DIR [--limit 
 [--output bench/results/export.json]`.
 """
 
-import argparse
-import json
 import os
-import platform
-import subprocess
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
 
+from bench import common
 from tfformer.export.device_tokenizer import DeviceTokenizer
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.translation import LiteRTTranslator
@@ -43,36 +39,18 @@ from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.tasks.translation import TASK, Translator
 
 
-def directory_size(path):
-    return sum(
-        os.path.getsize(os.path.join(root, name))
-        for root, _, names in os.walk(path)
-        for name in names
-    )
-
-
-def timed(translate_one, sources):
-    """(outputs, per-sentence seconds) after one warm-up call."""
-    translate_one(sources[0])
-    outputs, seconds = [], []
-    for source in sources:
-        began = time.perf_counter()
-        outputs.append(translate_one(source))
-        seconds.append(time.perf_counter() - began)
-    return outputs, seconds
-
-
 def summary(name, outputs, seconds, pairs, keras_outputs, size):
     references = [t for _, t in pairs]
     scores = score_translations(outputs, references)
+    latency = common.latency_ms(seconds)
     # Printed, not stored: the test sentences stay in ../shared/data.
     print(f"{name}: {pairs[0][0]!r} -> {outputs[0]!r}")
     return {
         "name": name,
         "size_bytes": size,
-        "latency_ms_median": 1e3 * float(np.median(seconds)),
-        "latency_ms_p10": 1e3 * float(np.percentile(seconds, 10)),
-        "latency_ms_p90": 1e3 * float(np.percentile(seconds, 90)),
+        "latency_ms_median": latency["median_ms"],
+        "latency_ms_p10": latency["p10_ms"],
+        "latency_ms_p90": latency["p90_ms"],
         "exact_match": float(
             np.mean([o == r for o, r in zip(outputs, references, strict=True)])
         ),
@@ -90,7 +68,7 @@ def summary(name, outputs, seconds, pairs, keras_outputs, size):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--checkpoint", required=True, help="a tfformer-train run")
     parser.add_argument("--checkpoint-file", default="model.keras")
     parser.add_argument("--limit", type=int, default=300)
@@ -108,7 +86,9 @@ def main():
     pairs = splits["test"][: args.limit]
     sources = [s for s, _ in pairs]
     rows = []
-    keras_out, seconds = timed(lambda s: keras_translator.translate([s])[0], sources)
+    keras_out, seconds = common.timed_each(
+        lambda s: keras_translator.translate([s])[0], sources, warmup=True
+    )
     model_path = os.path.join(args.checkpoint, args.checkpoint_file)
     rows.append(
         summary(
@@ -136,7 +116,7 @@ def main():
                 out = served(text=tf.constant([source]))["translation"]
                 return out.numpy()[0].decode("utf-8")
 
-            outputs, seconds = timed(one, sources)
+            outputs, seconds = common.timed_each(one, sources, warmup=True)
             rows.append(
                 summary(
                     f"saved_model ({search})",
@@ -144,7 +124,7 @@ def main():
                     seconds,
                     pairs,
                     keras_out,
-                    directory_size(path),
+                    common.directory_bytes(path),
                 )
             )
             print(f"{rows[-1]['name']}: done", flush=True)
@@ -173,7 +153,7 @@ def main():
             ]
             if quantize == "full_int8":
                 command += ["--representative-data", calibration]
-            subprocess.run(command, check=True, capture_output=True)
+            common.run_command(command)
             path = os.path.join(device, tflite_file_name(quantize))
             litert = LiteRTTranslator(path)
             tokenizer = DeviceTokenizer(device)
@@ -182,7 +162,7 @@ def main():
                 ids = litert.translate_ids(tokenizer.tokenize(source))
                 return tokenizer.detokenize(ids)
 
-            outputs, seconds = timed(one, sources)
+            outputs, seconds = common.timed_each(one, sources, warmup=True)
             rows.append(
                 summary(
                     f"tflite {quantize}",
@@ -216,17 +196,9 @@ def main():
         "task": config.task,
         "corpus": config.data.corpus,
         "test_sentences": len(pairs),
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "tensorflow": tf.__version__,
-        },
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2, ensure_ascii=False)
-    print(f"wrote {args.output}")
+    common.write_result(args.output, result)
 
 
 if __name__ == "__main__":

@@ -38,35 +38,18 @@ Usage:
 Writes the JSON and a bar plot (PNG) next to it.
 """
 
-import argparse
 import json
 import os
-import resource
 import statistics
-import subprocess
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench import common
 
 PRETRAIN = os.path.join("training", "configs", "polarity_mlm.yaml")
 FINETUNE = os.path.join("training", "configs", "polarity_finetune.yaml")
 SCRATCH = os.path.join("training", "configs", "polarity_bert.yaml")
-
-
-def child_cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_command(argv, log_path):
-    """Runs `argv`, its output to `log_path`; (wall s, CPU s)."""
-    began, cpu = time.perf_counter(), child_cpu_seconds()
-    with open(log_path, "w") as log:
-        code = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
-    if code:
-        sys.exit(f"{' '.join(argv)} failed ({code}); see {log_path}")
-    return time.perf_counter() - began, child_cpu_seconds() - cpu
 
 
 def time_log(path):
@@ -118,7 +101,7 @@ def test_scores(run_dir):
         "--output",
         out,
     ]
-    run_command(argv, run_dir + ".eval.log")
+    common.run_logged(argv, run_dir + ".eval.log")
     with open(out) as f:
         return json.load(f)
 
@@ -163,7 +146,7 @@ def summary(values):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--pretrained", help="an existing pre-training run to reuse")
     p.add_argument("--pretrain-minutes", type=float, default=45.0)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -204,7 +187,7 @@ def main():
         if os.path.exists(pretrained):
             sys.exit(f"{pretrained} exists; pass --pretrained {pretrained} to reuse it")
         print(f"pre-training for {args.pretrain_minutes} minutes into {pretrained}")
-        wall, cpu = run_command(
+        wall, cpu = common.run_logged(
             train_command(
                 PRETRAIN,
                 pretrained,
@@ -255,7 +238,7 @@ def main():
             else:
                 argv = train_command(SCRATCH, out, [f"train.seed={seed}", *sizes])
             print(f"{kind} seed {seed} ...", flush=True)
-            wall, cpu = run_command(argv, out + ".log")
+            wall, cpu = common.run_logged(argv, out + ".log")
             scores = test_scores(out)
             metrics = final_metrics(out)
             runs.append(
@@ -289,7 +272,6 @@ def main():
     first = by_kind.get("pretrained", by_kind[args.kinds[0]])
     fine_tune = first["wall_seconds"]["mean"]
     report = {
-        "machine": {"cpus": os.cpu_count()},
         "pretraining": pretraining,
         "finetune_config": args.finetune_config,
         "finetune_overrides": args.set_finetune,
@@ -307,9 +289,7 @@ def main():
             ),
         },
     }
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(report, f, indent=1)
+    common.write_result(args.output, report)
     plot(by_kind, args.output.removesuffix(".json") + ".png")
     for kind, s in by_kind.items():
         a = s["test_accuracy"]
@@ -317,11 +297,7 @@ def main():
 
 
 def plot(by_kind, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     names = list(by_kind)
     means = [100 * by_kind[k]["test_accuracy"]["mean"] for k in names]

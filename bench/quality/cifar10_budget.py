@@ -51,7 +51,6 @@ layers draw from Keras's seed generator, so a shorter run is this run's
 beginning (see `EarlierCut`).
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -65,8 +64,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 
+from bench import common
 from bench.quality.vit_cifar import images_per_second
-from tfformer.rundir.files import atomic_write_text
 from tfformer.training.config import load_config
 from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
 from tfformer.training.fit.trainer import (
@@ -215,11 +214,7 @@ def curve(epochs):
 
 
 def plot(results, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, details in results["contenders"].items():
         points = [p for p in details.get("curve", []) if p[1] is not None]
@@ -392,7 +387,7 @@ def keras_io_recipe(data, minutes, test, earlier=None):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--config", default=CONFIG)
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--contenders", default=",".join(CONTENDERS))
@@ -421,7 +416,6 @@ def main():
     if os.path.exists(output):
         with open(output, encoding="utf-8") as f:
             results = json.load(f)
-    results["command"] = " ".join(["python", *sys.argv])
     results["minutes"] = args.minutes
     results.setdefault("contenders", {})
     base = load_config(args.config)
@@ -482,7 +476,7 @@ def main():
         details["test_accuracy"] = test_accuracy(model, test_pixels, test_labels)
         results["contenders"][name] = details
         print(name, json.dumps(details), flush=True)
-        atomic_write_text(output, json.dumps(results, indent=2) + "\n")
+        common.write_result(output, results)
         plot(results, output[: -len(".json")] + ".png")
     print(f"Wrote {output} and its curves (.png)")
     return 0

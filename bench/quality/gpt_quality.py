@@ -23,20 +23,14 @@ seconds, validation and test nats per character) and copies the run's
 training curves next to it as a PNG.
 """
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras
-import tensorflow as tf
-
-from tfformer.rundir.files import atomic_write_text
+from bench import common
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
@@ -46,7 +40,7 @@ CONFIG = os.path.join("training", "configs", "shakespeare_gpt_10min.json")
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--config", default=CONFIG)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -74,9 +68,7 @@ def main():
             "train.verbose=2",
         ],
     )
-    began = time.perf_counter()
-    result = train(config)
-    seconds = time.perf_counter() - began
+    result, seconds = common.timed(train, config)
     task = get_task(config.task)
     run = task.load(config.train.output_dir)
     tokenizer = run.tokenizers["text"]
@@ -128,17 +120,9 @@ def main():
         test=scores["test"],
         validation_nats_per_char=scores["validation"]["nats_per_token"],
         epochs=epochs,
-        machine=dict(
-            python=sys.version.split()[0],
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            cpu_count=os.cpu_count(),
-        ),
-        command="python -m bench.quality.gpt_quality " + " ".join(sys.argv[1:]),
     )
     del result
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    atomic_write_text(args.output, json.dumps(results, indent=2))
+    common.write_result(args.output, results)
     curves = os.path.join(config.train.output_dir, "training_curves.png")
     if os.path.isfile(curves):
         shutil.copyfile(curves, os.path.splitext(args.output)[0] + ".png")
@@ -147,7 +131,6 @@ def main():
             {k: results[k] for k in ("steps", "tokens_seen", "validation", "test")}
         )
     )
-    print(f"wrote {args.output}")
     if args.keep:
         shutil.copytree(config.train.output_dir, args.keep)
         print(f"kept the run in {args.keep}")

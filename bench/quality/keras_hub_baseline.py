@@ -27,7 +27,6 @@ Writes `<out>/metrics.json` (epochs, real tokens/s), `training_curves.png`,
 and chrF, cased and lowercased, with signatures).
 """
 
-import argparse
 import json
 import os
 import time
@@ -37,37 +36,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 
-from bench.peers import KerasHubSeq2Seq, padded_dataset
-from tfformer.rundir.files import atomic_write_text
+from bench import common
+from bench.peers import END, cut_after_end, padded_dataset, seq2seq_for_config
 from tfformer.training.config import load_config
 from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
 from tfformer.training.fit.plots import plot_training_curves
 from tfformer.training.fit.trainer import build_dataset, compile_model
-from tfformer.training.tasks import get_task
-
-END = 3
-
-
-def build_keras_hub(config, data, dropout=None, **options):
-    sizes = get_task(config.task).model_sizes(config.model)
-    return KerasHubSeq2Seq(
-        data.tokenizers["source"].vocabulary_size,
-        data.tokenizers["target"].vocabulary_size,
-        layers=sizes["num_encoder_layers"],
-        hidden_dim=sizes["hidden_dim"],
-        heads=sizes["num_heads"],
-        intermediate_dim=sizes["intermediate_dim"],
-        max_length=config.data.max_length,
-        dropout=sizes.get("dropout", 0.1) if dropout is None else dropout,
-        **options,
-    )
-
-
-def cut_after_end(ids):
-    """Zeroes every token after the first end token (kept)."""
-    ended = np.cumsum(ids == END, axis=1) - (ids == END)
-    return np.where(ended > 0, 0, ids)
 
 
 def translate(hub, data, sentences, length, batch_size=32, beam=None):
@@ -92,11 +67,7 @@ def translate(hub, data, sentences, length, batch_size=32, beam=None):
 
 def plot_comparison(reports, path):
     """Validation loss and accuracy against training minutes, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name, report in reports.items():
         minutes = np.cumsum([e["seconds"] for e in report["epochs"]]) / 60
@@ -116,9 +87,9 @@ def evaluate(hub, data, pairs, length, path, beam=None, extra=None):
     """Translates `pairs`, scores them and writes the scores to `path`."""
     name = "greedy" if beam is None else f"beam {beam} (keras_hub.samplers.BeamSampler)"
     print(f"Translating {len(pairs)} test sentences, {name}", flush=True)
-    began = time.perf_counter()
-    hypotheses = translate(hub, data, [s for s, _ in pairs], length, beam=beam)
-    seconds = time.perf_counter() - began
+    hypotheses, seconds = common.timed(
+        translate, hub, data, [s for s, _ in pairs], length, beam=beam
+    )
     scores = score_translations(hypotheses, [r for _, r in pairs])
     scores.update(
         decoding=name,
@@ -130,12 +101,12 @@ def evaluate(hub, data, pairs, length, path, beam=None, extra=None):
             for (s, r), h in list(zip(pairs, hypotheses, strict=True))[:5]
         ],
     )
-    atomic_write_text(path, json.dumps(scores, indent=2))
+    common.write_json(path, scores)
     print(json.dumps({k: v for k, v in scores.items() if k != "examples"}, indent=2))
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--run", required=True, help="a finished tfformer-train run")
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--out", required=True)
@@ -159,7 +130,7 @@ def main():
     data = build_dataset(config, args.run)
     length, t = config.data.max_length, config.train
     keras.utils.set_random_seed(t.seed)
-    hub = build_keras_hub(config, data)
+    hub = seq2seq_for_config(config, data)
     model = compile_model(hub.training_model(), config)
     print(f"keras-hub model: {model.count_params():,} parameters")
     pairs = data.raw["test"][: args.limit]

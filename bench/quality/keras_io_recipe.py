@@ -36,11 +36,8 @@ Usage:
       [--output bench/results/keras_io_recipe_de_en.json]
 """
 
-import argparse
 import json
 import os
-import platform
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -50,7 +47,7 @@ import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from tfformer.rundir.files import atomic_write_text
+from bench import common
 from tfformer.training.config import load_config
 from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.tasks import get_task
@@ -205,7 +202,7 @@ def translate(transformer, source_tokenizer, target_tokenizer, sentences):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument(
         "--decode-only",
@@ -227,11 +224,8 @@ def main():
     raw = get_task(config.task).raw_splits(config.data)
     lower = {k: [(s.lower(), t.lower()) for s, t in v] for k, v in raw.items()}
     keras.utils.set_random_seed(0)
-    began = time.perf_counter()
-    source_tokenizer, target_tokenizer, make_dataset, transformer = recipe(
-        lower["train"]
-    )
-    vocab_seconds = time.perf_counter() - began
+    built, vocab_seconds = common.timed(recipe, lower["train"])
+    source_tokenizer, target_tokenizer, make_dataset, transformer = built
     print(
         f"vocabularies: {source_tokenizer.vocabulary_size()} source, "
         f"{target_tokenizer.vocabulary_size()} target ({vocab_seconds:.0f} s)"
@@ -260,11 +254,13 @@ def main():
         os.makedirs(os.path.dirname(WEIGHTS), exist_ok=True)
         transformer.save_weights(WEIGHTS)
     pairs = raw["test"][: args.limit]
-    began = time.perf_counter()
-    hypotheses = translate(
-        transformer, source_tokenizer, target_tokenizer, [s.lower() for s, _ in pairs]
+    hypotheses, decode_seconds = common.timed(
+        translate,
+        transformer,
+        source_tokenizer,
+        target_tokenizer,
+        [s.lower() for s, _ in pairs],
     )
-    decode_seconds = time.perf_counter() - began
     scores = score_translations(hypotheses, [t for _, t in pairs])
     results = dict(
         recipe="keras-io examples/nlp/neural_machine_translation_with_keras_hub.py",
@@ -291,20 +287,9 @@ def main():
                 for (s, r), h in list(zip(pairs, hypotheses, strict=True))[:5]
             ],
         ),
-        machine=dict(
-            python=sys.version.split()[0],
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            keras_hub=keras_hub.__version__,
-            cpu_count=os.cpu_count(),
-            platform=platform.platform(),
-        ),
-        command="python -m bench.quality.keras_io_recipe " + " ".join(sys.argv[1:]),
     )
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    atomic_write_text(args.output, json.dumps(results, indent=2))
+    common.write_result(args.output, results)
     print(json.dumps({k: v for k, v in results["test"].items() if "sign" not in k}))
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

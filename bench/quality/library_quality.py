@@ -44,24 +44,19 @@ contender, test BLEU/chrF per decoding, the adapter check) and a PNG of the
 validation curves next to it.
 """
 
-import argparse
 import json
 import os
-import platform
 import statistics
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import keras_hub
 import numpy as np
-import tensorflow as tf
 
-from bench.peers import KerasHubCachedDecoder
-from bench.quality.keras_hub_baseline import build_keras_hub, cut_after_end
-from tfformer.rundir.files import atomic_write_text
+from bench import common
+from bench.callbacks import BatchClock
+from bench.peers import KerasHubCachedDecoder, cut_after_end, seq2seq_for_config
 from tfformer.rundir.run import RunDirectory
 from tfformer.training import pipeline
 from tfformer.training.config import load_config
@@ -73,19 +68,6 @@ from tfformer.training.tasks.translation import Translator, evaluate_translator
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfformer", "bench_de_en")
 CONTENDERS = ("tfformer", "keras_hub")
-
-
-class BatchClock(keras.callbacks.Callback):
-    """Seconds from the end of the first training batch to the end of the last."""
-
-    def on_train_begin(self, logs=None):
-        self.ends = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(time.perf_counter())
-
-    def seconds(self):
-        return self.ends[-1] - self.ends[0]
 
 
 def prepared_data(config, progress=print):
@@ -106,7 +88,7 @@ def build_contenders(config, data):
         if name == "tfformer":
             model, adapter = build_model(config, data), None
         else:
-            hub = build_keras_hub(
+            hub = seq2seq_for_config(
                 config,
                 data,
                 layer_norm_epsilon=1e-6,
@@ -173,11 +155,7 @@ def adapter_check(hub, data, sentences, length):
 
 
 def plot(results, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name in CONTENDERS:
         epochs = results["contenders"][name]["epochs"]
@@ -194,7 +172,7 @@ def plot(results, path):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--limit", type=int, help="test sentences (default: all 1,000)")
     p.add_argument(
@@ -218,8 +196,7 @@ def main():
     for name, entry in contenders.items():
         print(f"{name}: {entry['model'].count_params():,} parameters")
 
-    for epoch in range(args.epochs):
-        order = CONTENDERS if epoch % 2 == 0 else CONTENDERS[::-1]
+    for epoch, order in common.rounds(CONTENDERS, args.epochs):
         for name in order:
             print(f"--- {name}, epoch {epoch + 1}/{args.epochs}", flush=True)
             record = train_epoch(contenders[name], config, data, epoch, steps)
@@ -233,15 +210,6 @@ def main():
         config=CONFIG,
         steps_per_epoch=steps,
         epochs=args.epochs,
-        machine=dict(
-            python=sys.version.split()[0],
-            tensorflow=tf.__version__,
-            keras=keras.__version__,
-            keras_hub=keras_hub.__version__,
-            cpu_count=os.cpu_count(),
-            platform=platform.platform(),
-        ),
-        command="python -m bench.quality.library_quality " + " ".join(sys.argv[1:]),
         contenders={},
     )
     for name, entry in contenders.items():
@@ -281,10 +249,8 @@ def main():
     results["keras_hub_batch_seconds_over_tfformer"] = round(
         kh["batch_seconds_total"] / tf_["batch_seconds_total"], 3
     )
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    atomic_write_text(args.output, json.dumps(results, indent=2))
+    common.write_result(args.output, results)
     plot(results, os.path.splitext(args.output)[0] + ".png")
-    print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":

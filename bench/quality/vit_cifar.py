@@ -19,7 +19,6 @@ Usage:
 Variants run one after another (never alongside other work: 2 cores).
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -32,7 +31,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import numpy as np
 
-from tfformer.rundir.files import atomic_write_text
+from bench import common
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import (
     build_dataset,
@@ -128,7 +127,7 @@ def pipeline_images_per_second(config, data, batches=200):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--config", default=CONFIG)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--variants", default=",".join(VARIANTS))
@@ -143,7 +142,6 @@ def main():
         print(f"unknown variants {unknown}; known: {list(VARIANTS)}", file=sys.stderr)
         return 2
     results = {
-        "command": " ".join(["python", *sys.argv]),
         "config": args.config,
         "minutes": args.minutes,
         "variants": {},
@@ -200,7 +198,7 @@ def main():
             }
             print(name, json.dumps(results["variants"][name]), flush=True)
             keras.backend.clear_session()
-            atomic_write_text(args.output, json.dumps(results, indent=2) + "\n")
+            common.write_result(args.output, results)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"Wrote {args.output}")

@@ -34,13 +34,14 @@ writes the JSON and a PNG next to it.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from bench import common
 
 VOCABULARY = 8000
 SIZES = dict(layers=3, hidden_dim=256, heads=8, intermediate_dim=1024)
@@ -50,7 +51,7 @@ LIBRARIES = ("tfformer", "keras_hub")
 def build(library, length, dropout):
     import keras
 
-    from bench.peers import KerasHubSeq2Seq
+    from bench.peers import seq2seq_for_sizes
     from tfformer.models import transformer_seq2seq
 
     keras.utils.set_random_seed(0)
@@ -66,12 +67,8 @@ def build(library, length, dropout):
             dropout=dropout,
             max_sequence_length=length,
         )
-    return KerasHubSeq2Seq(
-        VOCABULARY,
-        VOCABULARY,
-        max_length=length,
-        dropout=dropout,
-        **SIZES,
+    return seq2seq_for_sizes(
+        dict(SIZES, vocabulary=VOCABULARY, max_length=length), dropout
     )
 
 
@@ -81,7 +78,8 @@ def train_point(library, length, batch, steps):
     import numpy as np
     import tensorflow as tf
 
-    from bench.training_speed.train import NO_AUTOTUNE, BatchClock
+    from bench.callbacks import BatchClock
+    from bench.training_speed.train import NO_AUTOTUNE
 
     model = build(library, length, 0.1)
     if library != "tfformer":
@@ -123,11 +121,7 @@ def decode_point(library, length, batch, repeats):
     else:
         decode = model.decoder(length, jit_compile=False, mask_source=False)
     decode(source).numpy()
-    seconds = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        decode(source).numpy()
-        seconds.append(time.perf_counter() - began)
+    seconds = common.call_seconds(lambda: decode(source).numpy(), repeats)
     return seconds, batch * (length - 1)
 
 
@@ -182,7 +176,7 @@ def run_point(point):
         return dict(point, error=err[-2000:], peak_rss_mb=usage.ru_maxrss / 1024)
     result = json.loads(out.strip().splitlines()[-1])
     seconds = result["seconds"]
-    median = statistics.median(seconds)
+    median, fastest, slowest = common.median_min_max(seconds)
     row = dict(
         point,
         seconds=seconds,
@@ -192,8 +186,8 @@ def run_point(point):
     )
     if result["tokens"]:
         row["tokens_per_second"] = result["tokens"] / median
-        row["tokens_per_second_min"] = result["tokens"] / max(seconds)
-        row["tokens_per_second_max"] = result["tokens"] / min(seconds)
+        row["tokens_per_second_min"] = result["tokens"] / slowest
+        row["tokens_per_second_max"] = result["tokens"] / fastest
     return row
 
 
@@ -229,11 +223,7 @@ def grid(args):
 
 
 def plot(rows, floor, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     panels = [
         ("train", "length", "length", "training, tokens per batch fixed"),
         ("train", "batch", "batch", "training, length 64"),
@@ -297,7 +287,7 @@ def integers(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--point", help=argparse.SUPPRESS)
     parser.add_argument("--lengths", type=integers, default="16,32,64,128,256,512,1024")
     parser.add_argument("--batches", type=integers, default="1,4,16,64,256")
@@ -333,17 +323,13 @@ def main():
             f"peak {row['peak_rss_mb']:.0f} MB, {row['wall_seconds']:.0f} s",
             flush=True,
         )
-    from bench.training_speed.train import machine, write_result
-
     result = dict(
-        machine=machine(),
-        command=" ".join(sys.argv),
         sizes=dict(SIZES, vocabulary=VOCABULARY),
         tokens_per_batch=args.tokens,
         import_floor_mb=floor["peak_rss_mb"],
         rows=rows,
     )
-    write_result(args.output, result)
+    common.write_result(args.output, result)
     measured = [r for r in rows if "error" not in r]
     plot(measured, floor["peak_rss_mb"], os.path.splitext(args.output)[0] + ".png")
     by = {

@@ -12,7 +12,6 @@ Usage: `python -m bench.training_speed.fit_stall [--sentences 960] [--calls 8]
 [--output bench/results/fit_stall.json]`
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -23,14 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
 
-from bench.training_speed.train import (
-    CONFIG,
-    bucketed,
-    cached,
-    machine,
-    subset,
-    write_result,
-)
+from bench import common
+from bench.training_speed.train import CONFIG, bucketed, cached, subset
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 
@@ -63,7 +56,7 @@ def one_call(model, dataset):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--sentences", type=int, default=960)
     p.add_argument("--calls", type=int, default=8)
     p.add_argument("--output", default="bench/results/fit_stall.json")
@@ -111,14 +104,12 @@ def main():
             f"{s['batches_median']:.2f} s"
         )
     result = dict(
-        machine=machine(),
-        command=" ".join(sys.argv),
         sentences=args.sentences,
         steps=steps,
         calls=calls,
         summary=summary,
     )
-    write_result(args.output, result)
+    common.write_result(args.output, result)
     return 0
 
 

@@ -27,17 +27,16 @@ Usage: `python -m bench.training_speed.matmul_shapes [--repeats 7] [--calls 10]
 [--output bench/results/matmul_shapes.json]`
 """
 
-import argparse
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from bench.training_speed.train import machine, matmul_peak, write_result
+from bench import common
+from bench.training_speed.train import matmul_peak
 from bench.training_speed.train_families import CONFIGS
 from tfformer.rundir.text import ByteTokenizer
 from tfformer.training.config import load_config
@@ -125,17 +124,15 @@ def compiled(function, shapes, seed):
 
 
 def seconds_per_call(step, calls):
-    times = []
-    for _ in range(calls):
-        began = time.perf_counter()
+    def call():
         for gradient in step():
             gradient.numpy()
-        times.append(time.perf_counter() - began)
-    return statistics.median(times)
+
+    return statistics.median(common.call_seconds(call, calls))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.argument_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--output", default="bench/results/matmul_shapes.json")
@@ -154,9 +151,8 @@ def main(argv=None):
         for gradient in steps[name]():  # compile
             gradient.numpy()
     times = {name: [] for name in table}
-    order = list(table)
-    for r in range(args.repeats):
-        for name in order if r % 2 == 0 else order[::-1]:
+    for r, order in common.rounds(table, args.repeats):
+        for name in order:
             times[name].append(seconds_per_call(steps[name], args.calls))
         print(f"repeat {r + 1}/{args.repeats}", file=sys.stderr)
     peak_after = matmul_peak(tf.float32)
@@ -165,7 +161,7 @@ def main(argv=None):
     rows = []
     for name, (_, shapes, forward, count) in table.items():
         flops = 3 * forward
-        median = statistics.median(times[name])
+        median, fastest, slowest = common.median_min_max(times[name])
         rows.append(
             dict(
                 kind=name,
@@ -173,8 +169,8 @@ def main(argv=None):
                 training_flops=flops,
                 per_step=count,
                 ms_median=1e3 * median,
-                ms_min=1e3 * min(times[name]),
-                ms_max=1e3 * max(times[name]),
+                ms_min=1e3 * fastest,
+                ms_max=1e3 * slowest,
                 gflops=flops / median / 1e9,
                 share_of_peak=flops / median / peak,
             )
@@ -210,10 +206,9 @@ def main(argv=None):
         f"at the dense rate ({estimate['dense_gflops']:.0f} GFLOP/s) attention "
         f"would save {saved:.0f} ms ({saved / step_ms:.1%} of the matmul time)"
     )
-    write_result(
+    common.write_result(
         args.output,
         dict(
-            machine=machine(),
             sizes=sizes,
             repeats=args.repeats,
             calls=args.calls,

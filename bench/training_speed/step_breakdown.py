@@ -27,7 +27,6 @@ Usage: `python -m bench.training_speed.step_breakdown [--run DIR] [--sentences 9
 [--repeats 3] [--variants full,...] [--output bench/results/step_breakdown.json]`
 """
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -41,16 +40,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras
 import tensorflow as tf
 
+from bench import common
+from bench.callbacks import BatchClock
 from bench.training_speed.train import (
     CONFIG,
-    BatchClock,
     bucketed,
     cached,
-    machine,
     matmul_peak,
     subset,
     training_flops,
-    write_result,
 )
 from tfformer.layers import dropout as dropout_module
 from tfformer.layers.layer_normalization import LayerNormalization
@@ -159,7 +157,7 @@ def fit_variant(model, config, optimizer=None):
     def one_pass(make):
         clock = BatchClock()
         model.fit(make(), epochs=1, verbose=0, callbacks=[clock])
-        return clock.ends[-1] - clock.ends[0]
+        return clock.seconds()
 
     return one_pass
 
@@ -199,7 +197,7 @@ def padded_flops(batches_shapes, sizes, vocabulary):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--run", help="a translate_de_en run directory (its vocabulary)")
     p.add_argument("--sentences", type=int, default=960)
     p.add_argument("--repeats", type=int, default=3)
@@ -263,8 +261,7 @@ def main():
         if name in TRACE_PATCHES and not HALF_DRAW_CALLS:
             sys.exit(f"{name}: the patched Dropout never ran while tracing")
         print(f"  compiled {name} in {time.perf_counter() - began:.0f} s", flush=True)
-    for r in range(args.repeats):
-        names = list(runners) if r % 2 == 0 else list(runners)[::-1]
+    for r, names in common.rounds(runners, args.repeats):
         for name in names:
             seconds[name].append(runners[name](make))
             print(f"  repeat {r + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
@@ -273,7 +270,7 @@ def main():
     rows = []
     print(f"\n{'variant':<18} {'s/pass (min-max)':<22} {'vs full':>8} {'saved':>7}")
     for name in runners:
-        median = statistics.median(seconds[name])
+        median, fastest, slowest = common.median_min_max(seconds[name])
         rows.append(
             dict(
                 variant=name,
@@ -283,13 +280,11 @@ def main():
                 share_removed=1 - median / full,
             )
         )
-        spread = f"{median:.2f} ({min(seconds[name]):.2f}-{max(seconds[name]):.2f})"
+        spread = common.spread_text(median, fastest, slowest, digits=2)
         ratio = median / full
         print(f"{name:<18} {spread:<22} {ratio:>7.2f}x {1 - ratio:>6.1%}")
     print(f"{'matmul floor':<18} {floor:<22.2f} {floor / full:>7.2f}x")
     result = dict(
-        machine=machine(),
-        command=" ".join(sys.argv),
         sentences=args.sentences,
         batches_timed=len(shapes),
         batch_shapes=shapes,
@@ -298,7 +293,7 @@ def main():
         matmul_floor_seconds=floor,
         rows=rows,
     )
-    write_result(args.output, result)
+    common.write_result(args.output, result)
     return 0
 
 

@@ -31,14 +31,12 @@ Usage: `python -m bench.training_speed.step_profile [--targets seq2seq,gpt,decod
 [--batches 12] [--output bench/results/step_profile.json]`.
 """
 
-import argparse
 import collections
 import glob
 import os
 import re
 import sys
 import tempfile
-import time
 
 # XLA reads its flags once, when TensorFlow loads: set before the import.
 os.environ["STEP_PROFILE_HLO"] = tempfile.mkdtemp(prefix="step-profile-hlo-")
@@ -56,7 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bench.training_speed.train import machine, write_result
+from bench import common
 
 try:
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -228,9 +226,7 @@ def profile(run, units):
     profile's folder and the wall seconds per unit (batch or decoding step)."""
     logdir = tempfile.mkdtemp(prefix="step-profile-")
     tf.profiler.experimental.start(logdir)
-    began = time.perf_counter()
-    run()
-    wall = time.perf_counter() - began
+    _, wall = common.timed(run)
     tf.profiler.experimental.stop()
     return logdir, wall / units
 
@@ -337,7 +333,7 @@ def decode_runs():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = common.argument_parser(__doc__.split("\n")[0])
     parser.add_argument("--targets", default="seq2seq,gpt,decode")
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--output", default="bench/results/step_profile.json")
@@ -356,10 +352,9 @@ def main():
             runs = decode_runs()
         for label, (run, units) in runs.items():
             rows.append(dict(profiled(label, run, units), target=target, units=units))
-    write_result(
+    common.write_result(
         args.output,
         dict(
-            machine=machine(),
             batches=args.batches,
             unit="training batch (seq2seq, gpt) or decoding step (decode)",
             rows=rows,

@@ -52,25 +52,21 @@ Usage: `python -m bench.training_speed.train [--run DIR] [--sentences 1920]
 [--output bench/results/train.json]`
 """
 
-import argparse
 import dataclasses
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from bench.peers import padded_dataset
-from bench.quality.keras_hub_baseline import build_keras_hub
+from bench import common
+from bench.callbacks import BatchClock
+from bench.peers import padded_dataset, seq2seq_for_config
 from tfformer.training import pipeline
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import (
@@ -91,11 +87,7 @@ def matmul_peak(dtype, n=1024, repeats=20):
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
     matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
     matmul(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        matmul(a, b).numpy()
-        times.append(time.perf_counter() - began)
+    times = common.call_seconds(lambda: matmul(a, b).numpy(), repeats)
     return 2 * n**3 / statistics.median(times)
 
 
@@ -222,7 +214,7 @@ def contenders(config, data, pool, precision, batch_tokens, pipes=None):
             else:
                 # tfformer's dropout on the embeddings, as a keras-hub user
                 # adds it (keras.io's example has none).
-                model = build_keras_hub(
+                model = seq2seq_for_config(
                     config, data, embedding_dropout=sizes["dropout"]
                 ).training_model()
             model = compile_model(model, config)
@@ -241,16 +233,6 @@ def contenders(config, data, pool, precision, batch_tokens, pipes=None):
     return out
 
 
-class BatchClock(keras.callbacks.Callback):
-    """When each training batch ended."""
-
-    def on_train_begin(self, logs=None):
-        self.ends = []
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(time.perf_counter())
-
-
 def fit_seconds(entry):
     """Seconds of batches 2..N of one pass, timed inside `fit`; and of the
     whole `fit` call. With tf.data's autotuning on, about half of the `fit`
@@ -262,10 +244,12 @@ def fit_seconds(entry):
     the wait in every call measured; the figures still come from the
     batches."""
     clock = BatchClock()
-    began = time.perf_counter()
-    entry["model"].fit(entry["dataset"](), epochs=1, verbose=0, callbacks=[clock])
-    whole = time.perf_counter() - began
-    return clock.ends[-1] - clock.ends[0], whole
+    _, whole = common.timed(
+        lambda: entry["model"].fit(
+            entry["dataset"](), epochs=1, verbose=0, callbacks=[clock]
+        )
+    )
+    return clock.seconds(), whole
 
 
 def measure(entries, repeats, progress=print):
@@ -275,9 +259,9 @@ def measure(entries, repeats, progress=print):
     for (library, pipe), e in entries.items():
         progress(f"  compiled {library}/{pipe} in {fit_seconds(e)[1]:.0f} s")
         e["seconds"], e["fit_seconds"] = [], []
-    for r in range(repeats):
-        items = list(entries.items())
-        for (library, pipe), e in items if r % 2 == 0 else items[::-1]:
+    for r, order in common.rounds(entries, repeats):
+        for library, pipe in order:
+            e = entries[library, pipe]
             batches, whole = fit_seconds(e)
             e["seconds"].append(batches)
             e["fit_seconds"].append(whole)
@@ -289,7 +273,7 @@ def measure(entries, repeats, progress=print):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--run", help="a translate_de_en run directory (its vocabulary)")
     p.add_argument("--sentences", type=int, default=1920)
     p.add_argument(
@@ -349,7 +333,7 @@ def main():
         measure(entries, repeats)
         for (library, pipe), e in entries.items():
             seconds = e["seconds"]
-            median = statistics.median(seconds)
+            median, fastest, slowest = common.median_min_max(seconds)
             rows.append(
                 dict(
                     library=library,
@@ -361,8 +345,8 @@ def main():
                     seconds=seconds,
                     fit_seconds=e["fit_seconds"],
                     tokens_per_second=e["tokens"] / median,
-                    tokens_per_second_min=e["tokens"] / max(seconds),
-                    tokens_per_second_max=e["tokens"] / min(seconds),
+                    tokens_per_second_min=e["tokens"] / slowest,
+                    tokens_per_second_max=e["tokens"] / fastest,
                     useful_flops=e["flops"],
                 )
             )
@@ -384,16 +368,17 @@ def main():
         r["vs_keras_hub_fixed"] = (
             r["tokens_per_second"] / fixed["tokens_per_second"] if fixed else None
         )
-        spread = f"{r['tokens_per_second']:.0f} ({r['tokens_per_second_min']:.0f}-"
-        spread += f"{r['tokens_per_second_max']:.0f})"
+        spread = common.spread_text(
+            r["tokens_per_second"],
+            r["tokens_per_second_min"],
+            r["tokens_per_second_max"],
+        )
         versus = "" if fixed is None else f"{r['vs_keras_hub_fixed']:>11.2f}x"
         print(
             f"{r['library']:<20} {r['pipeline']:<9} {r['precision']:<15} "
             f"{spread:<24} {r['mfu']:>6.1%} {versus}"
         )
     result = dict(
-        machine=machine(),
-        command=" ".join(sys.argv),
         sentences=args.sentences,
         repeats=args.repeats,
         batch_size=config.train.batch_size,
@@ -409,33 +394,13 @@ def main():
         matmul_peak_flops_before_after=measured,
         rows=rows,
     )
-    write_result(args.output, result)
+    common.write_result(args.output, result)
     print(headline(rows, product))
     other = "bucketed" if product == "tokens" else "tokens"
     print(f"  ({other} pipeline: {headline(rows, other).split(': ', 1)[1]})")
     shipped = headline(rows, "bucketed", ours="tfformer_ffn_dropout")
     print(f"  (with the FFN's hidden dropout: {shipped.split(': ', 1)[1]})")
     return 0
-
-
-def machine():
-    """The facts a JSON result records about where it ran."""
-    return dict(
-        platform=platform.platform(),
-        processor=platform.processor(),
-        cpus=os.cpu_count(),
-        python=sys.version.split()[0],
-        tensorflow=tf.__version__,
-        keras=keras.__version__,
-        keras_hub=keras_hub.__version__,
-    )
-
-
-def write_result(path, result):
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-    print(f"Wrote {path}")
 
 
 def headline(rows, pipe="bucketed", ours="tfformer"):

@@ -39,28 +39,22 @@ Usage: `python -m bench.training_speed.train_families [--families gpt,bert]
 [--batches 30] [--repeats 5] [--output bench/results/train_families.json]`
 """
 
-import argparse
 import dataclasses
 import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import keras_hub
 import numpy as np
 import tensorflow as tf
 
-from bench.training_speed.train import (
-    BatchClock,
-    batches_dataset,
-    machine,
-    matmul_peak,
-    write_result,
-)
+from bench import common
+from bench.callbacks import BatchClock
+from bench.peers import bert_text_classifier, gpt2_language_model
+from bench.training_speed.train import batches_dataset, matmul_peak
 from tfformer.training.config import load_config
 from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 from tfformer.training.tasks import get_task
@@ -69,46 +63,6 @@ CONFIGS = {
     "gpt": os.path.join("training", "configs", "shakespeare_gpt.json"),
     "bert": os.path.join("training", "configs", "polarity_bert.yaml"),
 }
-
-
-def backbone_arguments(sizes, vocabulary, length):
-    """keras-hub backbone keywords for tfformer's sizes."""
-    names = ("num_layers", "num_heads", "hidden_dim", "intermediate_dim", "dropout")
-    return dict(
-        vocabulary_size=vocabulary,
-        max_sequence_length=length,
-        **{name: sizes[name] for name in names},
-    )
-
-
-def keras_hub_gpt(sizes, vocabulary, length):
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    backbone = keras_hub.models.GPT2Backbone(
-        **backbone_arguments(sizes, vocabulary, length)
-    )
-    hidden = backbone(
-        {"token_ids": token_ids, "padding_mask": keras.ops.not_equal(token_ids, 0)}
-    )
-    logits = backbone.token_embedding(hidden, reverse=True)
-    return keras.Model({"token_ids": token_ids}, logits)
-
-
-def keras_hub_bert(sizes, vocabulary, length, num_classes):
-    token_ids = keras.Input((None,), dtype="int32", name="token_ids")
-    segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    backbone = keras_hub.models.BertBackbone(
-        **backbone_arguments(sizes, vocabulary, length)
-    )
-    outputs = backbone(
-        {
-            "token_ids": token_ids,
-            "segment_ids": segment_ids,
-            "padding_mask": keras.ops.not_equal(token_ids, 0),
-        }
-    )
-    pooled = keras.layers.Dropout(sizes["dropout"])(outputs["pooled_output"])
-    logits = keras.layers.Dense(num_classes)(pooled)
-    return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits)
 
 
 def family_flops(family, lengths, sizes, vocabulary):
@@ -190,12 +144,7 @@ def matmul_floor(family, cache, sizes, vocabulary, repeats=9):
     for shape in sorted(set(shapes)):
         run = linear_twin(family, sizes, vocabulary, shape)
         run()  # compiles
-        times = []
-        for _ in range(repeats):
-            began = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - began)
-        seconds[shape] = statistics.median(times)
+        seconds[shape] = statistics.median(common.call_seconds(run, repeats))
     return sum(seconds[shape] for shape in shapes)
 
 
@@ -233,9 +182,9 @@ def contenders(family, batches, with_floor=True):
         elif library == "tfformer_ffn_dropout":
             model = build_model(config, data)
         elif family == "gpt":
-            model = keras_hub_gpt(sizes, vocabulary, length)
+            model = gpt2_language_model(sizes, vocabulary, length)
         else:
-            model = keras_hub_bert(sizes, vocabulary, length, data.num_classes)
+            model = bert_text_classifier(sizes, vocabulary, length, data.num_classes)
         models[library] = compile_model(model, config)
     # Real tokens of batches 2..N (the clock starts at the end of batch 1),
     # and their useful training FLOPs.
@@ -250,19 +199,17 @@ def contenders(family, batches, with_floor=True):
 def one_pass(model, cache):
     clock = BatchClock()
     model.fit(batches_dataset(cache), epochs=1, verbose=0, callbacks=[clock])
-    return clock.ends[-1] - clock.ends[0]
+    return clock.seconds()
 
 
 def measure(family, batches, repeats):
     config, sizes, models, cache, tokens, flops, floor = contenders(family, batches)
     peaks = [matmul_peak(tf.float32)]
     for library, model in models.items():
-        began = time.perf_counter()
-        one_pass(model, cache)
-        print(f"  {family}: compiled {library} in {time.perf_counter() - began:.0f} s")
+        _, seconds = common.timed(one_pass, model, cache)
+        print(f"  {family}: compiled {library} in {seconds:.0f} s")
     seconds = {library: [] for library in models}
-    for r in range(repeats):
-        order = list(models) if r % 2 == 0 else list(models)[::-1]
+    for r, order in common.rounds(models, repeats):
         for library in order:
             seconds[library].append(one_pass(models[library], cache))
             print(
@@ -272,7 +219,7 @@ def measure(family, batches, repeats):
     peaks.append(matmul_peak(tf.float32))
     rows = []
     for library, values in seconds.items():
-        median = statistics.median(values)
+        median, fastest, slowest = common.median_min_max(values)
         rows.append(
             dict(
                 family=family,
@@ -280,8 +227,8 @@ def measure(family, batches, repeats):
                 parameters=models[library].count_params(),
                 seconds=values,
                 tokens_per_second=tokens / median,
-                tokens_per_second_min=tokens / max(values),
-                tokens_per_second_max=tokens / min(values),
+                tokens_per_second_min=tokens / slowest,
+                tokens_per_second_max=tokens / fastest,
                 mfu=flops / median / max(peaks),
                 share_of_matmul_floor=floor / median,
             )
@@ -307,7 +254,7 @@ def measure(family, batches, repeats):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = common.argument_parser(__doc__.split("\n")[0])
     p.add_argument("--families", default="gpt,bert")
     p.add_argument("--batches", type=int, default=30)
     p.add_argument("--repeats", type=int, default=5)
@@ -325,16 +272,16 @@ def main():
     print(f"\n{'family':<7}{'library':<21}{'params':>10}  real tok/s (min-max)   MFU")
     for result in results:
         for r in result["rows"]:
+            spread = common.spread_text(
+                r["tokens_per_second"],
+                r["tokens_per_second_min"],
+                r["tokens_per_second_max"],
+            )
             print(
                 f"{r['family']:<7}{r['library']:<21}{r['parameters']:>10,}  "
-                f"{r['tokens_per_second']:.0f} ({r['tokens_per_second_min']:.0f}-"
-                f"{r['tokens_per_second_max']:.0f})   {r['mfu']:.1%}"
-                f"   {r['share_of_matmul_floor']:.0%}"
+                f"{spread}   {r['mfu']:.1%}   {r['share_of_matmul_floor']:.0%}"
             )
-    write_result(
-        args.output,
-        dict(machine=machine(), command=" ".join(sys.argv), families=results),
-    )
+    common.write_result(args.output, dict(families=results))
     for result in results:
         print(
             f"{result['family']}: tfformer/keras-hub "
