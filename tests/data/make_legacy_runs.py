@@ -172,7 +172,9 @@ def bare_models(out):
         np.savez(
             os.path.join(out, f"{name}.npz"),
             **{f"input/{k}": np.asarray(v) for k, v in inputs.items()},
-            **{f"output/{k}": keras.ops.convert_to_numpy(v) for k, v in outputs.items()},
+            **{
+                f"output/{k}": keras.ops.convert_to_numpy(v) for k, v in outputs.items()
+            },
         )
 
 
@@ -241,9 +243,7 @@ def trained_runs(out):
     }
     for name, overrides in configs.items():
         run = os.path.join(out, f"{name}_run")
-        config = load_config(
-            overrides=[*tiny, *overrides, f"train.output_dir={run}"]
-        )
+        config = load_config(overrides=[*tiny, *overrides, f"train.output_dir={run}"])
         train(config, progress=quiet)
     for path in (text, pos, neg):
         os.remove(path)
@@ -313,7 +313,9 @@ def run_outputs(out):
         np.savez(
             os.path.join(path, "outputs.npz"),
             **{f"input/{k}": np.asarray(v) for k, v in inputs.items()},
-            **{f"output/{k}": keras.ops.convert_to_numpy(v) for k, v in outputs.items()},
+            **{
+                f"output/{k}": keras.ops.convert_to_numpy(v) for k, v in outputs.items()
+            },
         )
 
 
