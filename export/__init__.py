@@ -2,8 +2,8 @@
 predictions out, core TensorFlow ops only) or a LiteRT model (builtin ops
 only), for every task with an exporter in `tasks/`.
 
-This package imports `tfformer` (the model library and `tfformer.rundir`,
-the run directory format), never `tfformer.training`.
+This package imports `tfformer` (the model library, `tfformer.runs`, the run
+directory format, and `tfformer.preprocessing`), never `tfformer.training`.
 """
 
 __all__ = ["export_saved_model", "export_tflite"]

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from tfformer.rundir.files import atomic_write_text
+from tfformer.runs.files import atomic_write_text
 
 FORMATS = ("saved_model", "tflite")
 
@@ -72,7 +72,7 @@ def parse_args(argv=None):
     options. Returns (args, exporter); ValueError for a bad run directory or
     a task without an exporter."""
     from tfformer.export.tasks import get_exporter
-    from tfformer.rundir.run import RunDirectory
+    from tfformer.runs.directory import RunDirectory
 
     first = argparse.ArgumentParser(add_help=False)
     first.add_argument("--checkpoint")

@@ -18,8 +18,8 @@ import tempfile
 import time
 
 from tfformer.export.tasks import get_exporter
-from tfformer.rundir.files import current_umask
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import current_umask
 
 
 def next_version(out_dir):

@@ -46,8 +46,8 @@ import tensorflow as tf
 
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks import get_exporter
-from tfformer.rundir.files import atomic_write_bytes
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_write_bytes
 
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8", "integer_only")
 # The quantizations calibrated on representative inputs.

@@ -23,7 +23,7 @@ every TensorFlow binary has (string ops, a hash table, a while loop):
 
 Detokenize joins "##" pieces to their word, words with spaces, and then
 applies `JOIN_RULES`, the punctuation rewrites training's detokenizer uses
-(one definition, in `tfformer.rundir.text`).
+(one definition, in `tfformer.preprocessing.text`).
 """
 
 import functools
@@ -31,7 +31,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from tfformer.rundir.text import (
+from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
     SUFFIX,
     bert_cleanup,

@@ -15,13 +15,16 @@ def test_wheel_installs_only_the_tfformer_namespace(tmp_path):
     `tfformer/`, and `training/` and `export/` are there as sub-packages."""
     # A copy, so the build leaves nothing in the checkout.
     source = tmp_path / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".git", "runs", "build", "*.egg-info", "__pycache__", ".*cache*", "bench"
-        ),
+    skip = shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".*cache*", "bench"
     )
+
+    def ignore(directory, names):
+        # The top-level runs/ holds training output; tfformer/runs is code.
+        top = {"runs", "serving", "device"} if directory == ROOT else set()
+        return skip(directory, names) | (top & set(names))
+
+    shutil.copytree(ROOT, source, ignore=ignore)
     out = tmp_path / "wheel"
     subprocess.run(
         [
@@ -36,14 +39,15 @@ def test_wheel_installs_only_the_tfformer_namespace(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"tfformer"}
     for module in (
-        "tfformer/training/fit/trainer.py",
+        "tfformer/training/trainer.py",
         "tfformer/training/tasks/translation.py",
         "tfformer/training/configs/number_words.json",
         "tfformer/export/cli.py",
-        "tfformer/export/device_tokenizer.py",
-        "tfformer/export/device_embedder.py",
+        "tfformer/export/runtimes/tokenizer.py",
+        "tfformer/export/runtimes/embed.py",
         "tfformer/training/convert/huggingface.py",
-        "tfformer/rundir/run.py",
+        "tfformer/runs/directory.py",
+        "tfformer/preprocessing/byte_tokenizer.py",
         "tfformer/layers/multi_head_attention.py",
     ):
         assert module in names, module
@@ -77,11 +81,14 @@ def test_generic_top_level_names_are_not_importable(tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-def test_the_model_library_imports_nothing_of_training_export_or_rundir(tmp_path):
+def test_the_model_library_imports_nothing_of_training_export_runs_or_preprocessing(
+    tmp_path,
+):
     code = (
         "import sys, tfformer.layers, tfformer.models, tfformer.decoding\n"
         "bad = [m for m in sys.modules if m.split('.')[:2] in "
-        "(['tfformer', 'training'], ['tfformer', 'export'], ['tfformer', 'rundir'])]\n"
+        "(['tfformer', 'training'], ['tfformer', 'export'], ['tfformer', 'runs'], "
+        "['tfformer', 'preprocessing'])]\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
     result = _run(code, tmp_path)
@@ -123,10 +130,10 @@ def test_import_tfformer_is_enough_to_load_a_saved_model(tmp_path):
 
 
 def test_import_tfformer_training_is_enough_to_load_a_compiled_run(tmp_path):
-    from tfformer.rundir.text import ByteTokenizer
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
     from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import build_model, compile_model
     from tfformer.training.tasks.base import PreparedData
+    from tfformer.training.trainer import build_model, compile_model
 
     config = load_config(
         overrides=[

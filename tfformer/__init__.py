@@ -7,7 +7,8 @@ backend-neutral model library.
 
 `tfformer.training` (from the repository's `training/` folder) and
 `tfformer.export` (from `export/`) are the training program and the
-exporters; `tfformer.rundir` is the run-directory format both of them use.
+exporters; `tfformer.runs` is the run-directory format both of them use and
+`tfformer.preprocessing` the core-op tokenizers and image decoding both run.
 None of these is imported by the model library.
 """
 

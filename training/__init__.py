@@ -6,11 +6,13 @@
   text_classification), registered by name; the trainer and the commands
   ask the task and never branch on its name;
 - `sources/` (raw examples), `text/` (tokenizers), `pipeline` (tf.data);
-- `fit/`: `train(config)`, callbacks, loss, metrics, schedule, strategies;
+- `trainer`: `train(config)`; `callbacks`, `losses`, `metrics`,
+  `schedules`, `plots`; `distribution/`: the `tf.distribute` strategies;
+- `convert/`: Hugging Face checkpoints to run directories;
 - `evaluation/`: scores and plots; `commands/`: the console commands.
 
-Depends on `tfformer` (the model library and `tfformer.rundir`, the run
-directory format); never on `tfformer.export`.
+Depends on `tfformer` (the model library, `tfformer.runs`, the run
+directory format, and `tfformer.preprocessing`); never on `tfformer.export`.
 
     from tfformer.training import load_config, train
     result = train(load_config("training/configs/number_words.json"))
@@ -22,17 +24,17 @@ import importlib
 
 # Registered with Keras on import, so that `keras.saving.load_model` can
 # rebuild a saved run's compiled loss, metrics and schedule.
-from tfformer.training.fit import losses, metrics, schedule  # noqa: F401
+from tfformer.training import losses, metrics, schedules  # noqa: F401
 
 _EXPORTS = {
     "Config": "tfformer.training.config",
     "load_config": "tfformer.training.config",
     "get_task": "tfformer.training.tasks",
-    "build_dataset": "tfformer.training.fit.trainer",
-    "build_model": "tfformer.training.fit.trainer",
-    "compile_model": "tfformer.training.fit.trainer",
-    "train": "tfformer.training.fit.trainer",
-    "TrainResult": "tfformer.training.fit.trainer",
+    "build_dataset": "tfformer.training.trainer",
+    "build_model": "tfformer.training.trainer",
+    "compile_model": "tfformer.training.trainer",
+    "train": "tfformer.training.trainer",
+    "TrainResult": "tfformer.training.trainer",
 }
 
 __all__ = sorted(_EXPORTS)

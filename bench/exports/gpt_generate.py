@@ -48,7 +48,7 @@ from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
-from tfformer.rundir.text import ByteTokenizer
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.causal_lm import score_text

@@ -7,7 +7,7 @@ fallback and integer-only int8, both calibrated on 200 training images
 spread over the training folder) with `tfformer-export`, then classifies
 the test images with each:
 
-- Keras: the run's model on the decoded pixels (`tfformer.rundir.images`,
+- Keras: the run's model on the decoded pixels (`tfformer.preprocessing.images`,
   as training decoded them), in batches of 500 for accuracy; latency one
   image at a time (`predict_on_batch`) on the first `--latency-images`;
 - SavedModel: `classify` on each test file's encoded bytes (the graph
@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from bench import common
 from bench.exports.classifier_export import VARIANTS
-from tfformer.rundir.images import decode_pixels
+from tfformer.preprocessing.images import decode_pixels
 from tfformer.training.sources.image_folders import list_split, resolve
 from tfformer.training.tasks import get_task
 

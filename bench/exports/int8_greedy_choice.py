@@ -27,15 +27,15 @@ import numpy as np
 
 from bench import common
 from bench.exports.translator_export import summary
-from tfformer.export.device_tokenizer import DeviceTokenizer
 from tfformer.export.flatbuffer import float_ops
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.tasks.translation import LiteRTTranslator
 from tfformer.export.tflite import tflite_file_name
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
 from tfformer.training.tasks.translation import TASK, Translator
 
-# Runs `python -m export ...` with the greedy choice of bcdd058..a1497be.
+# Runs `python -m tfformer.export ...` with the greedy choice of bcdd058..a1497be.
 OLD_CHOICE = """
 import runpy, sys
 from keras import ops
@@ -46,8 +46,8 @@ def top_k_choice(log_probs, pad_id):
     return ops.where(best[:, 0] == pad_id, best[:, 1], best[:, 0])
 
 generator.greedy_choice = top_k_choice
-sys.argv = ["export", *sys.argv[1:]]
-runpy.run_module("export", run_name="__main__", alter_sys=True)
+sys.argv = ["tfformer.export", *sys.argv[1:]]
+runpy.run_module("tfformer.export", run_name="__main__", alter_sys=True)
 """
 
 
@@ -58,7 +58,7 @@ def export_full_int8(checkpoint, out, calibration, old_choice):
         else [
             sys.executable,
             "-m",
-            "export",
+            "tfformer.export",
         ]
     )
     command = [

@@ -195,7 +195,7 @@ def main():
     rows = [
         measured(
             "import",
-            [python, "-c", "import tensorflow, keras, tfformer.training.fit"],
+            [python, "-c", "import tensorflow, keras, tfformer.training.trainer"],
         )
     ]
     if not os.path.isfile(os.path.join(run, "model.keras")):
@@ -255,7 +255,7 @@ def main():
             ],
         )
     )
-    device_tokenizer = os.path.abspath("export/device_tokenizer.py")
+    device_tokenizer = os.path.abspath("export/runtimes/tokenizer.py")
     for quantize, path in tflite.items():
         rows.append(
             measured(

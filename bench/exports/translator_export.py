@@ -8,7 +8,7 @@ a time with each:
 - Keras: `tfformer.training.tasks.translation.Translator` (greedy, graph mode, batch 1);
 - SavedModel: `serving_default` (strings in, strings out);
 - TFLite: the `ai_edge_litert` Interpreter with the plain-Python device
-  tokenizer (`export/device_tokenizer.py`), as an app would.
+  tokenizer (`export/runtimes/tokenizer.py`), as an app would.
 
 It reports file sizes, the median per-sentence latency with its 10th-90th
 percentile spread, sacreBLEU / chrF (lowercased, with signatures), exact match,
@@ -29,11 +29,11 @@ import numpy as np
 import tensorflow as tf
 
 from bench import common
-from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.translation import LiteRTTranslator
 from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
 from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.tasks.translation import TASK, Translator
@@ -139,7 +139,7 @@ def main():
             command = [
                 sys.executable,
                 "-m",
-                "export",
+                "tfformer.export",
                 "--checkpoint",
                 args.checkpoint,
                 "--checkpoint-file",

@@ -66,16 +66,11 @@ import numpy as np
 
 from bench import common
 from bench.quality.vit_cifar import images_per_second
+from tfformer.training.callbacks import TimeBudget, TrainingReport
 from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
-from tfformer.training.fit.trainer import (
-    build_dataset,
-    compile_model,
-    learning_rate,
-    train,
-)
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.image_classification import channel_statistics
+from tfformer.training.trainer import build_dataset, compile_model, learning_rate, train
 
 CONFIG = os.path.join("training", "configs", "cifar10_vit.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfformer")

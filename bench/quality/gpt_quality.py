@@ -32,9 +32,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import common
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.causal_lm import score_text
+from tfformer.training.trainer import train
 
 CONFIG = os.path.join("training", "configs", "shakespeare_gpt_10min.json")
 

@@ -38,11 +38,11 @@ import numpy as np
 
 from bench import common
 from bench.peers import END, cut_after_end, padded_dataset, seq2seq_for_config
+from tfformer.training.callbacks import TimeBudget, TrainingReport
 from tfformer.training.config import load_config
 from tfformer.training.evaluation.translation import score_translations
-from tfformer.training.fit.callbacks import TimeBudget, TrainingReport
-from tfformer.training.fit.plots import plot_training_curves
-from tfformer.training.fit.trainer import build_dataset, compile_model
+from tfformer.training.plots import plot_training_curves
+from tfformer.training.trainer import build_dataset, compile_model
 
 
 def translate(hub, data, sentences, length, batch_size=32, beam=None):

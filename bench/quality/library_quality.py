@@ -57,13 +57,13 @@ import numpy as np
 from bench import common
 from bench.callbacks import BatchClock
 from bench.peers import KerasHubCachedDecoder, cut_after_end, seq2seq_for_config
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
 from tfformer.training import pipeline
+from tfformer.training.callbacks import AveragedWeights
 from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import AveragedWeights
-from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.translation import Translator, evaluate_translator
+from tfformer.training.trainer import build_dataset, build_model, compile_model
 
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfformer", "bench_de_en")

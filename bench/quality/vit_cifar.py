@@ -33,13 +33,8 @@ import numpy as np
 
 from bench import common
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import (
-    build_dataset,
-    build_model,
-    compile_model,
-    train,
-)
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import build_dataset, build_model, compile_model, train
 
 CONFIG = os.path.join("training", "configs", "cifar10_vit.json")
 VARIANTS = {

@@ -25,7 +25,7 @@ import keras
 from bench import common
 from bench.training_speed.train import CONFIG, bucketed, cached, subset
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
+from tfformer.training.trainer import build_dataset, build_model, compile_model
 
 
 class Phases(keras.callbacks.Callback):

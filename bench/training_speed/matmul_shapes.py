@@ -38,7 +38,7 @@ import tensorflow as tf
 from bench import common
 from bench.training_speed.train import matmul_peak
 from bench.training_speed.train_families import CONFIGS
-from tfformer.rundir.text import ByteTokenizer
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
 

@@ -53,8 +53,8 @@ from bench.training_speed.train import (
 from tfformer.layers import dropout as dropout_module
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import build_dataset, compile_model
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import build_dataset, compile_model
 
 VARIANTS = (
     "full",

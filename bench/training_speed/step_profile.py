@@ -269,7 +269,7 @@ def seq2seq_runs(batches):
     from bench.training_speed.train import CONFIG, subset
     from bench.training_speed.train import contenders as train_contenders
     from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import build_dataset
+    from tfformer.training.trainer import build_dataset
 
     config = load_config(CONFIG, overrides=["train.ema_momentum=null"])
     if not os.path.exists(config.data.source_path.format(split="train")):

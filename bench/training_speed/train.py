@@ -69,14 +69,14 @@ from bench.callbacks import BatchClock
 from bench.peers import padded_dataset, seq2seq_for_config
 from tfformer.training import pipeline
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import (
+from tfformer.training.pipeline import Examples
+from tfformer.training.tasks import get_task
+from tfformer.training.trainer import (
     build_dataset,
     build_model,
     compile_model,
     dtype_policy,
 )
-from tfformer.training.pipeline import Examples
-from tfformer.training.tasks import get_task
 
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 

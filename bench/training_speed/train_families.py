@@ -56,8 +56,8 @@ from bench.callbacks import BatchClock
 from bench.peers import bert_text_classifier, gpt2_language_model
 from bench.training_speed.train import batches_dataset, matmul_peak
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import build_dataset, build_model, compile_model
 
 CONFIGS = {
     "gpt": os.path.join("training", "configs", "shakespeare_gpt.json"),

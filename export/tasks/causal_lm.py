@@ -47,7 +47,7 @@ generative models so that an app owns the loop and the sampling:
 - `text.json`, the vocabulary (a converted run's tokenizer file,
   `text_tokenizer.json`), `tokenizer.py` (the translator's reference
   tokenizer, reused; GPT-2's byte-level BPE and token ids for converted
-  runs) and `generate.py` (`export/device_generator.py`, the
+  runs) and `generate.py` (`export/runtimes/generate.py`, the
   reference runtime that drives prefill/decode and samples exactly as the
   Keras generator does).
 """
@@ -71,12 +71,12 @@ from tfformer.export.tasks.text import (
 )
 from tfformer.export.wordpiece import probe_character_classes
 from tfformer.models.cached_decoder import CachedDecoder
-from tfformer.rundir.files import atomic_copy, atomic_write_text
-from tfformer.rundir.run import RunDirectory
-from tfformer.rundir.text import END_ID, PAD_ID, START_ID, UNK_ID
+from tfformer.preprocessing.text import END_ID, PAD_ID, START_ID, UNK_ID
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_copy, atomic_write_text
 
 DEVICE_GENERATOR = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_generator.py"
+    os.path.dirname(os.path.dirname(__file__)), "runtimes", "generate.py"
 )
 VOCABULARY_FILE = "text_vocab.txt"
 # A converted decoder's tokenizer file (GPT-2's BPE, token ids) on device.
@@ -143,8 +143,8 @@ CONVERTED_KINDS = ("ids", "bpe")
 
 
 def converted_tokenizer(spec):
-    from tfformer.rundir.bpe import ByteLevelBPETokenizer
-    from tfformer.rundir.text import TokenIdTokenizer
+    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+    from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     kind = ByteLevelBPETokenizer if spec.kind == "bpe" else TokenIdTokenizer
     return kind.load(spec.path)

@@ -7,7 +7,7 @@ SavedModel (TF Serving), core ops only, loadable with TensorFlow alone:
   `(batch,)` string, `label_id` `(batch,)` int32 and `label_names` `(batch,
   classes)` string (every row the same, TF Serving's batch-major format).
   Each image is decoded and resized in the graph exactly as in training
-  (`tfformer.rundir.images`). Bytes that are no image in those formats
+  (`tfformer.preprocessing.images`). Bytes that are no image in those formats
   fail the request with an InvalidArgumentError naming the input's index;
   a header declaring more than `MAX_PIXELS` pixels, or a truncated or
   corrupt image, fails with an InvalidArgumentError saying which.
@@ -30,12 +30,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfformer.rundir.files import atomic_copy, atomic_write_text
-from tfformer.rundir.images import MAX_PIXELS, decode_pixels, is_image
-from tfformer.rundir.run import RunDirectory
+from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels, is_image
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_copy, atomic_write_text
 
 DEVICE_CLASSIFIER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_image_classifier.py"
+    os.path.dirname(os.path.dirname(__file__)), "runtimes", "classify_image.py"
 )
 
 

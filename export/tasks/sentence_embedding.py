@@ -37,11 +37,11 @@ from tfformer.export.tasks.text import (
 )
 from tfformer.export.tasks.text_classification import BertInputs
 from tfformer.export.wordpiece import probe_character_classes
-from tfformer.rundir.files import atomic_copy, atomic_write_text
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_copy, atomic_write_text
 
 DEVICE_EMBEDDER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_embedder.py"
+    os.path.dirname(os.path.dirname(__file__)), "runtimes", "embed.py"
 )
 VOCABULARY_FILE = "text_vocab.txt"
 

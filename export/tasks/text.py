@@ -6,12 +6,12 @@ import os
 import tensorflow as tf
 
 from tfformer.export.wordpiece import CoreWordPiece, probe_character_classes
-from tfformer.rundir.text import (
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+from tfformer.preprocessing.text import (
     JOIN_RULES,
     RESERVED_TOKENS,
     SUFFIX,
     UNK_ID,
-    ByteTokenizer,
     special_token_ids,
 )
 
@@ -19,7 +19,7 @@ from tfformer.rundir.text import (
 # model reads come from far fewer.
 MAX_INPUT_BYTES = 16384
 DEVICE_TOKENIZER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_tokenizer.py"
+    os.path.dirname(os.path.dirname(__file__)), "runtimes", "tokenizer.py"
 )
 
 

@@ -46,11 +46,11 @@ from tfformer.export.tasks.text import (
     valid_utf8,
 )
 from tfformer.export.wordpiece import probe_character_classes
-from tfformer.rundir.files import atomic_copy, atomic_write_text
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_copy, atomic_write_text
 
 DEVICE_CLASSIFIER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "device_classifier.py"
+    os.path.dirname(os.path.dirname(__file__)), "runtimes", "classify.py"
 )
 VOCABULARY_FILE = "text_vocab.txt"
 

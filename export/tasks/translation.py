@@ -15,7 +15,7 @@ directory is what an app ships:
 - `text.json`: what on-device tokenization needs (lower-casing, the code-point
   class ranges, lengths, reserved ids);
 - `tokenizer.py`: a dependency-free Python reference of the on-device
-  tokenize / detokenize steps (`export/device_tokenizer.py`), to port.
+  tokenize / detokenize steps (`export/runtimes/tokenizer.py`), to port.
 
 Inputs are clamped in the graph: ids outside the source vocabulary become
 [UNK] (1). The TFLite input shape is fixed; the reference tokenizer cuts
@@ -40,8 +40,8 @@ from tfformer.export.tasks.text import (
     make_tokenizer,
 )
 from tfformer.export.wordpiece import probe_character_classes
-from tfformer.rundir.files import atomic_copy, atomic_write_text
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_copy, atomic_write_text
 
 SEARCHES = ("greedy", "beam")
 

@@ -233,7 +233,7 @@ def test_score_equals_a_numpy_scorer_and_the_evaluation(served, run):
         )
     # The evaluation's nats per token of the same stream (65 tokens: two
     # whole windows) equal the signature's.
-    from tfformer.rundir.text import ByteTokenizer
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
     from tfformer.training.tasks.causal_lm import score_text
 
     text = (LINE * 2)[:65]
@@ -501,7 +501,7 @@ def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
 def test_the_numpy_runtime_gives_a_nan_row_the_lowest_id_that_is_not_padding(greedy):
     """As the Keras generator: a row of logits with a NaN, or with +inf
     (log-softmax makes it NaN), becomes id 1, never padding or a crash."""
-    from tfformer.export import device_generator as device
+    from tfformer.export.runtimes import generate as device
 
     for bad in (np.nan, np.inf):
         logits = np.linspace(-3.0, 2.0, 40).astype(np.float32)
@@ -532,7 +532,7 @@ def test_the_numpy_sampling_rules_equal_the_keras_ones(jit_compile):
         sample_inverse_cdf,
         uniform_stream,
     )
-    from tfformer.export import device_generator as device
+    from tfformer.export.runtimes import generate as device
 
     rng = np.random.default_rng(3)
     rows = []

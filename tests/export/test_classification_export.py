@@ -21,9 +21,9 @@ from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.text_classification import pair_lengths
 from tfformer.export.tflite import check_integer_only, export_tflite
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
+from tfformer.training.trainer import train
 
 from ..training.tiny import TINY_MODEL
 

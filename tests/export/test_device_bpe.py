@@ -1,7 +1,7 @@
-"""The plain-Python byte-level BPE of `export/device_tokenizer.py` (what a
+"""The plain-Python byte-level BPE of `export/runtimes/tokenizer.py` (what a
 converted GPT-2's TFLite export ships as `tokenizer.py`) against Hugging
 Face's `tokenizers`, on the fixed cases and random strings of
-tests/tfformer/rundir/test_bpe.py: the same ids, text back unchanged,
+tests/tfformer/preprocessing/test_bpe_tokenizer.py: the same ids, text back unchanged,
 `add_prefix_space`, special tokens, and detokenize's stopping rules."""
 
 import json
@@ -10,8 +10,12 @@ import pytest
 
 from tests.testing import END_OF_TEXT as END
 from tests.testing import train_byte_level_bpe
-from tests.tfformer.rundir.test_bpe import CASES, ours_from, random_texts
-from tfformer.export.device_tokenizer import DeviceTokenizer, gpt2_pieces
+from tests.tfformer.preprocessing.test_bpe_tokenizer import (
+    CASES,
+    ours_from,
+    random_texts,
+)
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer, gpt2_pieces
 
 pytest.importorskip("tokenizers")
 

@@ -20,10 +20,10 @@ from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
-from tfformer.rundir.images import decode_pixels
+from tfformer.preprocessing.images import decode_pixels
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import train
 
 from ..training.test_image_classification import COLOURS, colour_images
 from ..training.test_image_data import huge_png

@@ -11,7 +11,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.wordpiece import (
     DROPPED,
     PUNCT,
@@ -20,7 +20,7 @@ from tfformer.export.wordpiece import (
     CoreWordPiece,
     probe_character_classes,
 )
-from tfformer.rundir.text import JOIN_RULES, RESERVED_TOKENS
+from tfformer.preprocessing.text import JOIN_RULES, RESERVED_TOKENS
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = [

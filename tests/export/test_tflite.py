@@ -15,7 +15,7 @@ from ai_edge_litert.interpreter import Interpreter
 
 from tfformer.decoding import Generator
 from tfformer.export import cli
-from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.translation import LiteRTTranslator, read_run
 from tfformer.export.tflite import convert, export_tflite
@@ -138,7 +138,7 @@ import os, sys, json
 import numpy as np
 from tfformer.export import cli
 from tfformer.export.tasks.translation import LiteRTTranslator
-from tfformer.export.device_tokenizer import DeviceTokenizer
+from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 run_dir, out, data = sys.argv[1:4]
 sentences = open(data, encoding="utf-8").read().splitlines()[:6]
 sizes, outputs = {}, {}

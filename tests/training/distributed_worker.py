@@ -15,7 +15,7 @@ import numpy as np
 
 from tests.training.tiny import TINY_NUMBER_WORDS
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
+from tfformer.training.trainer import train
 
 OVERRIDES = [
     *TINY_NUMBER_WORDS,

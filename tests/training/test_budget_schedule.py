@@ -7,9 +7,9 @@ import keras
 import numpy as np
 import pytest
 
+from tfformer.training.callbacks import TimeBudget
 from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import TimeBudget
-from tfformer.training.fit.schedule import WarmupCosineSchedule
+from tfformer.training.schedules import WarmupCosineSchedule
 
 
 def numpy_cosine(peak, floor_fraction, progress):
@@ -93,7 +93,7 @@ def test_training_on_the_budget_clock_saves_its_state(tmp_path):
     needs."""
     import json
 
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     config = load_config(
         overrides=[

@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from tfformer.training.fit.callbacks import (
+from tfformer.training.callbacks import (
     AveragedWeights,
     BestModel,
     ResumableBackup,

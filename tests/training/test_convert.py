@@ -323,7 +323,7 @@ def test_predict_prints_embeddings_and_similarities(converted, capsys):
 
 def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     _, run = converted
     for name, lines in (("pos", "a man is eating food\n"), ("neg", "the dog\n")):

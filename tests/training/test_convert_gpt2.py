@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.testing import END_OF_TEXT, train_byte_level_bpe
-from tfformer.rundir.text import TokenIdTokenizer
+from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
@@ -544,7 +544,7 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     placement (no dropout on the MLP's hidden activations) unless
     `model.activation_dropout` says otherwise, trains (its loss on the
     text falls), and the new run keeps the BPE and generates text."""
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
@@ -597,7 +597,7 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
 
 
 def test_fine_tuning_refuses_what_the_run_cannot_take(tmp_path, bpe):
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)

@@ -9,12 +9,12 @@ import os
 import numpy as np
 import pytest
 
-from tfformer.rundir.text import TokenIdTokenizer
+from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
 from tfformer.training.convert import convert
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import train
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 

@@ -17,13 +17,13 @@ from tests.training.test_image_data import write_image
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
 from tfformer.training.convert import convert
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.image_classification import (
     cubic_resize_matrix,
     initialized_vit,
     resized_positions,
 )
+from tfformer.training.trainer import train
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 

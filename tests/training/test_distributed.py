@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tfformer.training.config import load_config
-from tfformer.training.fit.strategy import build_strategy, is_chief
-from tfformer.training.fit.trainer import train
+from tfformer.training.distribution.strategy import build_strategy, is_chief
+from tfformer.training.trainer import train
 
 from .tiny import TINY_MODEL
 
@@ -166,7 +166,7 @@ def test_two_workers_train_on_their_shards_and_average_gradients(tmp_path):
     nearly linear in the gradient), a worker reading the other's shard or
     the whole data would change the batches."""
     from tfformer.training import pipeline
-    from tfformer.training.fit.trainer import build_dataset, build_model, compile_model
+    from tfformer.training.trainer import build_dataset, build_model, compile_model
 
     text = tmp_path / "text.txt"
     rng = np.random.default_rng(0)
@@ -223,9 +223,9 @@ def test_two_workers_train_on_their_shards_and_average_gradients(tmp_path):
 def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
     """MultiWorkerMirroredStrategy, 2 processes on 127.0.0.1 via TF_CONFIG.
 
-    Plain Keras 3 fails here (keras-team/keras#20585); training/fit/multi_worker.py
-    fixes it. Both workers must finish with bit-identical weights and report
-    2 replicas.
+    Plain Keras 3 fails here (keras-team/keras#20585);
+    training/distribution/multi_worker.py fixes it. Both workers must finish
+    with bit-identical weights and report 2 replicas.
     """
     first, second = run_workers(tmp_path)
     assert int(first["replicas"]) == int(second["replicas"]) == 2

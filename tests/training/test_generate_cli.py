@@ -239,7 +239,7 @@ def test_wordpiece_streaming_never_takes_text_back():
 def test_byte_streaming_waits_for_whole_characters():
     """A two-byte character arrives in two tokens: nothing is printed for
     the first byte, then the whole character."""
-    from tfformer.rundir.text import ByteTokenizer
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 
     tokenizer = ByteTokenizer()
     generated = byte_ids("aé!")

@@ -22,8 +22,8 @@ from tfformer.training.evaluation.attention_rollout import (
     rollout,
     vit_attention,
 )
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks.image_classification import spread_over_classes
+from tfformer.training.trainer import train
 
 COLOURS = ("blue", "green", "red")
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tfformer.rundir.images import decode_pixels
+from tfformer.preprocessing.images import decode_pixels
 from tfformer.training import image_pipeline
 from tfformer.training.config import load_config
 from tfformer.training.image_pipeline import Augmentation, ImageExamples
@@ -96,7 +96,7 @@ def test_other_formats_and_huge_declared_sizes_are_refused():
     ):
         decode_pixels(tf.constant(huge_png(100_000, 100_000)), 8)
     # Declared sizes of each format, against the encoders' own.
-    from tfformer.rundir.images import MAX_PIXELS, declared_pixels
+    from tfformer.preprocessing.images import MAX_PIXELS, declared_pixels
 
     for form in ("PNG", "JPEG", "GIF", "BMP"):
         buffer = io.BytesIO()

@@ -2,8 +2,8 @@ import keras
 import numpy as np
 import pytest
 
-from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
-from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
+from tfformer.training.losses import MaskedSparseCategoricalCrossentropy
+from tfformer.training.metrics import MaskedAccuracy, RealTokens
 
 
 def log_softmax(x):
@@ -69,8 +69,8 @@ def test_masked_accuracy_and_token_count_ignore_padding():
 
 
 def test_next_sentence_loss_and_accuracy_shift_the_labels_and_skip_padding():
-    from tfformer.training.fit.losses import NextSentenceLoss
-    from tfformer.training.fit.metrics import NextSentenceAccuracy
+    from tfformer.training.losses import NextSentenceLoss
+    from tfformer.training.metrics import NextSentenceAccuracy
 
     logits = np.array([[2.0, -1.0], [0.5, 1.5], [3.0, 0.0], [9.0, -9.0]], "float32")
     # 1 = next (class 0), 2 = random (class 1), 0 = a padding row.

@@ -12,7 +12,7 @@ from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.commands import train as train_cli
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
+from tfformer.training.trainer import train
 
 # The pre-training corpus repeats one sentence of the first 8 words, so every
 # masked word follows from its position (see the closing note of issue 18: a
@@ -142,8 +142,8 @@ def classifier_overrides(root, *extra):
 
 
 def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
-    from tfformer.rundir.run import RunDirectory
-    from tfformer.training.fit.trainer import build_dataset, build_model
+    from tfformer.runs.directory import RunDirectory
+    from tfformer.training.trainer import build_dataset, build_model
 
     run, _ = pretrained
     config = load_config(
@@ -270,8 +270,8 @@ def test_a_classifier_started_from_a_fine_tuned_classifier_gets_every_layer(
 ):
     """Sizes come from the initial model, not its config (whose sizes are
     unset when it was itself started from a run)."""
-    from tfformer.rundir.run import RunDirectory
-    from tfformer.training.fit.trainer import build_dataset, build_model
+    from tfformer.runs.directory import RunDirectory
+    from tfformer.training.trainer import build_dataset, build_model
 
     run, _ = pretrained
     first = tmp_path / "first"
@@ -403,7 +403,7 @@ def with_next_sentence(tmp_path_factory):
 
 
 def test_next_sentence_prediction_trains_and_evaluates(with_next_sentence, tmp_path):
-    from tfformer.training.fit.trainer import build_dataset
+    from tfformer.training.trainer import build_dataset
 
     run, result = with_next_sentence
     metrics = result.metrics
@@ -440,8 +440,8 @@ def test_next_sentence_prediction_trains_and_evaluates(with_next_sentence, tmp_p
 def test_a_classifier_from_a_next_sentence_run_keeps_the_trained_pooler(
     with_next_sentence, tmp_path
 ):
-    from tfformer.rundir.run import RunDirectory
-    from tfformer.training.fit.trainer import build_dataset, build_model
+    from tfformer.runs.directory import RunDirectory
+    from tfformer.training.trainer import build_dataset, build_model
 
     run, _ = with_next_sentence
     config = load_config(

@@ -10,8 +10,8 @@ import pytest
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
 from tfformer.training.tasks.text_classification import classification_scores
+from tfformer.training.trainer import train
 
 from .tiny import TINY_MODEL
 

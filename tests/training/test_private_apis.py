@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfformer.training.fit.multi_worker import (
+from tfformer.training.distribution.multi_worker import (
     accepts,
     multi_worker_fit,
     require_private,

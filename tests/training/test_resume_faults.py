@@ -19,16 +19,15 @@ import keras
 import numpy as np
 import pytest
 
-from tfformer.training import pipeline
-from tfformer.training.config import load_config
-from tfformer.training.fit import trainer
-from tfformer.training.fit.callbacks import (
+from tfformer.training import pipeline, trainer
+from tfformer.training.callbacks import (
     AveragedWeights,
     ResumableBackup,
     TimeBudget,
     read_backup_state,
 )
-from tfformer.training.fit.trainer import build_dataset
+from tfformer.training.config import load_config
+from tfformer.training.trainer import build_dataset
 
 from .tiny import TINY_MODEL
 

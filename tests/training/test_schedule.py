@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from tfformer.training.config import load_config
-from tfformer.training.fit.schedule import TransformerSchedule, WarmupCosineSchedule
-from tfformer.training.fit.trainer import train
+from tfformer.training.schedules import TransformerSchedule, WarmupCosineSchedule
+from tfformer.training.trainer import train
 
 from .tiny import TINY_NUMBER_WORDS
 
@@ -155,7 +155,7 @@ def test_adamw_decays_kernels_but_not_biases_or_layer_norms():
     import keras
 
     from tfformer.models import bert_classifier, from_preset
-    from tfformer.training.fit.trainer import compile_model
+    from tfformer.training.trainer import compile_model
 
     config = load_config(
         overrides=[

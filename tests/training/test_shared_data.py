@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import build_dataset
+from tfformer.training.trainer import build_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")

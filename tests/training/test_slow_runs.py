@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import train
+from tfformer.training.trainer import train
 
 from .tiny import TINY_NUMBER_WORDS
 

@@ -4,8 +4,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tfformer.training.config import load_config
-from tfformer.training.fit.trainer import build_dataset
 from tfformer.training.sources.tfds_source import tfds_translation_splits
+from tfformer.training.trainer import build_dataset
 
 
 def test_translation_pairs_come_from_the_named_features():

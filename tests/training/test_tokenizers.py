@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-from tfformer.rundir.text import ByteTokenizer
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.text.wordpiece import RESERVED_TOKENS, WordPieceTokenizer
 
 SENTENCES = [

@@ -9,15 +9,10 @@ import pytest
 import tensorflow as tf
 
 from tfformer.training import pipeline
+from tfformer.training.callbacks import restore_backup
 from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import restore_backup
-from tfformer.training.fit.trainer import (
-    build_dataset,
-    build_model,
-    compile_model,
-    train,
-)
 from tfformer.training.tasks.translation import Translator
+from tfformer.training.trainer import build_dataset, build_model, compile_model, train
 
 from .tiny import TINY_NUMBER_WORDS
 

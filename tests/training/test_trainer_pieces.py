@@ -5,15 +5,15 @@ import types
 
 import pytest
 
-from tfformer.training.config import load_config
-from tfformer.training.fit.callbacks import (
+from tfformer.training.callbacks import (
     AveragedWeights,
     BestModel,
     ResumableBackup,
     TimeBudget,
     TrainingReport,
 )
-from tfformer.training.fit.trainer import (
+from tfformer.training.config import load_config
+from tfformer.training.trainer import (
     Segment,
     build_callbacks,
     end_of_run_results,

@@ -22,7 +22,7 @@ def train_tiny_translator(out, steps):
     """Trains a tiny number-words translator into `out` for `steps` steps;
     returns the run directory (for tests that need a finished run)."""
     from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     config = load_config(
         overrides=[
@@ -46,7 +46,7 @@ def train_tiny_gpt(root, text, *, context, epochs, overrides=()):
     """Trains a tiny byte-level GPT on `text` (written to `root`) into
     `root/run`, 6 steps of batch 8 per epoch; returns the run directory."""
     from tfformer.training.config import load_config
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     path = root / "text.txt"
     path.write_text(text)

@@ -5,7 +5,7 @@ Sampled tokens are drawn by inverse transform: the first token whose
 cumulative probability exceeds `u * total`, with `u` from `uniform_stream`,
 a counter-based hash of (seed, position). The same few integer and float
 operations run in `keras.ops` (the Keras generator and the SavedModel) and in
-NumPy (`tfformer/export/device_generator.py`, the reference runtime an app
+NumPy (`export/runtimes/generate.py`, the reference runtime an app
 ports), so one seed gives the same tokens in every form of the model; a
 backend's own random generator could not be reproduced on a device.
 """
@@ -84,7 +84,7 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     nucleus mass lies within rounding of p can keep one tie group more or
     less. (XLA on CPU sorts the whole row for a sort or `top_k`: at batch
     32 and vocabulary 8,000 the sort took 38 of a 45 ms sampling step,
-    `bench/decode_search.py`.) Elsewhere (TensorFlow outside XLA: a plain
+    `bench/decoding_speed/decode_search.py`.) Elsewhere (TensorFlow outside XLA: a plain
     graph, such as the SavedModel's default `generate`, or eager; other
     eager backends) each row is sorted once: the sort kernel is cheap
     there, and each step of a 31-step loop pays the executor's cost.

@@ -6,7 +6,7 @@ and the confusion matrix)."""
 import json
 import sys
 
-from tfformer.rundir.files import atomic_write_text
+from tfformer.runs.files import atomic_write_text
 from tfformer.training.commands.run_arguments import parse_with_task
 
 

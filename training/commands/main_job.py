@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from tfformer.rundir.files import atomic_path, atomic_write_text
+from tfformer.runs.files import atomic_path, atomic_write_text
 from tfformer.training.commands.train import add_config_arguments
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
@@ -124,7 +124,7 @@ def side_by_side(rows, show):
 
 def main_job(config, *, compare=200, show=5, progress=print):
     """Runs the main job for `config`; returns the summary dict it saves."""
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     task = get_task(config.task)
     began = time.perf_counter()

@@ -4,7 +4,7 @@ whose options fit the run it is given."""
 
 import argparse
 
-from tfformer.rundir.run import CHECKPOINTS, RunDirectory
+from tfformer.runs.directory import CHECKPOINTS, RunDirectory
 from tfformer.training.tasks import get_task
 
 

@@ -53,7 +53,7 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return 0
-    from tfformer.training.fit.trainer import train
+    from tfformer.training.trainer import train
 
     try:
         results = train(config).metrics

@@ -4,7 +4,7 @@ as arguments, or one per line on stdin)."""
 import argparse
 import sys
 
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
 from tfformer.training.commands.predict import main as predict_main
 
 

@@ -17,7 +17,8 @@ sentence-transformers models) into a `sentence_embedding` run, which
 normalization) inside the model; and Llama-style decoders (`model_type`
 "llama": RMSNorm, SwiGLU, rotary positions, grouped-query attention) and
 GPT-2 (`model_type` "gpt2") into `causal_lm` runs: GPT-2's with its
-byte-level BPE tokenizer (text in and out, `tfformer.rundir.bpe`), Llama's
+byte-level BPE tokenizer (text in and out,
+`tfformer.preprocessing.bpe_tokenizer`), Llama's
 reading and writing token ids (its tokenizer is not converted), which a
 causal_lm config's `model.init_from` fine-tunes (GPT-2's). A decoder's ids
 are shifted by one inside the model, so that id 0 stays padding, and back by
@@ -35,8 +36,8 @@ import tempfile
 
 import numpy as np
 
-from tfformer.rundir.files import atomic_write_text
-from tfformer.rundir.run import CONFIG, RunDirectory, tokenizer_file
+from tfformer.runs.directory import CONFIG, RunDirectory, tokenizer_file
+from tfformer.runs.files import atomic_write_text
 from tfformer.training.convert.safetensors import Checkpoint
 
 # Hugging Face's BERT, ViT, Llama and GPT-2 drop no feed-forward hidden
@@ -1067,7 +1068,7 @@ def convert_llama(source, config, staging, progress):
     import keras
 
     from tfformer.models import gpt_decoder
-    from tfformer.rundir.text import TokenIdTokenizer
+    from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     sizes = llama_sizes(config)
     vocab = sizes["vocabulary_size"]
@@ -1287,7 +1288,7 @@ def gpt2_tokenizer(source, config, vocab_size, progress):
     `tokenizer.json` (Hugging Face's fast tokenizer) or `vocab.json` and
     `merges.txt`; None when it has neither. Its ids are the model's (one
     higher than the checkpoint's)."""
-    from tfformer.rundir.bpe import ByteLevelBPETokenizer
+    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
 
     settings = read_json(source, "tokenizer_config.json", required=False) or {}
     spec = read_json(source, "tokenizer.json", required=False)
@@ -1397,7 +1398,7 @@ def convert_gpt2(source, config, staging, progress):
     import keras
 
     from tfformer.models import gpt_decoder
-    from tfformer.rundir.text import TokenIdTokenizer
+    from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     sizes = gpt2_sizes(config)
     vocab = sizes["vocabulary_size"]

@@ -6,7 +6,7 @@ import numpy as np
 from keras import ops
 
 from tfformer.models import CachedDecoder
-from tfformer.rundir.files import atomic_path
+from tfformer.runs.files import atomic_path
 
 
 def cross_attention_weights(model, source_ids, target_ids):

@@ -10,7 +10,7 @@ output token, and the class token's row over the patches is the map.
 import numpy as np
 from keras import ops
 
-from tfformer.rundir.files import atomic_path
+from tfformer.runs.files import atomic_path
 
 
 def vit_attention(model, images):

@@ -21,7 +21,7 @@ import zipfile
 
 import numpy as np
 
-from tfformer.rundir.images import IMAGE_EXTENSIONS
+from tfformer.preprocessing.images import IMAGE_EXTENSIONS
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 # Names shown when files are skipped.
@@ -150,7 +150,7 @@ def list_split(folder, class_names=None):
 
 
 def read_images(paths, size, progress=print):
-    """Decodes and resizes `paths` (see `tfformer.rundir.images`) in a
+    """Decodes and resizes `paths` (see `tfformer.preprocessing.images`) in a
     parallel tf.data pipeline.
 
     Returns:
@@ -159,7 +159,7 @@ def read_images(paths, size, progress=print):
     """
     import tensorflow as tf
 
-    from tfformer.rundir.images import decode_pixels
+    from tfformer.preprocessing.images import decode_pixels
 
     def load(index, path):
         return index, decode_pixels(tf.io.read_file(path), size)

@@ -53,7 +53,7 @@ def tfds_image_splits(
     name, *, size, image_key="image", label_key="label", data_dir=None
 ):
     """Labelled images of a tfds image-classification dataset, resized to
-    `size` (see `tfformer.rundir.images`).
+    `size` (see `tfformer.preprocessing.images`).
 
     Returns:
         ({"train": (uint8 pixels (n, size, size, 3), int32 labels), "test":
@@ -69,7 +69,7 @@ def tfds_image_splits(
     import tensorflow as tf
     import tensorflow_datasets as tfds
 
-    from tfformer.rundir.images import resize_pixels
+    from tfformer.preprocessing.images import resize_pixels
 
     builder = _builder(tfds, name, data_dir)
     features = builder.info.features

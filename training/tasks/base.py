@@ -12,7 +12,7 @@ from typing import Literal
 
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.validation import check_rate
-from tfformer.rundir.run import CONFIG, RunDirectory
+from tfformer.runs.directory import CONFIG, RunDirectory
 
 
 @dataclasses.dataclass
@@ -189,8 +189,8 @@ def token_compile_arguments(config):
     """Loss and metrics of the tasks that predict a token at every position:
     label-smoothed cross-entropy and accuracy over real (non-padding) tokens,
     and the real-token count behind tokens/s."""
-    from tfformer.training.fit.losses import MaskedSparseCategoricalCrossentropy
-    from tfformer.training.fit.metrics import MaskedAccuracy, RealTokens
+    from tfformer.training.losses import MaskedSparseCategoricalCrossentropy
+    from tfformer.training.metrics import MaskedAccuracy, RealTokens
 
     return {
         "loss": MaskedSparseCategoricalCrossentropy(
@@ -207,7 +207,7 @@ def initial_tokenizer(spec, directory, where):
     before anything is written."""
     import os
 
-    from tfformer.rundir.run import tokenizer_file
+    from tfformer.runs.directory import tokenizer_file
     from tfformer.training.text.vocabulary import load_tokenizer
 
     saved = directory and os.path.join(directory, tokenizer_file(spec.kind, "text"))
@@ -344,7 +344,7 @@ class Task:
     def save_preprocessing(self, config, data, run):
         """Writes the tokenizer files and the manifest into `run` (a
         `RunDirectory`)."""
-        from tfformer.rundir.run import tokenizer_file
+        from tfformer.runs.directory import tokenizer_file
 
         for role, tokenizer in data.tokenizers.items():
             tokenizer.save(run.file(tokenizer_file(config.data.tokenizer, role)))

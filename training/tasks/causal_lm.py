@@ -154,7 +154,7 @@ class CausalLMTask(Task):
         context that holds `data.max_length` (ValueError naming the key)."""
         import os
 
-        from tfformer.rundir.run import RunDirectory
+        from tfformer.runs.directory import RunDirectory
 
         path = os.path.abspath(config.model.init_from)
         where = f"model.init_from={config.model.init_from!r}"
@@ -444,7 +444,7 @@ def stream_text(tokenizer, prompt_ids, steps):
     is "it's"; "well" "-" then "known" is "well-known"); the rest comes at
     the end.
     """
-    from tfformer.rundir.text import ByteTokenizer
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
     from tfformer.training.tasks.base import Piece
 
     hold = 0 if isinstance(tokenizer, ByteTokenizer) else 2

@@ -3,7 +3,7 @@
 Data: a folder per class (`data.image_dir`: a folder or an archive, see
 `sources.image_folders`) or a tfds image dataset by name (`data.tfds_name`).
 Images are decoded and resized in TensorFlow ops shared with the exports
-(`tfformer.rundir.images`). Validation is carved from the training images
+(`tfformer.preprocessing.images`). Validation is carved from the training images
 with `data.seed`; test is the `test/` folder or split, else carved as well.
 Training augments with random crops, flips, and optionally mixup / cutmix
 (`image_pipeline`). The model takes raw pixel values and normalizes them
@@ -394,7 +394,7 @@ class ImageClassificationTask(Task):
         attention rollout maps of the first test images."""
         import numpy as np
 
-        from tfformer.training.fit.plots import plot_confusion_matrix
+        from tfformer.training.plots import plot_confusion_matrix
         from tfformer.training.tasks.text_classification import (
             classification_scores,
         )
@@ -526,7 +526,7 @@ def initial_vit(config):
     image_classification run whose sizes the config leaves unset (or
     equal), with a patch size that divides data.image_size. Loaded once per
     model file."""
-    from tfformer.rundir.run import RunDirectory
+    from tfformer.runs.directory import RunDirectory
 
     where = f"model.init_from={config.model.init_from!r}"
     try:
@@ -605,7 +605,7 @@ def read_image_files(paths, size):
     import numpy as np
     import tensorflow as tf
 
-    from tfformer.rundir.images import MAX_PIXELS, decode_pixels
+    from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels
 
     pixels = np.zeros((len(paths), size, size, 3), np.uint8)
     for i, path in enumerate(paths):

@@ -198,8 +198,8 @@ class MaskedLMTask(Task):
         arguments = token_compile_arguments(config)
         if not config.data.next_sentence_prediction:
             return arguments
-        from tfformer.training.fit.losses import NextSentenceLoss
-        from tfformer.training.fit.metrics import NextSentenceAccuracy
+        from tfformer.training.losses import NextSentenceLoss
+        from tfformer.training.metrics import NextSentenceAccuracy
 
         # Summed, as BERT's; Keras prefixes the metrics with the output names
         # (masked_lm_accuracy, next_sentence_accuracy).
@@ -368,7 +368,7 @@ def heldout_sentences(config_path):
 def check_mask_token(tokenizer, source=None):
     """The mask token must follow the reserved tokens (id 4): ids above it
     are the regular tokens that masking chooses and draws."""
-    from tfformer.rundir.text import RESERVED_TOKENS
+    from tfformer.preprocessing.text import RESERVED_TOKENS
 
     vocabulary = tokenizer.vocabulary
     if len(vocabulary) <= len(RESERVED_TOKENS) + 1 or (
@@ -385,7 +385,7 @@ def check_mask_token(tokenizer, source=None):
 def _saved_vocabulary(directory):
     import os
 
-    from tfformer.rundir.run import tokenizer_file
+    from tfformer.runs.directory import tokenizer_file
 
     return os.path.isfile(os.path.join(directory, tokenizer_file("wordpiece", "text")))
 
@@ -407,7 +407,7 @@ def masking_transform(tokenizer, data_config):
     at those positions (0 in unused slots)."""
     import tensorflow as tf
 
-    from tfformer.rundir.text import SUFFIX
+    from tfformer.preprocessing.text import SUFFIX
     from tfformer.training.text.masking import mask_tokens
 
     vocabulary = tokenizer.vocabulary

@@ -237,7 +237,7 @@ def plot_scatter(cosines, scores, path, results):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tfformer.rundir.files import atomic_path
+    from tfformer.runs.files import atomic_path
 
     figure, axis = plt.subplots(figsize=(5.5, 4.5))
     axis.scatter(scores, cosines, s=8, alpha=0.5)

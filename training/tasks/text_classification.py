@@ -193,7 +193,7 @@ class TextClassificationTask(Task):
         position table holds `data.max_length` (ValueError naming the key
         otherwise). The sizes are read from the model itself, so a
         classifier started from another classifier gets every layer."""
-        from tfformer.rundir.run import RunDirectory
+        from tfformer.runs.directory import RunDirectory
 
         path = os.path.abspath(config.model.init_from)
         where = f"model.init_from={config.model.init_from!r}"
@@ -379,7 +379,7 @@ class TextClassificationTask(Task):
 
         import numpy as np
 
-        from tfformer.training.fit.plots import plot_confusion_matrix
+        from tfformer.training.plots import plot_confusion_matrix
         from tfformer.training.sources.text_files import read_labelled_tsv
 
         run = self.load(run_dir, args.model)

@@ -6,9 +6,10 @@ import time
 
 import numpy as np
 
-from tfformer.rundir.bpe import ByteLevelBPETokenizer
-from tfformer.rundir.run import tokenizer_file
-from tfformer.rundir.text import ByteTokenizer, TokenIdTokenizer
+from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
+from tfformer.runs.directory import tokenizer_file
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 

@@ -11,14 +11,14 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from tfformer.rundir.files import atomic_write_text
-from tfformer.rundir.text import (
+from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
     bert_cleanup,
     join_punctuation,
     lower,
     special_token_ids,
 )
+from tfformer.runs.files import atomic_write_text
 
 
 class WordPieceTokenizer:

@@ -118,7 +118,7 @@ def test_greedy_choice_never_pads_where_the_floor_rounds_or_a_nan_appears(pad_id
 def test_no_search_sorts_under_xla_and_the_filters_sort_in_graphs():
     """XLA on CPU turns TopKV2 (which tf.sort also uses) into a sort of the
     whole vocabulary at every step: 45 of a 50 ms greedy step at batch 32
-    (`bench/decode_search.py`). Under XLA no search traces one: greedy,
+    (`bench/decoding_speed/decode_search.py`). Under XLA no search traces one: greedy,
     sampling, and the top-k and top-p filters (which bisect over the
     logits' bit patterns; their Bitcast shows that the check sees inside
     the loop). As a plain graph the filters sort, with TensorFlow's kernel."""

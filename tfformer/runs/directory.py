@@ -19,7 +19,7 @@ import dataclasses
 import json
 import os
 
-from tfformer.rundir.files import atomic_write_text
+from tfformer.runs.files import atomic_write_text
 
 FORMAT_VERSION = 1
 MANIFEST = "run.json"

@@ -8,11 +8,10 @@ import time
 
 import keras
 
-from tfformer.rundir.files import atomic_write_text
-from tfformer.rundir.run import RunDirectory
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.files import atomic_write_text
 from tfformer.training import pipeline
-from tfformer.training.config import Config
-from tfformer.training.fit.callbacks import (
+from tfformer.training.callbacks import (
     AveragedWeights,
     BestModel,
     ResumableBackup,
@@ -22,10 +21,15 @@ from tfformer.training.fit.callbacks import (
     restore_backup,
     save_target,
 )
-from tfformer.training.fit.multi_worker import multi_worker_fit
-from tfformer.training.fit.plots import plot_training_curves
-from tfformer.training.fit.schedule import TransformerSchedule, WarmupCosineSchedule
-from tfformer.training.fit.strategy import build_strategy, is_chief, is_multi_worker
+from tfformer.training.config import Config
+from tfformer.training.distribution.multi_worker import multi_worker_fit
+from tfformer.training.distribution.strategy import (
+    build_strategy,
+    is_chief,
+    is_multi_worker,
+)
+from tfformer.training.plots import plot_training_curves
+from tfformer.training.schedules import TransformerSchedule, WarmupCosineSchedule
 from tfformer.training.tasks import get_task
 
 # Variable names (substrings) that AdamW leaves undecayed.
@@ -351,7 +355,7 @@ def train(config, *, progress=print):
     """Trains `config` (a `Config`); returns a `TrainResult`.
 
     Writes into `config.train.output_dir` (a run directory, see
-    `tfformer.rundir.run`): the tokenizer files, `run.json`, `config.json`,
+    `tfformer.runs.directory`): the tokenizer files, `run.json`, `config.json`,
     `model.keras` (final), `best.keras` (lowest validation loss), `backup/`
     (for resuming), `logs/` (TensorBoard) and `metrics.json`. Re-running the
     same command after a crash resumes from the last backup.

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tfformer.rundir.run import RunDirectory, TokenizerSpec, tokenizer_file
+from tfformer.runs.directory import RunDirectory, TokenizerSpec, tokenizer_file
 
 
 def written(tmp_path, **settings):

@@ -13,7 +13,7 @@ import pytest
 
 from tests.testing import END_OF_TEXT as END
 from tests.testing import run_python, train_byte_level_bpe
-from tfformer.rundir.bpe import ByteLevelBPETokenizer, bytes_to_unicode
+from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer, bytes_to_unicode
 
 tokenizers = pytest.importorskip("tokenizers")
 

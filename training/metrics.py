@@ -56,6 +56,6 @@ class NextSentenceAccuracy(MaskedAccuracy):
     real rows."""
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        from tfformer.training.fit.losses import with_padding_class
+        from tfformer.training.losses import with_padding_class
 
         super().update_state(y_true, with_padding_class(y_pred), sample_weight)

@@ -5,7 +5,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tfformer.rundir.text import ByteTokenizer, join_punctuation  # noqa: E402
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer  # noqa: E402
+from tfformer.preprocessing.text import join_punctuation  # noqa: E402
 
 
 def test_byte_tokenizer_of_empty_strings_only():

@@ -26,8 +26,8 @@ import json
 
 import tensorflow as tf
 
-from tfformer.rundir.files import atomic_write_text
-from tfformer.rundir.text import read_tokenizer_json
+from tfformer.preprocessing.text import read_tokenizer_json
+from tfformer.runs.files import atomic_write_text
 
 # Unicode's White_Space, what Hugging Face's `\s` matches.
 WHITESPACE = (

@@ -14,7 +14,7 @@ import time
 
 import keras
 
-from tfformer.rundir.files import atomic_path, atomic_write_text
+from tfformer.runs.files import atomic_path, atomic_write_text
 
 BACKUP_WEIGHTS = "latest.weights.h5"
 BACKUP_STATE = "state.json"

@@ -6,7 +6,7 @@ import os
 
 import tensorflow as tf
 
-from tfformer.training.fit.multi_worker import require_private
+from tfformer.training.distribution.multi_worker import require_private
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 

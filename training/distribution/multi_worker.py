@@ -72,7 +72,7 @@ def private_api_error(what, problem, why):
     return RuntimeError(
         f"{what} {problem} in keras {keras.__version__} (tensorflow "
         f"{tf.__version__}). Training uses this private API to {why}; "
-        "training/fit/multi_worker.py must be updated for this version."
+        "training/distribution/multi_worker.py must be updated for this version."
     )
 
 

@@ -2,7 +2,7 @@
 
 import os
 
-from tfformer.rundir.files import atomic_path
+from tfformer.runs.files import atomic_path
 
 
 def plot_training_curves(report, path):
