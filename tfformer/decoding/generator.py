@@ -79,7 +79,8 @@ def greedy_choice(log_probs, pad_id):
     Two reductions rather than `ops.argmax` or `ops.top_k`: Keras's TF
     argmax adds a bitwise op (for -0.0) that TFLite has no builtin for, and
     XLA on CPU made `top_k(log_probs, 2)` cost 45 of a 50 ms step at batch
-    32 and vocabulary 8,000 (a sort of the row; `bench/decoding_speed/decode_search.py`).
+    32 and vocabulary 8,000 (a sort of the row;
+    `bench/decoding_speed/decode_search.py`).
     Padding is set 1 below the row's minimum rather than to NEG_INF, so the
     tensor keeps a data-sized range that a full-int8 export calibrates; and
     it is left out of the index step, so it is not chosen either where that
