@@ -267,3 +267,13 @@ def train_byte_level_bpe(vocab_size=400, add_prefix_space=False):
     )
     hf.train_from_iterator(corpus, trainer)
     return hf
+
+
+def transformer_blocks(model):
+    """Every Transformer block of a task model or backbone, encoder's first,
+    from the backbone's typed handles."""
+    backbone = getattr(model, "backbone", model)
+    return [
+        *getattr(backbone, "encoder_blocks", []),
+        *getattr(backbone, "decoder_blocks", []),
+    ]

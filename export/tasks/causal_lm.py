@@ -131,7 +131,7 @@ def read_run(run_dir, checkpoint="model.keras"):
         model=model,
         text=spec,
         context=context,
-        vocabulary_size=int(model.get_layer("decoder_embedding").vocabulary_size),
+        vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
         **special,
     )
 

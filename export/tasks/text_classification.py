@@ -88,21 +88,7 @@ def read_run(run_dir, checkpoint="model.keras"):
         max_length=int(run.setting("max_length")),
         labels=list(run.setting("labels")),
         pairs=bool(run.settings.get("pairs", False)),
-        vocabulary_size=int(model.get_layer("token_embedding").vocabulary_size),
-    )
-
-
-def encoder_outputs(model):
-    """A model of the classifier's inputs to its encoder's `sequence`
-    (the last block's output) and `pooled` (the pooler's) tensors."""
-    blocks = [
-        layer for layer in model.layers if layer.name.startswith("encoder_block_")
-    ]
-    if not blocks:
-        raise ValueError(f"{model.name} has no encoder_block_* layers.")
-    return keras.Model(
-        model.input,
-        {"sequence": blocks[-1].output, "pooled": model.get_layer("pooler").output},
+        vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
     )
 
 
@@ -201,7 +187,8 @@ class ClassifierGraph(BertInputs):
             run.text, run.max_length, run.vocabulary_size, character_classes
         )
         self.model = run.model
-        self.encoder_outputs = encoder_outputs(run.model)
+        # The BertBackbone: `sequence_output` and `pooled_output`.
+        self.encoder = run.model.backbone
         self.pairs = run.pairs
         self.labels = tf.constant(run.labels)
         self.settings = {
@@ -234,12 +221,12 @@ class ClassifierGraph(BertInputs):
 
     def embed(self, text, text_b=None):
         inputs, counts, truncated = self._inputs(text, text_b)
-        out = self.encoder_outputs(inputs, training=False)
+        out = self.encoder(inputs, training=False)
         real = tf.cast(inputs["token_ids"] != 0, tf.float32)[..., None]
-        sequence = tf.cast(out["sequence"], tf.float32)
+        sequence = tf.cast(out["sequence_output"], tf.float32)
         mean = tf.reduce_sum(sequence * real, axis=1) / tf.reduce_sum(real, axis=1)
         return {
-            "embedding": tf.cast(out["pooled"], tf.float32),
+            "embedding": tf.cast(out["pooled_output"], tf.float32),
             "mean_embedding": tf.math.l2_normalize(mean, axis=-1),
             "num_tokens": counts,
             "truncated": truncated,
@@ -252,7 +239,6 @@ class ClassifierGraph(BertInputs):
     def write(self, path):
         archive = keras.export.ExportArchive()
         archive.track(self.model)
-        archive.track(self.encoder_outputs)
         archive.track(self.tokenizer)
         inputs = [tf.TensorSpec([None], tf.string, name="text")]
         if self.pairs:
@@ -303,7 +289,7 @@ class TextClassificationExporter:
         archive = keras.export.ExportArchive()
         archive.track(run.model)
 
-        segments = run.model.get_layer("segment_embedding").input_dim
+        segments = run.model.backbone.num_segments
 
         unk_id = special_ids(run.text, "unk")[0]
 

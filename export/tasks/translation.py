@@ -93,11 +93,6 @@ def read_run(run_dir, checkpoint="model.keras"):
     source, target = run.tokenizer("source"), run.tokenizer("target")
     length = int(run.setting("max_length"))
     model = run.load_model(checkpoint)
-    names = {layer.name for layer in model.layers}
-    # Models that share one embedding have no separate encoder embedding.
-    source_embedding = model.get_layer(
-        "encoder_embedding" if "encoder_embedding" in names else "decoder_embedding"
-    )
     return TranslationRun(
         directory=run.path,
         model=model,
@@ -105,8 +100,8 @@ def read_run(run_dir, checkpoint="model.keras"):
         target=target,
         source_length=length,
         max_length=length,
-        source_vocabulary_size=int(source_embedding.vocabulary_size),
-        vocabulary_size=int(model.get_layer("decoder_embedding").vocabulary_size),
+        source_vocabulary_size=int(model.backbone.encoder_vocabulary_size),
+        vocabulary_size=int(model.backbone.decoder_vocabulary_size),
     )
 
 

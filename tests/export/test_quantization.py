@@ -66,7 +66,7 @@ def full_int8_model(run_dir, tmp_path_factory):
 
 def test_int8_stores_each_weight_matrix_once(run_dir, int8_model):
     model = read_run(run_dir).model
-    tied = model.get_layer("decoder_embedding")
+    tied = model.backbone.decoder_embedding
     assert tied.tie_weights  # the output projection reads this embedding
     embedding_shape = tuple(tied.token_embeddings.shape)
     stored = constant_buffers(int8_model, "INT8").values()

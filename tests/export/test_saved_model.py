@@ -84,7 +84,7 @@ def test_logits_and_ids_equal_keras(run_dir, loaded):
     run = TASK.load(run_dir)
     model, source = run.model, run.tokenizers["source"]
     rng = np.random.default_rng(0)
-    vocabulary = model.get_layer("encoder_embedding").vocabulary_size
+    vocabulary = model.backbone.encoder_embedding.vocabulary_size
     encoder = rng.integers(4, vocabulary, (3, 32)).astype("int32")
     encoder[1, 20:] = 0
     decoder = rng.integers(4, 50, (3, 7)).astype("int32")

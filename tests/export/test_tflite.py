@@ -77,7 +77,7 @@ def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
 def test_logits_equal_keras_and_saved_model(run_dir, tmp_path):
     run = read_run(run_dir)
     rng = np.random.default_rng(0)
-    source_vocabulary = run.model.get_layer("encoder_embedding").vocabulary_size
+    source_vocabulary = run.model.backbone.encoder_vocabulary_size
     encoder = rng.integers(4, source_vocabulary, (1, 32)).astype("int32")
     encoder[0, 12:] = 0
     decoder = rng.integers(4, run.vocabulary_size, (1, 9)).astype("int32")

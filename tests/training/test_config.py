@@ -6,6 +6,7 @@ import types
 import keras
 import pytest
 
+from tests.testing import transformer_blocks
 from tfformer.training.commands.train import main
 from tfformer.training.config import Config, config_from_dict, load_config
 
@@ -80,8 +81,8 @@ def test_activation_dropout_reaches_the_models_blocks():
     for overrides, want in ((["model.activation_dropout=0.0"], 0.0), ([], 0.1)):
         config = load_config(overrides=["model.dropout=0.1", *overrides])
         model = task.build_model(config, data)
-        blocks = [layer for layer in model.layers if "_block_" in layer.name]
-        assert {block.ffn.dropout for block in blocks} == {want}
+        blocks = transformer_blocks(model)
+        assert blocks and {block.ffn.dropout for block in blocks} == {want}
 
 
 @pytest.mark.parametrize(
@@ -149,7 +150,7 @@ def test_activation_dropout_reaches_the_models_blocks():
                 "data": {"text_path": "x"},
             },
             ValueError,
-            r"task 'causal_lm' needs a gpt_decoder preset.*transformer_tiny",
+            r"task 'causal_lm' needs a GPTBackbone preset.*transformer_tiny",
         ),
         (
             {"train": {"time_budget_minutes": -1}},
@@ -220,7 +221,7 @@ def test_activation_reaches_the_models_blocks():
     ):
         config = load_config(overrides=[*base, *overrides])
         model = task.build_model(config, data)
-        blocks = [layer for layer in model.layers if "_block_" in layer.name]
+        blocks = transformer_blocks(model)
         assert blocks and {block.ffn.activation for block in blocks} == {want}
 
 

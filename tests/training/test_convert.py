@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.testing import transformer_blocks
 from tfformer.training.commands import convert as convert_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
@@ -348,23 +349,29 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     model = task.build_model(config, data)
     # The config's dropout, BERT's placement: no FFN hidden dropout (the
     # converted run records 0.0) unless model.activation_dropout is set.
-    blocks = [la for la in model.layers if la.name.startswith("encoder_block")]
+    blocks = transformer_blocks(model)
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.0)}
     config.model.activation_dropout = 0.05
     again = task.build_model(config, data)
-    blocks = [la for la in again.layers if la.name.startswith("encoder_block")]
+    blocks = transformer_blocks(again)
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.05)}
     config.model.activation_dropout = None
     loaded = get_task("sentence_embedding").load(run)
     assert loaded.config.model.activation_dropout == 0.0  # the run's config too
-    source = loaded.model
-    for name in ("token_embedding", "encoder_block_1", "pooler"):
-        for mine, theirs in zip(
-            model.get_layer(name).get_weights(),
-            source.get_layer(name).get_weights(),
+    mine, theirs = model.backbone, loaded.model.backbone
+    for part in ("token_embedding", "pooler"):
+        for a, b in zip(
+            getattr(mine, part).get_weights(),
+            getattr(theirs, part).get_weights(),
             strict=True,
         ):
-            np.testing.assert_array_equal(mine, theirs)
+            np.testing.assert_array_equal(a, b)
+    for a, b in zip(
+        mine.encoder_blocks[1].get_weights(),
+        theirs.encoder_blocks[1].get_weights(),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(a, b)
     train(config, progress=lambda *_: None)
     manifest = json.loads((tmp_path / "classifier" / "run.json").read_text())
     assert manifest["tokenizers"]["text"]["special_tokens"]["start"] == "[CLS]"

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.testing import END_OF_TEXT, train_byte_level_bpe
+from tests.testing import END_OF_TEXT, train_byte_level_bpe, transformer_blocks
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
@@ -145,8 +145,8 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     loaded = get_task("causal_lm").load(run)
-    assert loaded.model.get_layer("decoder_norm").epsilon == 1e-6
-    block = loaded.model.get_layer("decoder_block_0")
+    assert loaded.model.backbone.final_norm.epsilon == 1e-6
+    block = loaded.model.backbone.decoder_blocks[0]
     assert block.ffn.activation.__name__ == "gelu"  # exact, as configured
     # GPT-2 has no dropout on the MLP's hidden activations: recorded, so
     # that fine-tuning keeps it (in the model and in the run's config).
@@ -553,7 +553,7 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
         tmp_path, run, "model.dropout=0.5", "model.activation_dropout=0.25"
     )
     data = task.prepare(config, task.raw_splits(config.data), None, quiet)
-    blocks = [la for la in task.build_model(config, data).layers if "block" in la.name]
+    blocks = transformer_blocks(task.build_model(config, data))
     assert blocks and {block.ffn.dropout for block in blocks} == {0.25}
     config = fine_tuning_config(tmp_path, run, "model.dropout=0.5")
     data = task.prepare(config, task.raw_splits(config.data), None, quiet)
@@ -567,11 +567,12 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     )
     rates = {
         layer.name: layer.get_config().get("rate", layer.get_config().get("dropout"))
-        for layer in model.layers
+        for layer in model.backbone.layers
         if "dropout" in layer.name or "block" in layer.name
     }
-    assert rates and set(rates.values()) == {0.5}, rates
-    blocks = [layer for layer in model.layers if "block" in layer.name]
+    assert len(rates) == 1 + model.backbone.num_layers
+    assert set(rates.values()) == {0.5}, rates
+    blocks = transformer_blocks(model)
     assert {block.ffn.dropout for block in blocks} == {0.0}
     noisy = np.asarray(model({"token_ids": ids}, training=True))
     assert np.abs(noisy - np.asarray(model({"token_ids": ids}))).max() > 1e-3

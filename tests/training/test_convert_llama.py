@@ -115,7 +115,8 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
     np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-5)
     np.testing.assert_array_equal(ours[..., 0], -1e4)  # padding
     # Grouped-query attention: 2 key/value heads for 4 query heads.
-    attention = model.get_layer("decoder_block_0").self_attention
+    assert type(model.backbone).__name__ == "LlamaBackbone"
+    attention = model.backbone.decoder_blocks[0].self_attention
     assert tuple(attention.key_dense.kernel.shape) == (16, 8)
 
 
@@ -132,8 +133,9 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
     loaded = get_task("causal_lm").load(run)
-    assert loaded.model.get_layer("decoder_norm").epsilon == 1e-5
-    block = loaded.model.get_layer("decoder_block_1")
+    assert loaded.model.backbone.final_norm.epsilon == 1e-5
+    assert loaded.model.backbone.rope_max_wavelength == 500.0
+    block = loaded.model.backbone.decoder_blocks[1]
     assert block.rotary_max_wavelength == 500.0 and block.normalization == "rms"
     assert block.activation_dropout == 0.0  # Llama's MLP has no dropout
     assert loaded.config.model.activation_dropout == 0.0

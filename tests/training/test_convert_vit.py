@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tests import numpy_reference as ref
+from tests.testing import transformer_blocks
 from tests.training.test_image_classification import COLOURS, colour_images
 from tests.training.test_image_data import write_image
 from tfformer.training.commands import predict as predict_cli
@@ -151,9 +152,10 @@ def test_logits_and_hidden_states_equal_keras_hub(tmp_path):
     np.testing.assert_allclose(
         model(pixels), reference(hugging_face_pixels(pixels)), atol=1e-5
     )
-    hidden = keras.Model(model.inputs, model.get_layer("encoder_norm").output)
     np.testing.assert_allclose(
-        hidden(pixels), reference.backbone(hugging_face_pixels(pixels)), atol=1e-5
+        model.backbone(pixels),
+        reference.backbone(hugging_face_pixels(pixels)),
+        atol=1e-5,
     )
 
 
@@ -247,12 +249,12 @@ def test_the_run_keeps_the_checkpoints_settings(converted):
     assert manifest["task"] == "image_classification"
     assert manifest["settings"] == {"image_size": 8, "labels": LABELS}
     model = get_task("image_classification").load(run).model
-    norm = model.get_layer("pixel_normalization")
+    norm = model.backbone.pixel_normalization
     np.testing.assert_allclose(np.ravel(norm.mean), 255 * np.array(MEAN), rtol=1e-6)
     np.testing.assert_allclose(
         np.ravel(norm.variance), (255 * np.array(STD)) ** 2, rtol=1e-6
     )
-    assert model.get_layer("encoder_norm").epsilon == 1e-6
+    assert model.backbone.encoder_norm.epsilon == 1e-6
 
 
 def test_hugging_face_defaults_and_repeated_labels(tmp_path):
@@ -272,10 +274,10 @@ def test_hugging_face_defaults_and_repeated_labels(tmp_path):
     loaded = get_task("image_classification").load(run)
     assert loaded.directory.setting("labels") == ["crane", "dog", "crane (2)", "cat"]
     assert any("crane (2)" in line for line in said)
-    norm = loaded.model.get_layer("pixel_normalization")
+    norm = loaded.model.backbone.pixel_normalization
     np.testing.assert_allclose(np.ravel(norm.mean), [127.5] * 3)
     np.testing.assert_allclose(np.ravel(norm.variance), [127.5**2] * 3)
-    assert loaded.model.get_layer("encoder_norm").epsilon == 1e-12
+    assert loaded.model.backbone.encoder_norm.epsilon == 1e-12
 
 
 def test_predict_reads_image_files(converted, capsys):
@@ -369,25 +371,22 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
         "model.activation=gelu",  # the source's: accepted
     )
     model = initialized_vit(config, len(COLOURS))
-    blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
+    blocks = transformer_blocks(model)
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.0, 0.05)}
     # Unset, the hidden rate is the converted source's: HF's ViT has none.
     unset = initialized_vit(finetune_config(root, run, "model.dropout=0.1"), 3)
-    blocks = [layer for layer in unset.layers if "encoder_block" in layer.name]
+    blocks = transformer_blocks(unset)
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.0)}
     # Every layer but the head and the position table is the source's.
-    for layer in model.layers:
-        if layer.weights and layer.name not in ("head", "patch_embedding"):
-            for mine, theirs in zip(
-                layer.get_weights(),
-                source.get_layer(layer.name).get_weights(),
-                strict=True,
-            ):
-                np.testing.assert_array_equal(mine, theirs)
-    patches, theirs = (
-        model.get_layer("patch_embedding"),
-        source.get_layer("patch_embedding"),
-    )
+    mine, their = model.backbone, source.backbone
+    for layer, theirs in (
+        (mine.pixel_normalization, their.pixel_normalization),
+        (mine.encoder_norm, their.encoder_norm),
+        *zip(mine.encoder_blocks, their.encoder_blocks, strict=True),
+    ):
+        for a, b in zip(layer.get_weights(), theirs.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    patches, theirs = mine.patch_embedding, their.patch_embedding
     np.testing.assert_array_equal(patches.projection.kernel, theirs.projection.kernel)
     np.testing.assert_allclose(
         patches.position_embeddings,
@@ -395,7 +394,7 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
         rtol=1e-6,
     )
     assert model.output_shape == (None, 3)
-    assert np.ravel(model.get_layer("pixel_normalization").mean) == pytest.approx(
+    assert np.ravel(model.backbone.pixel_normalization.mean) == pytest.approx(
         255 * np.array(MEAN)
     )
     said = []

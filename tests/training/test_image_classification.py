@@ -85,7 +85,7 @@ def test_training_learns_the_colours(trained):
     assert settings["image_size"] == 16 and settings["labels"] == list(COLOURS)
     assert len(settings["test_split_fingerprint"]) == 16
     # The model normalizes raw pixels with the training images' statistics.
-    norm = result.model.get_layer("pixel_normalization")
+    norm = result.model.backbone.pixel_normalization
     pixels = result.data.examples["train"].features["images"].reshape(-1, 3)
     np.testing.assert_allclose(np.ravel(norm.mean), pixels.mean(0), rtol=1e-5)
     np.testing.assert_allclose(np.ravel(norm.variance), pixels.var(0), rtol=1e-4)
@@ -152,8 +152,8 @@ def test_attention_scores_of_a_block_match_numpy():
         intermediate_dim=32,
     )
     images = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype("float32")
-    tokens = np.asarray(model.get_layer("patch_embedding")(images))
-    block = model.get_layer("encoder_block_0")
+    tokens = np.asarray(model.backbone.patch_embedding(images))
+    block = model.backbone.encoder_blocks[0]
     (weights,) = vit_attention(model, images)
     np.testing.assert_allclose(
         np.asarray(block(tokens)),
@@ -192,11 +192,10 @@ def test_rollout_against_hand_computed_products():
     images = np.random.default_rng(2).normal(size=(3, 8, 8, 3)).astype("float32")
     maps = attention_rollout(model, images)
     assert maps.shape == (3, 2, 2)
-    x = np.asarray(model.get_layer("patch_embedding")(images))
+    x = np.asarray(model.backbone.patch_embedding(images))
     everywhere = np.ones((3, 5), bool)
     result = np.broadcast_to(np.eye(5), (3, 5, 5))
-    for name in ("encoder_block_0", "encoder_block_1"):
-        block = model.get_layer(name)
+    for block in model.backbone.encoder_blocks:
         normed = ref.layer_norm(x, *norm_weights(block.self_attention_norm))
         weights = reference_attention(block.self_attention, normed, normed)[1]
         mixed = 0.5 * weights.mean(1) + 0.5 * np.eye(5)

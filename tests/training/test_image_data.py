@@ -236,7 +236,7 @@ def test_tfds_images_and_label_names_offline(tmp_path):
         ("data.mixup_alpha=-1", r"data.mixup_alpha must be >= 0"),
         ("data.tfds_name=mnist", r"exactly one"),
         ("data.holdout_fraction=0.6", r"holdout_fraction must be in"),
-        ("model.preset=bert_tiny", r"needs a vit preset"),
+        ("model.preset=bert_tiny", r"needs a ViTBackbone preset"),
     ],
 )
 def test_config_errors_name_the_key(override, message):

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+from tests.testing import transformer_blocks
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.commands import train as train_cli
@@ -159,25 +160,27 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     model = build_model(config, data)
     source = RunDirectory(run).load_model()
     copied = 0
-    for layer in model.layers:
-        if not layer.weights or layer.name in ("classifier", "pooler"):
-            continue
-        for mine, theirs in zip(
-            layer.get_weights(), source.get_layer(layer.name).get_weights(), strict=True
-        ):
-            np.testing.assert_array_equal(mine, theirs)
+    mine, their = model.backbone, source.backbone
+    for layer, theirs in (
+        (mine.token_embedding, their.token_embedding),
+        (mine.segment_embedding, their.segment_embedding),
+        (mine.embeddings_norm, their.embeddings_norm),
+        *zip(mine.encoder_blocks, their.encoder_blocks, strict=True),
+    ):
+        for a, b in zip(layer.get_weights(), theirs.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
             copied += 1
     # Embeddings (3 tables + norm), 3 blocks, and nothing silently skipped.
     assert copied >= 5 + 3 * 12
-    assert model.get_layer("encoder_block_2").count_params() > 0
-    blocks = [layer for layer in model.layers if "encoder_block" in layer.name]
+    # Masked-LM pre-training never trains the pooler: it starts fresh.
+    assert not np.allclose(mine.pooler.kernel, their.pooler.kernel)
+    blocks = transformer_blocks(model)
+    assert len(blocks) == 3
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.0)}
     # Unset, the hidden rate follows model.dropout: the source (trained with
     # the default) records None, not a rate of its own.
     config.model.activation_dropout = None
-    blocks = [
-        la for la in build_model(config, data).layers if "encoder_block" in la.name
-    ]
+    blocks = transformer_blocks(build_model(config, data))
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.1, 0.1)}
     config.model.activation_dropout = 0.0
 
@@ -288,14 +291,15 @@ def test_a_classifier_started_from_a_fine_tuned_classifier_gets_every_layer(
     data = build_dataset(config, None, progress=lambda *_: None)
     model = build_model(config, data)
     source = RunDirectory(str(first / "run")).load_model()
-    for name in ("encoder_block_0", "encoder_block_2", "pooler"):
-        for mine, theirs in zip(
-            model.get_layer(name).get_weights(),
-            source.get_layer(name).get_weights(),
-            strict=True,
-        ):
-            np.testing.assert_array_equal(mine, theirs)
-    assert len([la for la in model.layers if la.name.startswith("encoder_block")]) == 3
+    mine, their = model.backbone, source.backbone
+    for layer, theirs in (
+        (mine.encoder_blocks[0], their.encoder_blocks[0]),
+        (mine.encoder_blocks[2], their.encoder_blocks[2]),
+        (mine.pooler, their.pooler),
+    ):
+        for a, b in zip(layer.get_weights(), theirs.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert len(transformer_blocks(model)) == 3
 
 
 # -- next-sentence prediction ------------------------------------------------
@@ -450,8 +454,8 @@ def test_a_classifier_from_a_next_sentence_run_keeps_the_trained_pooler(
     model = build_model(config, build_dataset(config, None, progress=lambda *_: None))
     source = RunDirectory(run).load_model()
     for mine, theirs in zip(
-        model.get_layer("pooler").get_weights(),
-        source.get_layer("pooler").get_weights(),
+        model.backbone.pooler.get_weights(),
+        source.backbone.pooler.get_weights(),
         strict=True,
     ):
         np.testing.assert_array_equal(mine, theirs)

@@ -124,7 +124,7 @@ def test_bert_classifier_on_labelled_sentences(tmp_path, capsys):
             "train.epochs=5",
             "train.steps_per_epoch=8",
             "train.warmup_steps=10",
-            "train.learning_rate_scale=0.3",
+            "train.learning_rate_scale=1.0",
             f"train.output_dir={tmp_path / 'run'}",
         ]
     )
@@ -132,7 +132,8 @@ def test_bert_classifier_on_labelled_sentences(tmp_path, capsys):
     assert (tmp_path / "run" / "text_vocab.txt").is_file()
     assert result.data.num_classes == 2
     # The class is one word at the end of the sentence: learnable in 40 steps
-    # (this setting reached 1.0 with seeds 0, 1 and 2).
+    # (this setting reached 1.0 with train.seed 0 to 5; at a learning-rate
+    # scale of 0.3 one seed in four stayed at chance).
     assert result.metrics["val_accuracy"] > 0.8
 
     run = str(tmp_path / "run")

@@ -169,8 +169,7 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
     assert np.isfinite(result.metrics["loss"])
     assert result.model.dtype_policy.name == precision
     assert (
-        result.model.get_layer("decoder_block_0").compute_dtype
-        == precision.split("_")[1]
+        result.model.backbone.decoder_blocks[0].compute_dtype == precision.split("_")[1]
     )
     if precision == "mixed_float16":
         assert isinstance(result.model.optimizer, keras.optimizers.LossScaleOptimizer)
@@ -224,7 +223,7 @@ def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
 
     with pytest.raises(ValueError, match=r"model\.preset must be one of"):
         run("model.preset=transformer_huge")
-    with pytest.raises(ValueError, match="needs a transformer_seq2seq preset"):
+    with pytest.raises(ValueError, match="needs a Seq2SeqBackbone preset"):
         run("model.preset=bert_tiny")
     with pytest.raises(
         ValueError, match=r"batch_size \(15\) must divide evenly over 2"
@@ -258,7 +257,7 @@ def test_weight_averaging_and_embedding_options_reach_the_saved_model(tmp_path):
     result = train(config, progress=lambda *_: None)
     out = config.train.output_dir
     saved = keras.saving.load_model(os.path.join(out, "model.keras"))
-    embedding = saved.get_layer("decoder_embedding")
+    embedding = saved.backbone.decoder_embedding
     assert embedding.position == "learned"
     assert embedding.scale_embeddings is False
     assert embedding.tie_weights is False

@@ -2,16 +2,15 @@
 
 from keras import ops
 
-
-def _numbered_layers(model, prefix):
-    """The layers `{prefix}0`, `{prefix}1`, ... of `model`, in that order."""
-    numbered = [layer for layer in model.layers if layer.name.startswith(prefix)]
-    return sorted(numbered, key=lambda layer: int(layer.name[len(prefix) :]))
+from tfformer.models.backbone import Backbone
+from tfformer.models.gpt_backbone import GPTBackbone
+from tfformer.models.seq2seq_backbone import Seq2SeqBackbone
 
 
 class CachedDecoder:
-    """Runs the decoder of a `transformer_seq2seq` or `gpt_decoder` one step at
-    a time, reusing cached keys and values instead of re-running the prefix.
+    """Runs the decoder of a `Seq2SeqLM` or `CausalLM` (or of their
+    backbones) one step at a time, reusing cached keys and values instead of
+    re-running the prefix.
 
     Shapes are static: the self-attention cache is a tuple with one
     `(batch, 2, kv_heads, max_length, key_dim)` tensor per layer, updated at
@@ -23,8 +22,8 @@ class CachedDecoder:
     for reuse.
 
     Args:
-        model: a model built by `transformer_seq2seq` or `gpt_decoder` (the
-            layers are found by name).
+        model: a `Seq2SeqLM`, `CausalLM`, `Seq2SeqBackbone` or
+            `GPTBackbone` (its parts are the backbone's typed handles).
 
     Example:
     >>> decoder = CachedDecoder(model)
@@ -34,29 +33,28 @@ class CachedDecoder:
     """
 
     def __init__(self, model):
-        names = {layer.name for layer in model.layers}
-        if "decoder_embedding" not in names:
+        backbone = (
+            model if isinstance(model, Backbone) else getattr(model, "backbone", None)
+        )
+        if not isinstance(backbone, Seq2SeqBackbone | GPTBackbone):
             raise ValueError(
-                "model must come from transformer_seq2seq or gpt_decoder (no "
-                f"'decoder_embedding' layer). Received: model={model.name!r}"
+                "model must be a Seq2SeqLM or CausalLM (or their backbone). "
+                f"Received: model={getattr(model, 'name', model)!r} "
+                f"({type(model).__name__})"
             )
         self.model = model
-        self.embedding = model.get_layer("decoder_embedding")
-        self.blocks = _numbered_layers(model, "decoder_block_")
-        self.final_norm = (
-            model.get_layer("decoder_norm") if "decoder_norm" in names else None
-        )
-        self.is_seq2seq = "encoder_block_0" in names
+        self.backbone = backbone
+        self.is_seq2seq = isinstance(backbone, Seq2SeqBackbone)
         if self.is_seq2seq:
-            self.encoder_embedding = model.get_layer(
-                "encoder_embedding"
-                if "encoder_embedding" in names
-                else "decoder_embedding"
-            )
-            self.encoder_blocks = _numbered_layers(model, "encoder_block_")
-            self.encoder_norm = (
-                model.get_layer("encoder_norm") if "encoder_norm" in names else None
-            )
+            self.embedding = backbone.decoder_embedding
+            self.final_norm = backbone.decoder_norm
+            self.encoder_embedding = backbone.encoder_embedding
+            self.encoder_blocks = list(backbone.encoder_blocks)
+            self.encoder_norm = backbone.encoder_norm
+        else:
+            self.embedding = backbone.token_embedding
+            self.final_norm = backbone.final_norm
+        self.blocks = list(backbone.decoder_blocks)
 
     def encode(self, encoder_token_ids):
         """Encoder output and its padding mask, computed once per source."""

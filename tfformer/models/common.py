@@ -1,36 +1,50 @@
-"""Pieces the model builders share: argument checks and the block stacks."""
+"""Pieces the backbones share: the block stacks and the final norm of a
+pre-norm stack, each returning the layers it made so a backbone can keep
+typed handles to them.
 
-import keras
+Each layer is created right before it is first called, so the initial
+weights are drawn in graph order: a backbone built with a seed has the
+weights tfformer's models always had with that seed.
+"""
 
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.rms_normalization import RMSNormalization
 from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
-
-def float32_logits(x, name="logits"):
-    """Logits in float32 whatever the dtype policy, for a stable softmax/loss."""
-    return keras.layers.Activation("linear", dtype="float32", name=name)(x)
+NORMALIZATIONS = {"layer": LayerNormalization, "rms": RMSNormalization}
 
 
-def final_norm(x, normalize_first, epsilon, name, normalization="layer"):
-    """Pre-norm stacks end with a LayerNorm (or an RMSNorm); post-norm ones
-    already did."""
+def apply_final_norm(x, normalize_first, epsilon, name, dtype, normalization="layer"):
+    """`(x, norm)`: a pre-norm stack ends with a norm; a post-norm one
+    already did (`norm` is None and `x` unchanged)."""
     if not normalize_first:
-        return x
-    kind = RMSNormalization if normalization == "rms" else LayerNormalization
-    return kind(epsilon=epsilon, name=name)(x)
+        return x, None
+    norm = NORMALIZATIONS[normalization](epsilon=epsilon, name=name, dtype=dtype)
+    return norm(x), norm
 
 
-def encoder_stack(x, num_layers, padding_mask=None, **block_kwargs):
+def encoder_stack(x, num_layers, dtype, padding_mask=None, **block_kwargs):
+    """`(x, blocks)`: `x` through `num_layers` encoder blocks named
+    `encoder_block_{i}`."""
+    blocks = []
     for i in range(num_layers):
-        block = TransformerEncoderBlock(name=f"encoder_block_{i}", **block_kwargs)
+        block = TransformerEncoderBlock(
+            name=f"encoder_block_{i}", dtype=dtype, **block_kwargs
+        )
         x = block(x) if padding_mask is None else block(x, padding_mask=padding_mask)
-    return x
+        blocks.append(block)
+    return x, blocks
 
 
-def decoder_stack(x, num_layers, encoder_outputs=None, **block_kwargs):
+def decoder_stack(x, num_layers, dtype, encoder_outputs=None, **block_kwargs):
+    """`(x, blocks)`: `x` through `num_layers` decoder blocks named
+    `decoder_block_{i}` (attending to `encoder_outputs` when given)."""
+    blocks = []
     for i in range(num_layers):
-        block = TransformerDecoderBlock(name=f"decoder_block_{i}", **block_kwargs)
+        block = TransformerDecoderBlock(
+            name=f"decoder_block_{i}", dtype=dtype, **block_kwargs
+        )
         x = block(x) if encoder_outputs is None else block(x, encoder_outputs)
-    return x
+        blocks.append(block)
+    return x, blocks

@@ -200,9 +200,13 @@ class RunDirectory:
         return path
 
     def load_model(self, checkpoint="model.keras"):
-        """The Keras model in `checkpoint` (uncompiled)."""
+        """The task model in `checkpoint` (uncompiled): a
+        `tfformer.models.TaskModel`. A model saved before tfformer's
+        backbones (a plain functional model) is rebuilt as one with its
+        weights (`tfformer.models.upgrade_legacy_model`)."""
         import keras
 
-        import tfformer.layers  # noqa: F401  (registers the layers load_model needs)
+        from tfformer.models import upgrade_legacy_model
 
-        return keras.saving.load_model(self.checkpoint_path(checkpoint), compile=False)
+        model = keras.saving.load_model(self.checkpoint_path(checkpoint), compile=False)
+        return upgrade_legacy_model(model)

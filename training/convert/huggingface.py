@@ -335,7 +335,7 @@ def linear(dense, weights, name, shape_out_in):
 def load_bert_encoder(encoder, weights, sizes):
     """Copies a Hugging Face BERT's tensors into a `bert_encoder`."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
-    tokens = encoder.get_layer("token_embedding")
+    tokens = encoder.token_embedding
     assign(
         tokens.token_embeddings,
         weights("embeddings.word_embeddings.weight", (sizes["vocabulary_size"], d)),
@@ -350,13 +350,12 @@ def load_bert_encoder(encoder, weights, sizes):
         "embeddings.position_embeddings.weight",
     )
     assign(
-        encoder.get_layer("segment_embedding").embeddings,
+        encoder.segment_embedding.embeddings,
         weights("embeddings.token_type_embeddings.weight", (sizes["num_segments"], d)),
         "embeddings.token_type_embeddings.weight",
     )
-    bert_norm(encoder.get_layer("embeddings_norm"), weights, "embeddings.LayerNorm", d)
-    for i in range(sizes["num_layers"]):
-        block = encoder.get_layer(f"encoder_block_{i}")
+    bert_norm(encoder.embeddings_norm, weights, "embeddings.LayerNorm", d)
+    for i, block in enumerate(encoder.encoder_blocks):
         attention = block.self_attention
         layer = f"encoder.layer.{i}"
         for part, dense in (
@@ -383,7 +382,7 @@ def load_bert_encoder(encoder, weights, sizes):
         linear(block.ffn.output_dense, weights, f"{layer}.output.dense", (d, inner))
         bert_norm(block.ffn_norm, weights, f"{layer}.output.LayerNorm", d)
     if weights.has("pooler.dense.weight"):
-        linear(encoder.get_layer("pooler"), weights, "pooler.dense", (d, d))
+        linear(encoder.pooler, weights, "pooler.dense", (d, d))
         return []
     return ["pooler"]
 
@@ -601,7 +600,7 @@ def convert_bert_classifier(source, config, sizes, staging, progress):
         )
     model = bert_classifier(encoder, len(labels), dropout=0.0)
     shape = (len(labels), sizes["hidden_dim"])
-    linear(model.get_layer("classifier"), Weights(checkpoint, ""), "classifier", shape)
+    linear(model.head, Weights(checkpoint, ""), "classifier", shape)
     refuse_unused(
         source, [n for n in checkpoint.unused() if not n.endswith("position_ids")]
     )
@@ -776,10 +775,10 @@ def vit_pixel_statistics(source):
 
 
 def load_vit(model, weights, sizes, num_classes):
-    """Copies a Hugging Face ViT's tensors into a `vit` model."""
+    """Copies a Hugging Face ViT's tensors into an `ImageClassifier`."""
     d, inner, p = sizes["hidden_dim"], sizes["intermediate_dim"], sizes["patch_size"]
     tokens = (sizes["image_size"] // p) ** 2 + 1
-    patches = model.get_layer("patch_embedding")
+    patches = model.backbone.patch_embedding
     name = "embeddings.patch_embeddings.projection"
     assign(
         patches.projection.kernel,
@@ -797,8 +796,7 @@ def load_vit(model, weights, sizes, num_classes):
         weights("embeddings.position_embeddings", (1, tokens, d)),
         "embeddings.position_embeddings",
     )
-    for i in range(sizes["num_layers"]):
-        block = model.get_layer(f"encoder_block_{i}")
+    for i, block in enumerate(model.backbone.encoder_blocks):
         attention = block.self_attention
         layer = f"encoder.layer.{i}"
         for part, dense in (
@@ -824,9 +822,9 @@ def load_vit(model, weights, sizes, num_classes):
         )
         linear(block.ffn.output_dense, weights, f"{layer}.output.dense", (d, inner))
         bert_norm(block.ffn_norm, weights, f"{layer}.layernorm_after", d)
-    bert_norm(model.get_layer("encoder_norm"), weights, "layernorm", d)
+    bert_norm(model.backbone.encoder_norm, weights, "layernorm", d)
     head = Weights(weights.checkpoint, "")
-    linear(model.get_layer("head"), head, "classifier", (num_classes, d))
+    linear(model.head, head, "classifier", (num_classes, d))
 
 
 def convert_vit(source, config, staging, progress):
@@ -959,8 +957,8 @@ def write_decoder_run(staging, model, tokenizer, kind, sizes):
 
 
 def llama_sizes(config):
-    """`gpt_decoder` keyword arguments from a Llama config.json: rotary
-    positions, RMSNorm, SwiGLU, no biases, grouped-query attention."""
+    """`LlamaBackbone` keyword arguments from a Llama config.json (plus
+    `vocabulary_size`, in the model's ids: one more than the checkpoint's)."""
     hidden, heads = attention_sizes(config)
     kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
     if heads % kv_heads:
@@ -1010,17 +1008,18 @@ def llama_sizes(config):
         "layer_norm_epsilon": float(
             config_value(config, "rms_norm_eps", (int, float), default=1e-6)
         ),
-        "rotary_max_wavelength": float(theta),
+        "rope_max_wavelength": float(theta),
         "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
     }
 
 
 def load_llama(model, weights, sizes, checkpoint):
-    """Copies a Hugging Face Llama's tensors into a `gpt_decoder`."""
+    """Copies a Hugging Face Llama's tensors into a `CausalLM` on a
+    `LlamaBackbone`."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
     kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
     vocab = sizes["vocabulary_size"] - ID_OFFSET
-    embedding = model.get_layer("decoder_embedding")
+    embedding = model.backbone.token_embedding
     name = "embed_tokens.weight"
     assign(embedding.token_embeddings, shifted_rows(weights(name, (vocab, d))), name)
     if not sizes["tie_embeddings"]:
@@ -1028,8 +1027,7 @@ def load_llama(model, weights, sizes, checkpoint):
         assign(embedding.reverse_embeddings, shifted_rows(head).T, "lm_head.weight")
     elif "lm_head.weight" in checkpoint:
         checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
-    for i in range(sizes["num_layers"]):
-        block = model.get_layer(f"decoder_block_{i}")
+    for i, block in enumerate(model.backbone.decoder_blocks):
         attention = block.self_attention
         layer = f"layers.{i}"
         for part, dense, units in (
@@ -1055,11 +1053,7 @@ def load_llama(model, weights, sizes, checkpoint):
         ):
             name = f"{layer}.{norm}.weight"
             assign(target.gamma, weights(name, (d,)), name)
-    assign(
-        model.get_layer("decoder_norm").gamma,
-        weights("norm.weight", (d,)),
-        "norm.weight",
-    )
+    assign(model.backbone.final_norm.gamma, weights("norm.weight", (d,)), "norm.weight")
 
 
 def convert_llama(source, config, staging, progress):
@@ -1067,7 +1061,7 @@ def convert_llama(source, config, staging, progress):
     that reads and writes token ids."""
     import keras
 
-    from tfformer.models import gpt_decoder
+    from tfformer.models import CausalLM, LlamaBackbone
     from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     sizes = llama_sizes(config)
@@ -1080,19 +1074,13 @@ def convert_llama(source, config, staging, progress):
         checkpoint, find_prefix(checkpoint, "embed_tokens.weight", ("model.", ""))
     )
     keras.utils.set_random_seed(0)
-    model = gpt_decoder(
+    backbone = LlamaBackbone(
         dropout=0.0,
         activation_dropout=HIDDEN_DROPOUT,
-        position="rotary",
-        normalize_first=True,
-        activation="silu",
-        normalization="rms",
-        gated_ffn=True,
-        use_bias=False,
         padding_logit=PADDING_LOGIT,
-        name="llama",
         **sizes,
     )
+    model = CausalLM(backbone, name="llama")
     load_llama(model, weights, sizes, checkpoint)
     progress(
         f"Llama decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "
@@ -1167,7 +1155,7 @@ def load_gpt2(model, weights, sizes, checkpoint):
     are the checkpoint's plus one. Conv1D weights are (in, out) already."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
     vocab = sizes["vocabulary_size"] - ID_OFFSET
-    embedding = model.get_layer("decoder_embedding")
+    embedding = model.backbone.token_embedding
     name = "wte.weight"
     assign(embedding.token_embeddings, shifted_rows(weights(name, (vocab, d))), name)
     name = "wpe.weight"
@@ -1191,8 +1179,7 @@ def load_gpt2(model, weights, sizes, checkpoint):
         assign(dense.kernel, weights(f"{name}.weight", shape), f"{name}.weight")
         assign(dense.bias, weights(f"{name}.bias", shape[1:]), f"{name}.bias")
 
-    for i in range(sizes["num_layers"]):
-        block = model.get_layer(f"decoder_block_{i}")
+    for i, block in enumerate(model.backbone.decoder_blocks):
         attention = block.self_attention
         layer = f"h.{i}"
         norm(block.self_attention_norm, f"{layer}.ln_1")
@@ -1209,7 +1196,7 @@ def load_gpt2(model, weights, sizes, checkpoint):
         norm(block.ffn_norm, f"{layer}.ln_2")
         conv1d(block.ffn.intermediate_dense, f"{layer}.mlp.c_fc", (d, inner))
         conv1d(block.ffn.output_dense, f"{layer}.mlp.c_proj", (inner, d))
-    norm(model.get_layer("decoder_norm"), "ln_f")
+    norm(model.backbone.final_norm, "ln_f")
 
 
 def _bpe_vocabulary(vocab, where):
@@ -1397,7 +1384,7 @@ def convert_gpt2(source, config, staging, progress):
     token ids when the directory has no tokenizer files."""
     import keras
 
-    from tfformer.models import gpt_decoder
+    from tfformer.models import CausalLM, GPTBackbone
     from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     sizes = gpt2_sizes(config)
@@ -1417,15 +1404,15 @@ def convert_gpt2(source, config, staging, progress):
         checkpoint, find_prefix(checkpoint, "wte.weight", ("transformer.", ""))
     )
     keras.utils.set_random_seed(0)
-    model = gpt_decoder(
+    backbone = GPTBackbone(
         dropout=0.0,
         activation_dropout=HIDDEN_DROPOUT,
         position="learned",
         normalize_first=True,
         padding_logit=PADDING_LOGIT,
-        name="gpt2",
         **sizes,
     )
+    model = CausalLM(backbone, name="gpt2")
     load_gpt2(model, weights, sizes, checkpoint)
     progress(
         f"GPT-2 decoder: {sizes['num_layers']} layers, width {sizes['hidden_dim']}, "

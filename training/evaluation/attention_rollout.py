@@ -13,30 +13,38 @@ from keras import ops
 from tfformer.runs.files import atomic_path
 
 
+def vit_backbone(model):
+    """The `ViTBackbone` of an `ImageClassifier` (or the backbone itself)."""
+    from tfformer.models import ViTBackbone
+
+    backbone = getattr(model, "backbone", model)
+    if not isinstance(backbone, ViTBackbone):
+        raise ValueError(
+            "attention rollout needs a ViT (an ImageClassifier or ViTBackbone). "
+            f"Received: {type(model).__name__}"
+        )
+    return backbone
+
+
 def vit_attention(model, images):
-    """Per-layer self-attention weights of a `tfformer.models.vit` model.
+    """Per-layer self-attention weights of a ViT.
 
     Args:
-        model: the ViT (with or without its pixel normalization layer).
+        model: an `ImageClassifier` or its `ViTBackbone` (with or without
+            pixel normalization).
         images: float `(batch, H, W, C)` inputs as the model takes them.
 
     Returns:
         A list, one `(batch, heads, tokens, tokens)` numpy array per encoder
         block; token 0 is the class token.
     """
+    backbone = vit_backbone(model)
     x = ops.convert_to_tensor(images)
-    try:
-        x = model.get_layer("pixel_normalization")(x)
-    except ValueError:
-        pass
-    x = model.get_layer("patch_embedding")(x)
-    blocks = [
-        layer for layer in model.layers if layer.name.startswith("encoder_block_")
-    ]
-    if not blocks:
-        raise ValueError(f"{model.name} has no encoder_block_* layers.")
+    if backbone.pixel_normalization is not None:
+        x = backbone.pixel_normalization(x)
+    x = backbone.patch_embedding(x)
     maps = []
-    for block in blocks:
+    for block in backbone.encoder_blocks:
         x, scores = block(x, training=False, return_attention_scores=True)
         maps.append(ops.convert_to_numpy(scores))
     return maps
@@ -58,8 +66,7 @@ def rollout(attention):
 def attention_rollout(model, images):
     """Rollout maps `(batch, H / patch, W / patch)` of the class token over
     the patches, each scaled to sum to 1."""
-    embedding = model.get_layer("patch_embedding")
-    patch = embedding.patch_size
+    patch = vit_backbone(model).patch_size
     height, width = images.shape[1] // patch, images.shape[2] // patch
     cls = rollout(vit_attention(model, images))[:, 0, 1:]
     cls = cls / cls.sum(axis=-1, keepdims=True)

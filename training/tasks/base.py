@@ -254,14 +254,15 @@ class Task:
         name: the registered name (the config's `task`).
         DataConfig, ModelConfig: dataclasses of the `data` and `model`
             sections.
-        builder_name: the `tfformer.models` builder this task's presets must use.
+        backbone_name: the `tfformer.models` backbone class this task's
+            presets must build.
         default_preset: the preset used when `model.preset` is None.
     """
 
     name = None
     DataConfig = TextDataConfig
     ModelConfig = ModelConfig
-    builder_name = None
+    backbone_name = None
     default_preset = None
 
     # -- configuration ---------------------------------------------------------
@@ -290,7 +291,6 @@ class Task:
 
     def model_sizes(self, model_config):
         """The preset's keyword arguments with the config's overrides applied."""
-        from tfformer import models
         from tfformer.models import PRESETS
 
         preset = self.preset(model_config)
@@ -299,11 +299,11 @@ class Task:
                 f"model.preset must be one of {sorted(PRESETS)}. "
                 f"Received: model.preset={preset!r}"
             )
-        builder, sizes = PRESETS[preset]
-        if builder is not getattr(models, self.builder_name):
+        backbone, sizes = PRESETS[preset]
+        if backbone.__name__ != self.backbone_name:
             raise ValueError(
-                f"task {self.name!r} needs a {self.builder_name} preset. "
-                f"Received: model.preset={preset!r} ({builder.__name__})"
+                f"task {self.name!r} needs a {self.backbone_name} preset. "
+                f"Received: model.preset={preset!r} ({backbone.__name__})"
             )
         sizes = dict(sizes)
         names = (

@@ -61,7 +61,7 @@ class CausalLMTask(Task):
     name = "causal_lm"
     DataConfig = CausalLMData
     ModelConfig = CausalLMModel
-    builder_name = "gpt_decoder"
+    backbone_name = "GPTBackbone"
     default_preset = "gpt_tiny"
 
     def __init__(self):
@@ -194,35 +194,27 @@ class CausalLMTask(Task):
         return run, spec, self._initial[key]
 
     def initialized_model(self, config):
-        """A copy of `model.init_from`'s decoder (new variables, in the
-        current distribution strategy's scope) with its weights, every
-        dropout at `model.dropout` when that is set, and the feed-forward
-        networks' hidden dropout at `initial_hidden_dropout` (the config's
-        `model.activation_dropout`, else the source's: a converted GPT-2's
-        or Llama's 0.0, a trained model's None, which follows the rest).
-        Its layers keep the source's dtype policies (float32 for a converted
-        checkpoint) whatever `train.precision` says."""
-        import keras
+        """A copy of `model.init_from`'s decoder: its backbone rebuilt from
+        its config (new variables, in the current distribution strategy's
+        scope) with its weights, every dropout at `model.dropout` when that
+        is set, and the feed-forward networks' hidden dropout at
+        `initial_hidden_dropout` (the config's `model.activation_dropout`,
+        else the source's: a converted GPT-2's or Llama's 0.0, a trained
+        model's None, which follows the rest). The backbone keeps the
+        source's dtype policy (float32 for a converted checkpoint) whatever
+        `train.precision` says."""
+        from tfformer.models import CausalLM
 
         _, _, source = self.initial_run(config)
-        rate = config.model.dropout
-
-        def clone(layer):
-            layer_config = layer.get_config()
-            if rate is not None:
-                if isinstance(layer, keras.layers.Dropout):
-                    layer_config["rate"] = rate
-                elif "dropout" in layer_config:
-                    layer_config["dropout"] = rate
-            if "activation_dropout" in layer_config:
-                layer_config["activation_dropout"] = initial_hidden_dropout(
-                    config.model, layer_config["activation_dropout"]
-                )
-            return layer.__class__.from_config(layer_config)
-
-        model = keras.models.clone_model(source, clone_function=clone)
-        model.set_weights(source.get_weights())
-        return model
+        backbone_config = source.backbone.get_config()
+        if config.model.dropout is not None:
+            backbone_config["dropout"] = config.model.dropout
+        backbone_config["activation_dropout"] = initial_hidden_dropout(
+            config.model, backbone_config["activation_dropout"]
+        )
+        backbone = type(source.backbone).from_config(backbone_config)
+        backbone.set_weights(source.backbone.get_weights())
+        return CausalLM(backbone, name=source.name)
 
     # -- inference ---------------------------------------------------------------
 

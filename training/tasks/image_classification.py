@@ -119,7 +119,7 @@ class ImageClassificationTask(Task):
     name = "image_classification"
     DataConfig = ImageData
     ModelConfig = ImageModel
-    builder_name = "vit"
+    backbone_name = "ViTBackbone"
     default_preset = "vit_tiny"
 
     def validate(self, config):
@@ -447,35 +447,30 @@ class ImageClassificationTask(Task):
 
 
 def vit_settings(model):
-    """`vit` keyword arguments of a built ViT classifier (its sizes,
-    activation, hidden dropout, layer norm epsilon and pixel
-    normalization), read from its layers."""
-    import numpy as np
+    """`ViTBackbone` keyword arguments of a ViT classifier's backbone (its
+    sizes, activation, hidden dropout, layer norm epsilon, pixel
+    normalization and image size)."""
+    from tfformer.models import ViTBackbone
 
-    patches = model.get_layer("patch_embedding")
-    blocks = [
-        layer for layer in model.layers if layer.name.startswith("encoder_block_")
-    ]
-    if not blocks:
-        raise ValueError(f"model {model.name!r} has no encoder blocks.")
-    block = blocks[0].get_config()
-    settings = {
-        "patch_size": patches.patch_size,
-        "num_layers": len(blocks),
-        "hidden_dim": patches.hidden_dim,
-        "num_heads": block["num_heads"],
-        "intermediate_dim": block["intermediate_dim"],
-        "activation": block["activation"],
-        "activation_dropout": block.get("activation_dropout"),
-        "layer_norm_epsilon": model.get_layer("encoder_norm").epsilon,
-        "image_size": int(model.inputs[0].shape[1]),
-    }
-    try:
-        norm = model.get_layer("pixel_normalization").get_config()
-    except ValueError:
-        return settings
-    settings["pixel_mean"] = np.ravel(norm["mean"]).tolist()
-    settings["pixel_std"] = np.sqrt(np.ravel(norm["variance"])).tolist()
+    backbone = getattr(model, "backbone", None)
+    if not isinstance(backbone, ViTBackbone):
+        raise ValueError(f"model {model.name!r} has no ViT backbone.")
+    config = backbone.get_config()
+    keys = (
+        "patch_size",
+        "num_layers",
+        "hidden_dim",
+        "num_heads",
+        "intermediate_dim",
+        "activation",
+        "activation_dropout",
+        "layer_norm_epsilon",
+        "image_size",
+    )
+    settings = {key: config[key] for key in keys}
+    if config["pixel_mean"] is not None:
+        settings["pixel_mean"] = list(config["pixel_mean"])
+        settings["pixel_std"] = list(config["pixel_std"])
     return settings
 
 
@@ -571,15 +566,23 @@ def initialized_vit(config, num_classes):
         config.model, settings["activation_dropout"]
     )
     model = vit(size, num_classes, dropout=dropout, **settings)
-    for layer in model.layers:
-        if not layer.weights or layer.name == "head":
-            continue
-        values = source.get_layer(layer.name).get_weights()
-        if layer.name == "patch_embedding" and size != theirs:
-            table = layer.position_embeddings
-            i = [w.path for w in layer.weights].index(table.path)
-            values[i] = resized_positions(values[i], theirs // patch, size // patch)
-        layer.set_weights(values)
+    mine, their = model.backbone, source.backbone
+    pairs = [
+        (mine.encoder_norm, their.encoder_norm),
+        *zip(mine.encoder_blocks, their.encoder_blocks, strict=True),
+    ]
+    if mine.pixel_normalization is not None:
+        pairs.append((mine.pixel_normalization, their.pixel_normalization))
+    for layer, source_layer in pairs:
+        layer.set_weights(source_layer.get_weights())
+    values = their.patch_embedding.get_weights()
+    if size != theirs:
+        embedding = mine.patch_embedding
+        i = [w.path for w in embedding.weights].index(
+            embedding.position_embeddings.path
+        )
+        values[i] = resized_positions(values[i], theirs // patch, size // patch)
+    mine.patch_embedding.set_weights(values)
     return model
 
 

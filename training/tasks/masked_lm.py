@@ -87,7 +87,7 @@ class MaskedLMData(TextDataConfig):
 class MaskedLMTask(Task):
     name = "masked_lm"
     DataConfig = MaskedLMData
-    builder_name = "bert_encoder"
+    backbone_name = "BertBackbone"
     default_preset = "bert_tiny"
 
     def validate(self, config):

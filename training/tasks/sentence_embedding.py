@@ -38,7 +38,7 @@ class SentenceEmbeddingTask(Task):
     name = "sentence_embedding"
     DataConfig = TextDataConfig
     ModelConfig = EmbeddingModel
-    builder_name = "bert_encoder"
+    backbone_name = "BertBackbone"
     default_preset = "bert_tiny"
 
     def validate(self, config):

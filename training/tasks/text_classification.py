@@ -120,7 +120,7 @@ class TextClassificationTask(Task):
     name = "text_classification"
     DataConfig = ClassificationData
     ModelConfig = ClassificationModel
-    builder_name = "bert_encoder"
+    backbone_name = "BertBackbone"
     default_preset = "bert_tiny"
 
     def __init__(self):
@@ -411,69 +411,67 @@ class TextClassificationTask(Task):
         return scores
 
 
+# The BertBackbone arguments a classifier takes from its initial run.
+BACKBONE_SIZE_KEYS = (
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "max_sequence_length",
+    "num_segments",
+    "activation",
+    "layer_norm_epsilon",
+    "activation_dropout",
+)
+
+
 def encoder_sizes(model):
-    """`bert_encoder` keyword arguments of the encoder inside `model` (a
-    masked-LM model or a classifier), read from its layers."""
-    blocks = [
-        layer for layer in model.layers if layer.name.startswith("encoder_block_")
-    ]
-    if not blocks:
-        raise ValueError(f"{model.name} has no encoder_block_* layers.")
-    embedding = model.get_layer("token_embedding")
-    block = blocks[0].get_config()
-    sizes = {
-        "num_layers": len(blocks),
-        "hidden_dim": embedding.embedding_dim,
-        "num_heads": block["num_heads"],
-        "intermediate_dim": block["intermediate_dim"],
-        "max_sequence_length": embedding.sequence_length,
-        "num_segments": model.get_layer("segment_embedding").input_dim,
-    }
-    for key in ("activation", "layer_norm_epsilon", "activation_dropout"):
-        if key in block:
-            sizes[key] = block[key]
-    sizes["preset"] = None
-    return sizes
+    """`BertBackbone` arguments of the backbone of `model` (a masked-LM
+    model, a classifier or an embedder), and `preset` None."""
+    from tfformer.models import BertBackbone
+
+    backbone = getattr(model, "backbone", None)
+    if not isinstance(backbone, BertBackbone):
+        raise ValueError(f"{model.name} has no BERT backbone.")
+    config = backbone.get_config()
+    return {**{key: config[key] for key in BACKBONE_SIZE_KEYS}, "preset": None}
+
+
+def trained_pooler(model):
+    """Whether `model`'s pooler was trained: not in masked-LM pre-training
+    without next-sentence prediction, whose loss never reaches it."""
+    from tfformer.models import MaskedLM
+
+    return not (isinstance(model, MaskedLM) and not model.next_sentence_prediction)
 
 
 def copy_encoder_weights(source, encoder):
-    """Sets every weighted layer of `encoder` from the layer of the same name
-    in `source` (a model built on an encoder of the same sizes: the masked-LM
-    model, or a classifier). ValueError naming the layer if one is missing or
-    differs in shape. The pooler is the exception: masked-LM pre-training
-    without next-sentence prediction never uses it, so its model has none
-    and the pooler keeps its fresh initialization (returns the names of the
-    layers left so)."""
+    """Sets every layer of `encoder` (a `BertBackbone`) from the backbone of
+    `source` (a model on a backbone of the same sizes: the masked-LM model,
+    a classifier or an embedder). The pooler is the exception when
+    `source` never trained it (`trained_pooler`): it keeps its fresh
+    initialization. Returns the names of the layers left so."""
+    theirs = source.backbone
+    pairs = [
+        (encoder.token_embedding, theirs.token_embedding),
+        (encoder.segment_embedding, theirs.segment_embedding),
+        (encoder.embeddings_norm, theirs.embeddings_norm),
+        *zip(encoder.encoder_blocks, theirs.encoder_blocks, strict=True),
+    ]
     fresh = []
-    for layer in encoder.layers:
-        if not layer.weights:
-            continue
-        try:
-            theirs = source.get_layer(layer.name)
-        except ValueError:
-            if layer.name == "pooler":
-                fresh.append(layer.name)
-                continue
-            raise ValueError(
-                f"The initial model has no layer {layer.name!r} to copy."
-            ) from None
-        mine = layer.get_weights()
-        values = theirs.get_weights()
-        shapes = [w.shape for w in mine], [v.shape for v in values]
+    if trained_pooler(source):
+        pairs.append((encoder.pooler, theirs.pooler))
+    else:
+        fresh.append(encoder.pooler.name)
+    for mine, their in pairs:
+        values = their.get_weights()
+        shapes = [w.shape for w in mine.get_weights()], [v.shape for v in values]
         if shapes[0] != shapes[1]:
             raise ValueError(
-                f"Layer {layer.name!r}: the initial model's weights have shapes "
+                f"Layer {mine.name!r}: the initial model's weights have shapes "
                 f"{shapes[1]}, this encoder's {shapes[0]}."
             )
-        layer.set_weights(values)
-    mine = {layer.name for layer in encoder.layers}
-    extra = [
-        layer.name
-        for layer in source.layers
-        if layer.name.startswith("encoder_block_") and layer.name not in mine
-    ]
-    if extra:
-        raise ValueError(f"The initial model has layers this encoder lacks: {extra}")
+        mine.set_weights(values)
     return fresh
 
 

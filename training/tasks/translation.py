@@ -206,7 +206,7 @@ class TranslationTask(Task):
     name = "translation"
     DataConfig = TranslationData
     ModelConfig = TranslationModel
-    builder_name = "transformer_seq2seq"
+    backbone_name = "Seq2SeqBackbone"
     default_preset = "transformer_tiny"
 
     def validate(self, config):

@@ -28,7 +28,7 @@ def test_masked_lm_contract_and_tied_projection(tmp_path):
         tmp_path,
     )
     # The vocabulary projection is the token embedding itself: no extra matrix.
-    embedding = model.get_layer("token_embedding")
+    embedding = model.backbone.token_embedding
     assert embedding.tie_weights and not hasattr(embedding, "reverse_embeddings")
 
 
@@ -56,8 +56,8 @@ def test_heads_share_the_encoder_weights():
     encoder = bert_encoder(40, **SMALL)
     classifier = bert_classifier(encoder, 2)
     before = np.asarray(encoder(INPUTS)["pooled_output"])
-    block = classifier.get_layer("encoder_block_0")
-    assert block is encoder.get_layer("encoder_block_0")
+    assert classifier.backbone is encoder
+    block = encoder.encoder_blocks[0]
     kernel = block.ffn.output_dense.kernel
     kernel.assign(kernel * 2.0)
     assert not np.allclose(encoder(INPUTS)["pooled_output"], before)
@@ -91,7 +91,7 @@ def test_segments_matter():
 
 
 def test_bad_arguments():
-    with pytest.raises(TypeError, match="encoder must be a model from"):
+    with pytest.raises(TypeError, match="TextClassifier needs a BertBackbone"):
         bert_classifier(keras.layers.Dense(2), 2)
     with pytest.raises(ValueError, match="num_classes must be a positive int"):
         bert_classifier(bert_encoder(40, **SMALL), 0)
@@ -108,10 +108,10 @@ def test_next_sentence_head_is_a_dense_layer_on_the_pooled_output(tmp_path):
     assert sorted(out) == ["masked_lm", "next_sentence"]
     # The masked-LM logits are those of the model without the head.
     alone = bert_masked_lm(encoder)
-    alone.get_layer("mlm_head").set_weights(model.get_layer("mlm_head").get_weights())
+    alone.mlm_head.set_weights(model.mlm_head.get_weights())
     np.testing.assert_allclose(out["masked_lm"], alone(inputs), atol=1e-6)
     pooled = np.asarray(encoder(INPUTS)["pooled_output"])
-    kernel, bias = model.get_layer("next_sentence_head").get_weights()
+    kernel, bias = model.next_sentence_head.get_weights()
     assert kernel.shape == (16, 2)
     np.testing.assert_allclose(out["next_sentence"], pooled @ kernel + bias, atol=1e-5)
     path = tmp_path / "pretraining.keras"

@@ -46,7 +46,7 @@ def test_llama_style_model_contract(tmp_path):
         tmp_path,
     )
     assert not [w for w in model.weights if w.name in ("bias", "beta")]
-    assert type(model.get_layer("decoder_norm")).__name__ == "RMSNormalization"
+    assert type(model.backbone.final_norm).__name__ == "RMSNormalization"
 
 
 def test_llama_style_cached_decoding_equals_the_full_pass():
@@ -95,7 +95,7 @@ def test_bad_arguments():
         gpt_decoder(10, position="alibi")
     with pytest.raises(ValueError, match="vocabulary_size must be a positive int"):
         gpt_decoder(-1)
-    with pytest.raises(ValueError, match="must come from transformer_seq2seq or gpt"):
+    with pytest.raises(ValueError, match="must be a Seq2SeqLM or CausalLM"):
         from tfformer.models import vit
 
         CachedDecoder(

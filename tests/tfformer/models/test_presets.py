@@ -26,8 +26,8 @@ def test_transformer_base_has_the_papers_size():
 def test_every_preset_builds_and_runs(name):
     if name in ("transformer_big", "bert_base", "gpt2_small", "vit_base"):
         pytest.skip("large preset: counted, not run, in test_preset_sizes.py")
-    builder = PRESETS[name][0].__name__
-    if builder == "transformer_seq2seq":
+    backbone = PRESETS[name][0].__name__
+    if backbone == "Seq2SeqBackbone":
         model = from_preset(name, 50, 60)
         out = model(
             {
@@ -36,10 +36,10 @@ def test_every_preset_builds_and_runs(name):
             }
         )
         assert out.shape == (1, 3, 60)
-    elif builder == "vit":
+    elif backbone == "ViTBackbone":
         model = from_preset(name, image_size=16, num_classes=3)
         assert model(np.zeros((1, 16, 16, 3), "float32")).shape == (1, 3)
-    elif builder == "bert_encoder":
+    elif backbone == "BertBackbone":
         out = from_preset(name, 50)(
             {
                 "token_ids": np.ones((1, 4), "int32"),
@@ -57,7 +57,8 @@ def test_every_preset_builds_and_runs(name):
 
 def test_overrides_and_unknown_names():
     model = from_preset("transformer_tiny", 10, 10, num_encoder_layers=1)
-    assert "encoder_block_1" not in {layer.name for layer in model.layers}
+    assert len(model.backbone.encoder_blocks) == 1
+    assert len(model.backbone.decoder_blocks) == 2
     with pytest.raises(ValueError, match="Unknown preset"):
         from_preset("transformer_huge", 10, 10)
 
@@ -79,7 +80,11 @@ def test_every_builder_passes_activation_dropout_to_every_block(name):
         model = from_preset(
             name, *args, **extra, dropout=0.25, activation_dropout=hidden
         )
-        blocks = [layer for layer in model.layers if "_block_" in layer.name]
+        backbone = getattr(model, "backbone", model)
+        blocks = [
+            *getattr(backbone, "encoder_blocks", []),
+            *getattr(backbone, "decoder_blocks", []),
+        ]
         assert len(blocks) >= 2
         assert {block.ffn.dropout for block in blocks} == {want}
         assert {block.dropout for block in blocks} == {0.25}

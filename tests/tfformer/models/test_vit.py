@@ -14,7 +14,7 @@ def test_model_contract(tmp_path):
     model = run_model_test(
         lambda: vit((8, 12), 5, **SMALL), IMAGES, np.array([1, 4]), tmp_path
     )
-    assert model.get_layer("patch_embedding").num_patches == 2 * 3
+    assert model.backbone.patch_embedding.num_patches == 2 * 3
 
 
 def test_positions_make_patch_order_matter():

@@ -1,0 +1,94 @@
+"""The Llama decoder (Touvron et al. 2023), without its output projection."""
+
+import keras
+
+from tfformer.models.gpt_backbone import GPTBackbone
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class LlamaBackbone(GPTBackbone):
+    """Llama's decoder: `GPTBackbone` with rotary positions, RMSNorm before
+    every sublayer and at the end, a SwiGLU feed-forward network, no
+    biases and grouped-query attention.
+
+    `{"token_ids": (batch, T)}` in, `(batch, T, hidden_dim)` out; id 0 is
+    padding. `CausalLM` adds the output projection (usually its own matrix:
+    `tie_embeddings=False`). The arguments are the ones a Llama
+    `config.json` sets; the handles are `GPTBackbone`'s.
+
+    Args:
+        vocabulary_size: vocabulary size.
+        num_layers, hidden_dim, num_heads, intermediate_dim: sizes.
+        num_key_value_heads: key/value heads (grouped-query attention);
+            None: `num_heads`.
+        max_sequence_length: the context the caches are sized for.
+        rope_max_wavelength: base of the rotary frequencies (`rope_theta`).
+        layer_norm_epsilon: epsilon of the RMS norms (`rms_norm_eps`).
+        tie_embeddings: share the token embedding with the output projection.
+        dropout, activation_dropout: dropout rates (Llama has none).
+        padding_logit: the constant logit of id 0 when a conversion shifts
+            the checkpoint's ids by one (see `TokenAndPositionEmbedding`).
+        dtype: dtype policy of every layer (None: the global policy).
+    """
+
+    presets = {}
+
+    def __init__(
+        self,
+        vocabulary_size,
+        *,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        num_key_value_heads=None,
+        max_sequence_length=2048,
+        rope_max_wavelength=10000,
+        layer_norm_epsilon=1e-5,
+        tie_embeddings=False,
+        dropout=0.0,
+        activation_dropout=None,
+        padding_logit=None,
+        dtype=None,
+        **kwargs,
+    ):
+        super().__init__(
+            vocabulary_size,
+            num_layers=num_layers,
+            hidden_dim=hidden_dim,
+            num_heads=num_heads,
+            intermediate_dim=intermediate_dim,
+            dropout=dropout,
+            activation_dropout=activation_dropout,
+            max_sequence_length=max_sequence_length,
+            position="rotary",
+            normalize_first=True,
+            activation="silu",
+            layer_norm_epsilon=layer_norm_epsilon,
+            tie_embeddings=tie_embeddings,
+            num_key_value_heads=num_key_value_heads,
+            rotary_max_wavelength=rope_max_wavelength,
+            normalization="rms",
+            gated_ffn=True,
+            use_bias=False,
+            padding_logit=padding_logit,
+            dtype=dtype,
+            **kwargs,
+        )
+        self.rope_max_wavelength = rope_max_wavelength
+
+    def get_config(self):
+        config = super().get_config()
+        # The decoder options Llama fixes are not arguments of this class.
+        for fixed in (
+            "position",
+            "normalize_first",
+            "activation",
+            "rotary_max_wavelength",
+            "normalization",
+            "gated_ffn",
+            "use_bias",
+        ):
+            del config[fixed]
+        config["rope_max_wavelength"] = self.rope_max_wavelength
+        return config
