@@ -188,13 +188,13 @@ class TrainingReport(keras.callbacks.Callback):
 
     Reads the `real_tokens` metric (summed over the epoch and all replicas;
     `<output>_real_tokens` for a model with several outputs)
-    and divides it by the time spent in the epoch's training steps. Writes
-    the report as JSON after each epoch (atomically) when `path` is set.
+    and divides it by the time spent in the epoch's training steps. Hands
+    the report to `write` (a function of the JSON body, such as
+    `RunDirectory.write_metrics`) after each epoch; None keeps it in memory.
     """
 
-    def __init__(self, path=None, *, write=True, initial=None):
+    def __init__(self, write=None, *, initial=None):
         super().__init__()
-        self.path = path
         self.write = write
         self.report = initial or {"epochs": [], "train_seconds": 0.0, "tokens": 0.0}
         self._start = None
@@ -236,9 +236,8 @@ class TrainingReport(keras.callbacks.Callback):
         }
 
     def flush(self, extra=None):
-        if self.write and self.path:
-            body = {**self.report, "summary": self.summary(), **(extra or {})}
-            atomic_write_text(self.path, json.dumps(body, indent=2) + "\n")
+        if self.write is not None:
+            self.write({**self.report, "summary": self.summary(), **(extra or {})})
 
 
 class TimeBudget(keras.callbacks.Callback):

@@ -2,14 +2,12 @@
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 
 import keras
 
 from tfformer.runs.directory import RunDirectory
-from tfformer.runs.files import atomic_write_text
 from tfformer.training import pipeline
 from tfformer.training.callbacks import (
     AveragedWeights,
@@ -276,17 +274,15 @@ class RunCallbacks:
     averaged: list  # the AveragedWeights callback, if the run averages
 
 
-def previous_report(path):
+def previous_report(run):
     """The running totals a resumed run carries over from its `metrics.json`
     (None if there is none)."""
-    if not os.path.isfile(path):
+    metrics = run.read_metrics()
+    if metrics is None:
         return None
-    with open(path, encoding="utf-8") as f:
-        return {
-            k: v
-            for k, v in json.load(f).items()
-            if k in ("epochs", "train_seconds", "tokens")
-        }
+    return {
+        k: v for k, v in metrics.items() if k in ("epochs", "train_seconds", "tokens")
+    }
 
 
 def build_callbacks(config, state=None, *, write=True, schedule=None):
@@ -305,11 +301,10 @@ def build_callbacks(config, state=None, *, write=True, schedule=None):
         best=(state or {}).get("best_val_loss"),
         write=write,
     )
-    report_path = os.path.join(out, "metrics.json")
+    run = RunDirectory(out)
     report = TrainingReport(
-        report_path,
-        write=write,
-        initial=previous_report(report_path) if state else None,
+        run.write_metrics if write else None,
+        initial=previous_report(run) if state else None,
     )
     budget = TimeBudget(t.time_budget_minutes, schedule=schedule, state=state)
     averaged = [AveragedWeights()] if t.ema_momentum else []
@@ -381,9 +376,7 @@ def train(config, *, progress=print):
     run = RunDirectory(out)
     if chief:
         task.save_preprocessing(config, data, run)
-        atomic_write_text(
-            run.file("config.json"), json.dumps(config.to_dict(), indent=2)
-        )
+        run.write_config(config.to_dict())
 
     steps = steps_per_epoch(config, data, layout)
     with dtype_policy(t.precision), strategy.scope():

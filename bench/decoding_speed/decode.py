@@ -166,28 +166,31 @@ def weight_floor_decoder(model, sizes, jit_compile=True, stages=(), encoder=Fals
         "ffn_norm",
     )
 
+    backbone = model.backbone
+
     def block_weights(block):
-        return {w.path: w for w in model.get_layer(block).weights}
+        # Paths relative to the block: "self_attention/query/kernel".
+        return {w.path.split(f"{block.name}/", 1)[1]: w for w in block.weights}
 
     layers = []
-    for i in range(sizes["layers"]):
-        weights = block_weights(f"decoder_block_{i}")
+    for block in backbone.decoder_blocks:
+        weights = block_weights(block)
         layer = {}
         for name in names:
-            prefix = f"decoder_block_{i}/{name}/"
+            prefix = f"{name}/"
             if name.endswith("_norm"):
                 layer[name] = (weights[prefix + "gamma"], weights[prefix + "beta"])
             else:
                 layer[name] = (weights[prefix + "kernel"], weights[prefix + "bias"])
         layers.append(layer)
-    embedding = model.get_layer("decoder_embedding").token_embeddings
-    source_embedding = model.get_layer("encoder_embedding").token_embeddings
+    embedding = backbone.decoder_embedding.token_embeddings
+    source_embedding = backbone.encoder_embedding.token_embeddings
     encoder_layers = []
-    for i in range(sizes["layers"]):
-        weights = block_weights(f"encoder_block_{i}")
+    for block in backbone.encoder_blocks:
+        weights = block_weights(block)
         encoder_layers.append(
             {
-                name: weights[f"encoder_block_{i}/{name}/kernel"]
+                name: weights[f"{name}/kernel"]
                 for name in (
                     "self_attention/query",
                     "self_attention/key",

@@ -60,8 +60,8 @@ def main():
     test = splits["test"]
     texts = [t for t, _ in test]
     truth = np.array([label for _, label in test])
-    labels = loaded.directory.setting("labels")
-    length = loaded.directory.setting("max_length")
+    labels = loaded.directory.manifest.labels
+    length = loaded.directory.manifest.max_length
     tokenizer = loaded.tokenizers["text"]
 
     def keras_one(text):

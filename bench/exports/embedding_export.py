@@ -106,7 +106,7 @@ def main():
     task = get_task("sentence_embedding")
     loaded = task.load(run)
     tokenizer = loaded.tokenizers["text"]
-    length = loaded.directory.setting("max_length")
+    length = loaded.directory.manifest.max_length
 
     def ids_of(text):
         rows, _ = encode_texts(tokenizer, [text], length)

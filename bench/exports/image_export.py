@@ -60,8 +60,8 @@ def main():
     args = p.parse_args()
     task = get_task("image_classification")
     loaded = task.load(args.checkpoint)
-    size = loaded.directory.setting("image_size")
-    labels = loaded.directory.setting("labels")
+    size = loaded.directory.manifest.image_size
+    labels = loaded.directory.manifest.labels
     files, calibration_files = test_files(loaded.config.data)
     truth = np.array([labels.index(f.split(os.sep)[-2]) for f in files])
     encoded = [open(f, "rb").read() for f in files]

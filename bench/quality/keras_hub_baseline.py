@@ -155,7 +155,9 @@ def train_and_evaluate(args, config, data, hub, model, pairs, weights):
     val = padded_dataset(
         data.examples["validation"], length, t.batch_size, shuffle=False
     )
-    report = TrainingReport(os.path.join(args.out, "metrics.json"))
+    report = TrainingReport(
+        lambda body: common.write_json(os.path.join(args.out, "metrics.json"), body)
+    )
     budget = TimeBudget(args.minutes)
     began = time.perf_counter()
     model.fit(

@@ -120,7 +120,7 @@ def read_run(run_dir, checkpoint="model.keras"):
     if run.task != "causal_lm":
         raise ValueError(f"{run.path} holds a {run.task!r} run, not a causal_lm run.")
     spec = run.tokenizer("text")
-    context = int(run.setting("max_length"))
+    context = run.manifest.max_length
     model = run.load_model(checkpoint)
     special = {}
     if spec.kind in CONVERTED_KINDS:

@@ -58,8 +58,8 @@ def read_run(run_dir, checkpoint="model.keras"):
     return ImageRun(
         directory=run.path,
         model=run.load_model(checkpoint),
-        image_size=int(run.setting("image_size")),
-        labels=list(run.setting("labels")),
+        image_size=run.manifest.image_size,
+        labels=list(run.manifest.labels),
     )
 
 

@@ -77,11 +77,11 @@ def read_run(run_dir, checkpoint="model.keras"):
         directory=run.path,
         model=model,
         text=spec,
-        max_length=int(run.setting("max_length")),
+        max_length=run.manifest.max_length,
         vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
         dimension=int(model.output["embedding"].shape[-1]),
-        pooling=run.setting("pooling"),
-        normalize=bool(run.setting("normalize")),
+        pooling=run.manifest.pooling,
+        normalize=run.manifest.normalize,
     )
 
 

@@ -85,9 +85,9 @@ def read_run(run_dir, checkpoint="model.keras"):
         directory=run.path,
         model=model,
         text=spec,
-        max_length=int(run.setting("max_length")),
-        labels=list(run.setting("labels")),
-        pairs=bool(run.settings.get("pairs", False)),
+        max_length=run.manifest.max_length,
+        labels=list(run.manifest.labels),
+        pairs=run.manifest.pairs,
         vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
     )
 

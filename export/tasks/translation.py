@@ -91,7 +91,7 @@ def read_run(run_dir, checkpoint="model.keras"):
     if run.task != "translation":
         raise ValueError(f"{run.path} holds a {run.task!r} run, not a translation run.")
     source, target = run.tokenizer("source"), run.tokenizer("target")
-    length = int(run.setting("max_length"))
+    length = run.manifest.max_length
     model = run.load_model(checkpoint)
     return TranslationRun(
         directory=run.path,

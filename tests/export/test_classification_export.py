@@ -119,7 +119,7 @@ def test_classify_equals_keras_on_every_test_input(case):
     expected = keras_probabilities(loaded, test)
     out = call(served, "classify", test)
     np.testing.assert_allclose(out["probabilities"], expected, atol=1e-5)
-    labels = loaded.directory.setting("labels")
+    labels = loaded.directory.manifest.labels
     assert out["label"].astype(str).tolist() == [labels[i] for i in expected.argmax(-1)]
     np.testing.assert_array_equal(out["label_id"], expected.argmax(-1))
     assert out["label_names"].shape == (len(test), len(labels))
@@ -138,7 +138,7 @@ def test_tokenize_is_trainings_encoding(case):
     tokenizer = loaded.tokenizers["text"]
     rng = np.random.default_rng(1)
     long = " ".join(rng.choice(FILLER + GOOD, 40))
-    pairs = loaded.directory.setting("pairs")
+    pairs = loaded.directory.manifest.pairs
     extra = [(long, "a plot"), ("a", long), (long, long)] if pairs else [long, "", "  "]
     texts = [*test, *extra]
     rows, segments = encode_texts(tokenizer, texts, MAX_LENGTH)
@@ -190,7 +190,7 @@ def test_embed_is_the_pooled_vector_and_the_normalised_mean(case):
 
 def test_loads_in_a_process_that_imports_only_tensorflow(case):
     _, loaded, path, _, _ = case
-    pairs = loaded.directory.setting("pairs")
+    pairs = loaded.directory.manifest.pairs
     inputs = "text=t, text_b=t" if pairs else "text=t"
     script = f"""
 import sys
@@ -216,7 +216,7 @@ texts = st.one_of(
 
 def test_pairs_of_unequal_halves_are_refused_by_name(case):
     _, loaded, _, served, _ = case
-    if not loaded.directory.setting("pairs"):
+    if not loaded.directory.manifest.pairs:
         pytest.skip("a single-sentence run has no text_b")
     with pytest.raises(
         tf.errors.InvalidArgumentError, match="text and text_b must hold as many"
@@ -235,8 +235,8 @@ def test_no_input_makes_classify_fail(case, batch):
     and for valid UTF-8 under 16 KiB the training tokenizer's token count
     (and `truncated` exactly when those tokens do not fit)."""
     _, loaded, _, served, _ = case
-    pairs = loaded.directory.setting("pairs")
-    labels = loaded.directory.setting("labels")
+    pairs = loaded.directory.manifest.pairs
+    labels = loaded.directory.manifest.labels
     if not pairs:
         batch = [(a,) for a, _ in batch]
     texts = batch if pairs else [t[0] for t in batch]
@@ -316,7 +316,7 @@ def test_quantized_variants_convert_and_mostly_agree(case, tmp_path):
     run_dir, loaded, _, _, test = case
     expected = keras_probabilities(loaded, test).argmax(-1)
     lines = [t if isinstance(t, str) else "\t".join(t) for t in test]
-    pairs = loaded.directory.setting("pairs")
+    pairs = loaded.directory.manifest.pairs
     kinds = ("full_int8",) if pairs else ("float16", "int8", "integer_only")
     for quantize in kinds:
         out = str(tmp_path / quantize)

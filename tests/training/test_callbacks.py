@@ -99,13 +99,13 @@ def test_best_model_saves_only_on_improvement(tmp_path):
 
 
 def test_report_divides_real_tokens_by_training_time(tmp_path):
-    report = TrainingReport(str(tmp_path / "m.json"))
+    bodies = []
+    report = TrainingReport(bodies.append)
     report.on_epoch_begin(0)
     # Keras merges the validation logs in; their tokens are not training's.
     logs = {"loss": 1.5, "real_tokens": 1000.0, "val_real_tokens": 300.0}
     report.on_epoch_end(0, logs)
-    with open(tmp_path / "m.json") as f:
-        written = json.load(f)
+    (written,) = bodies
     epoch = written["epochs"][0]
     assert epoch["real_tokens_per_second"] == pytest.approx(1000.0 / epoch["seconds"])
     assert written["summary"]["loss"] == 1.5

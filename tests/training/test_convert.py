@@ -279,7 +279,7 @@ def test_embeddings_follow_the_sentence_transformers_modules(
     run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
     task = get_task("sentence_embedding")
     loaded = task.load(run)
-    assert loaded.directory.settings == {
+    assert loaded.directory.manifest.settings() == {
         "max_length": 16,
         "pooling": pooling,
         "normalize": normalize,
@@ -421,7 +421,7 @@ def test_a_sequence_classifier_converts_to_a_classifier_run(
     )
     run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
     loaded = get_task("text_classification").load(run)
-    assert loaded.directory.setting("labels") == ["NEGATIVE", "NEUTRAL", "POSITIVE"]
+    assert loaded.directory.manifest.labels == ("NEGATIVE", "NEUTRAL", "POSITIVE")
     ids, segments = batch(loaded.tokenizers["text"], SENTENCES[:4], 12)
     ours = np.asarray(loaded.model({"token_ids": ids, "segment_ids": segments}))
     pooled = keras_hub_backbone(source, monkeypatch)(

@@ -159,7 +159,7 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
         last + 1,
         0,
     )
-    assert loaded.directory.setting("max_length") == SIZES["positions"]
+    assert loaded.directory.manifest.max_length == SIZES["positions"]
 
 
 def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):

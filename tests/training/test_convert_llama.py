@@ -143,7 +143,7 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     # The model's ids: the checkpoint's plus one.
     assert (tokenizer.start_id, tokenizer.end_id, tokenizer.pad_id) == (2, 3, 0)
     assert any("eos_token_id lists [2, 7]" in line for line in said)
-    assert loaded.directory.setting("max_length") == 32
+    assert loaded.directory.manifest.max_length == 32
 
 
 def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):

@@ -272,7 +272,7 @@ def test_hugging_face_defaults_and_repeated_labels(tmp_path):
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
     loaded = get_task("image_classification").load(run)
-    assert loaded.directory.setting("labels") == ["crane", "dog", "crane (2)", "cat"]
+    assert loaded.directory.manifest.labels == ("crane", "dog", "crane (2)", "cat")
     assert any("crane (2)" in line for line in said)
     norm = loaded.model.backbone.pixel_normalization
     np.testing.assert_allclose(np.ravel(norm.mean), [127.5] * 3)
@@ -403,8 +403,8 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     # Chance is 1/3; the class is the strongest channel.
     assert result.metrics["test_accuracy"] > 0.9
     loaded = get_task("image_classification").load(str(root / "finetuned"))
-    assert loaded.directory.setting("labels") == list(COLOURS)
-    assert loaded.directory.setting("image_size") == 16
+    assert loaded.directory.manifest.labels == tuple(COLOURS)
+    assert loaded.directory.manifest.image_size == 16
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,7 @@ def test_init_from_is_refused_with_the_reason(pretrained, tmp_path, capsys):
                 "format_version": 1,
                 "task": "causal_lm",
                 "tokenizers": {"text": {"kind": "byte"}},
-                "settings": {},
+                "settings": {"max_length": 8},
             }
         )
     )

@@ -70,7 +70,7 @@ def test_hidden_states_equal_keras_hub(minilm, monkeypatch):
 
 def test_embeddings_rank_the_closer_meaning_first(minilm):
     _, task, loaded = minilm
-    assert loaded.directory.settings == {
+    assert loaded.directory.manifest.settings() == {
         "max_length": 256,
         "pooling": "mean",
         "normalize": True,

@@ -155,7 +155,8 @@ def test_cross_attention_weights_are_distributions_over_the_source(run_dir):
 
 def test_translate_refuses_a_run_of_another_task(tmp_path, capsys):
     (tmp_path / "run.json").write_text(
-        '{"format_version": 1, "task": "causal_lm", "tokenizers": {}, "settings": {}}'
+        '{"format_version": 1, "task": "causal_lm", '
+        '"tokenizers": {"text": {"kind": "byte"}}, "settings": {"max_length": 8}}'
     )
     assert translate_cli.main(["--checkpoint", str(tmp_path), "x"]) == 2
     assert "holds a 'causal_lm' run; use tfformer-predict" in capsys.readouterr().err

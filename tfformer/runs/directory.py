@@ -20,13 +20,12 @@ import json
 import os
 
 from tfformer.runs.files import atomic_write_text
+from tfformer.runs.manifest import TOKENIZER_KINDS, RunManifest
 
-FORMAT_VERSION = 1
 MANIFEST = "run.json"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 CHECKPOINTS = ("model.keras", "best.keras")
-TOKENIZER_KINDS = ("wordpiece", "byte", "ids", "bpe")
 
 
 def tokenizer_file(kind, role):
@@ -38,16 +37,11 @@ def tokenizer_file(kind, role):
     return f"{role}_vocab.txt" if kind == "wordpiece" else f"{role}_tokenizer.json"
 
 
-# Tokenizer entry fields beyond kind and lower_case (a WordPiece vocabulary
-# converted from a checkpoint): {role: token}, "bert" or absent, bool.
-TOKENIZER_OPTIONS = ("special_tokens", "normalizer", "strip_accents")
-
-
 @dataclasses.dataclass(frozen=True)
 class TokenizerSpec:
     """One tokenizer of a run: its kind, file (absolute path), casing and
-    options (`TOKENIZER_OPTIONS`: a converted vocabulary's special tokens and
-    normalization; empty for one tfformer learned)."""
+    options (a converted vocabulary's special tokens and normalization, as
+    `TokenizerEntry.options` gives them; empty for one tfformer learned)."""
 
     kind: str
     path: str
@@ -61,10 +55,11 @@ class TokenizerSpec:
 
 
 class RunDirectory:
-    """A run directory on disk.
+    """A run directory on disk: the only code that reads or writes its
+    files by name.
 
     Args:
-        path: the directory `tfformer-train` wrote.
+        path: the directory `tfformer-train` or `tfformer-convert` wrote.
 
     Raises:
         ValueError: `path` is not a directory.
@@ -94,95 +89,69 @@ class RunDirectory:
                 return json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path} is not valid JSON: {e}") from None
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path} is not UTF-8 text: {e}") from None
+
+    def write_json(self, name, values):
+        """Writes `values` as `name` (atomically)."""
+        atomic_write_text(self.file(name), json.dumps(values, indent=2) + "\n")
 
     # -- the manifest ----------------------------------------------------------
 
     @property
     def manifest(self):
+        """The run's typed manifest (the `RunManifest` subclass of its task)."""
         if self._manifest is None:
-            manifest = self.read_json(MANIFEST)
-            where = self.file(MANIFEST)
-            if not isinstance(manifest, dict):
-                raise ValueError(f"{where} must hold a JSON object.")
-            version = manifest.get("format_version")
-            if version != FORMAT_VERSION:
-                raise ValueError(
-                    f"{where}: format_version {version!r} is not supported "
-                    f"(this tfformer reads {FORMAT_VERSION})."
-                )
-            for key, kind in (("task", str), ("tokenizers", dict), ("settings", dict)):
-                if not isinstance(manifest.get(key), kind):
-                    raise ValueError(
-                        f"{where}: {key!r} must be a {kind.__name__}. "
-                        f"Received: {manifest.get(key)!r}"
-                    )
-            self._manifest = manifest
+            self._manifest = RunManifest.from_manifest(
+                self.read_json(MANIFEST), self.file(MANIFEST)
+            )
         return self._manifest
 
     @property
     def task(self):
-        return self.manifest["task"]
-
-    @property
-    def settings(self):
-        """The task's inference settings (lengths, labels, ...)."""
-        return self.manifest["settings"]
-
-    def setting(self, name):
-        if name not in self.settings:
-            raise ValueError(f"{self.file(MANIFEST)}: settings lack {name!r}.")
-        return self.settings[name]
+        return self.manifest.task
 
     def tokenizer(self, role):
         """The `TokenizerSpec` of `role`; its file is checked to exist."""
-        entry = self.manifest["tokenizers"].get(role)
-        where = self.file(MANIFEST)
-        if not isinstance(entry, dict) or entry.get("kind") not in TOKENIZER_KINDS:
+        entry = self.manifest.tokenizers.get(role)
+        if entry is None:
             raise ValueError(
-                f"{where}: tokenizers.{role} must name a kind in "
-                f"{TOKENIZER_KINDS}. Received: {entry!r}"
+                f"{self.file(MANIFEST)}: a {self.task} run has no {role!r} "
+                f"tokenizer (it has {sorted(self.manifest.tokenizers)})."
             )
-        name = tokenizer_file(entry["kind"], role)
+        name = tokenizer_file(entry.kind, role)
         if not os.path.isfile(self.file(name)):
             raise ValueError(f"{self.path} is not a finished run: {name} is missing.")
-        options = {k: entry[k] for k in TOKENIZER_OPTIONS if k in entry}
-        if options and entry["kind"] != "wordpiece":
-            raise ValueError(
-                f"{where}: tokenizers.{role} options {sorted(options)} apply to "
-                f"wordpiece vocabularies only. Received: {entry!r}"
-            )
         return TokenizerSpec(
-            entry["kind"],
-            self.file(name),
-            bool(entry.get("lower_case", False)),
-            options,
+            entry.kind, self.file(name), entry.lower_case, entry.options
         )
 
-    def write_manifest(self, task, tokenizers, settings):
-        """Writes `run.json`.
-
-        Args:
-            task: the task's registered name.
-            tokenizers: {role: (kind, lower_case)} or {role: (kind,
-                lower_case, options)} (`TOKENIZER_OPTIONS`).
-            settings: JSON-able inference settings the task's predictors and
-                exporters read back.
-        """
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "task": task,
-            "tokenizers": {
-                role: {
-                    "kind": entry[0],
-                    "lower_case": bool(entry[1]),
-                    **(entry[2] if len(entry) > 2 else {}),
-                }
-                for role, entry in tokenizers.items()
-            },
-            "settings": settings,
-        }
-        atomic_write_text(self.file(MANIFEST), json.dumps(manifest, indent=2) + "\n")
+    def write_manifest(self, manifest):
+        """Writes `run.json` from a `RunManifest`."""
+        if not isinstance(manifest, RunManifest):
+            raise TypeError(
+                f"manifest must be a RunManifest. Received: {type(manifest).__name__}"
+            )
+        self.write_json(MANIFEST, manifest.to_manifest())
         self._manifest = None
+
+    # -- the training config and metrics ---------------------------------------
+
+    def read_config(self):
+        """The training config as written (`config.json`: nested dicts)."""
+        return self.read_json(CONFIG)
+
+    def write_config(self, values):
+        self.write_json(CONFIG, values)
+
+    def read_metrics(self):
+        """`metrics.json` (the training report), or None if there is none."""
+        if not os.path.isfile(self.file(METRICS)):
+            return None
+        return self.read_json(METRICS)
+
+    def write_metrics(self, values):
+        self.write_json(METRICS, values)
 
     # -- models ----------------------------------------------------------------
 

@@ -36,8 +36,14 @@ import tempfile
 
 import numpy as np
 
-from tfformer.runs.directory import CONFIG, RunDirectory, tokenizer_file
-from tfformer.runs.files import atomic_write_text
+from tfformer.runs.directory import RunDirectory, tokenizer_file
+from tfformer.runs.manifest import (
+    CausalLMManifest,
+    ImageClassificationManifest,
+    SentenceEmbeddingManifest,
+    TextClassificationManifest,
+    TokenizerEntry,
+)
 from tfformer.training.convert.safetensors import Checkpoint
 
 # Hugging Face's BERT, ViT, Llama and GPT-2 drop no feed-forward hidden
@@ -570,15 +576,14 @@ def convert_bert(source, config, staging, progress):
             + (f" and {len(heads) - 4} more" if len(heads) > 4 else "")
         )
     refuse_unused(source, unused)
-    return write_bert_run(
-        staging,
-        "sentence_embedding",
-        model,
-        tokenizer,
-        sizes,
-        {"max_length": max_length, "pooling": pooling, "normalize": normalize},
+    manifest = SentenceEmbeddingManifest(
+        tokenizers={"text": wordpiece_entry(tokenizer)},
+        max_length=max_length,
         pooling=pooling,
         normalize=normalize,
+    )
+    return write_bert_run(
+        staging, manifest, model, tokenizer, sizes, pooling=pooling, normalize=normalize
     )
 
 
@@ -610,35 +615,35 @@ def convert_bert_classifier(source, config, sizes, staging, progress):
         f"{sizes['hidden_dim']}, {sizes['num_heads']} heads, {len(tokens)} tokens; "
         f"labels {labels}, max_length {max_length}"
     )
-    return write_bert_run(
-        staging,
-        "text_classification",
-        model,
-        tokenizer,
-        sizes,
-        {"max_length": max_length, "labels": labels, "pairs": False},
+    manifest = TextClassificationManifest(
+        tokenizers={"text": wordpiece_entry(tokenizer)},
+        max_length=max_length,
+        labels=tuple(labels),
+        pairs=False,
     )
+    return write_bert_run(staging, manifest, model, tokenizer, sizes)
 
 
-def write_bert_run(staging, task, model, tokenizer, sizes, settings, **model_keys):
-    """Writes a converted BERT's `task` run (WordPiece vocabulary, model,
-    manifest with `settings`) into `staging`; returns its training config
-    (`model_keys` added to its model section)."""
+def wordpiece_entry(tokenizer):
+    """The manifest entry of a converted WordPiece tokenizer."""
+    return TokenizerEntry("wordpiece", tokenizer.lower_case, **tokenizer.options())
+
+
+def write_bert_run(staging, manifest, model, tokenizer, sizes, **model_keys):
+    """Writes a converted BERT's run (WordPiece vocabulary, model and
+    `manifest`) into `staging`; returns its training config (`model_keys`
+    added to its model section)."""
     run = RunDirectory(staging)
     tokenizer.save(run.file(tokenizer_file("wordpiece", "text")))
     model.save(run.file("model.keras"))
-    run.write_manifest(
-        task,
-        {"text": ("wordpiece", tokenizer.lower_case, tokenizer.options())},
-        settings,
-    )
+    run.write_manifest(manifest)
     return {
-        "task": task,
+        "task": manifest.task,
         "data": {
             "tokenizer": "wordpiece",
             "vocabulary_size": tokenizer.vocabulary_size,
             "lower_case": tokenizer.lower_case,
-            "max_length": settings["max_length"],
+            "max_length": manifest.max_length,
         },
         "model": {
             "num_layers": sizes["num_layers"],
@@ -872,9 +877,9 @@ def convert_vit(source, config, staging, progress):
     run = RunDirectory(staging)
     model.save(run.file("model.keras"))
     run.write_manifest(
-        "image_classification",
-        {},
-        {"image_size": sizes["image_size"], "labels": labels},
+        ImageClassificationManifest(
+            tokenizers={}, image_size=sizes["image_size"], labels=tuple(labels)
+        )
     )
     return {
         "task": "image_classification",
@@ -934,7 +939,9 @@ def write_decoder_run(staging, model, tokenizer, kind, sizes):
     tokenizer.save(run.file(tokenizer_file(kind, "text")))
     model.save(run.file("model.keras"))
     context = sizes["max_sequence_length"]
-    run.write_manifest("causal_lm", {"text": (kind, False)}, {"max_length": context})
+    run.write_manifest(
+        CausalLMManifest(tokenizers={"text": TokenizerEntry(kind)}, max_length=context)
+    )
     return {
         "task": "causal_lm",
         "data": {
@@ -1481,9 +1488,7 @@ def convert(source, out, *, progress=print):
     try:
         training_config = CONVERTERS[model_type](source, config, staging, progress)
         config_from_dict(training_config)  # what Task.load will read back
-        atomic_write_text(
-            os.path.join(staging, CONFIG), json.dumps(training_config, indent=2) + "\n"
-        )
+        RunDirectory(staging).write_config(training_config)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
         os.rename(staging, out)

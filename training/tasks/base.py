@@ -12,7 +12,7 @@ from typing import Literal
 
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.validation import check_rate
-from tfformer.runs.directory import CONFIG, RunDirectory
+from tfformer.runs.directory import RunDirectory
 
 
 @dataclasses.dataclass
@@ -348,22 +348,25 @@ class Task:
 
         for role, tokenizer in data.tokenizers.items():
             tokenizer.save(run.file(tokenizer_file(config.data.tokenizer, role)))
-        run.write_manifest(
-            self.name,
-            {
-                role: (
-                    config.data.tokenizer,
-                    config.data.lower_case,
-                    getattr(tokenizer, "options", dict)(),
-                )
-                for role, tokenizer in data.tokenizers.items()
-            },
-            self.inference_settings(config, data),
-        )
+        run.write_manifest(self.run_manifest(config, data))
 
-    def inference_settings(self, config, data):
-        """What predictors and exporters need besides tokenizers and model."""
-        return {"max_length": config.data.max_length}
+    def tokenizer_entries(self, config, data):
+        """{role: `TokenizerEntry`} of `data`'s tokenizers."""
+        from tfformer.runs.manifest import TokenizerEntry
+
+        return {
+            role: TokenizerEntry(
+                config.data.tokenizer,
+                config.data.lower_case,
+                **getattr(tokenizer, "options", dict)(),
+            )
+            for role, tokenizer in data.tokenizers.items()
+        }
+
+    def run_manifest(self, config, data):
+        """The run's typed manifest (`tfformer.runs.manifest`): what
+        predictors and exporters need besides tokenizer files and model."""
+        raise NotImplementedError
 
     def training_stream(self, examples, **kwargs):
         """The endless training batches of `examples` (the keywords of
@@ -407,12 +410,12 @@ class Task:
             raise ValueError(f"{run.path} holds a {run.task!r} run, not {self.name!r}.")
         tokenizers = {
             role: load_tokenizer(run.tokenizer(role))
-            for role in run.manifest["tokenizers"]
+            for role in run.manifest.tokenizers
         }
         try:
-            config = config_from_dict(run.read_json(CONFIG))
+            config = config_from_dict(run.read_config())
         except (ValueError, TypeError) as e:
-            raise ValueError(f"{run.file(CONFIG)}: {e}") from None
+            raise ValueError(f"{run.file('config.json')}: {e}") from None
         return LoadedRun(run, config, run.load_model(checkpoint), tokenizers)
 
     def add_predict_arguments(self, parser):

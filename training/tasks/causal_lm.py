@@ -120,13 +120,18 @@ class CausalLMTask(Task):
             {"text": tokenizer}, examples, raw, (data_config.max_length,)
         )
 
-    def inference_settings(self, config, data):
+    def run_manifest(self, config, data):
+        from tfformer.runs.manifest import CausalLMManifest
+
         # A decoder fine-tuned from another run keeps that run's context
         # (GPT-2's 1,024 positions after fine-tuning on shorter windows).
+        context = config.data.max_length
         if config.model.init_from is not None:
             run, _, _ = self.initial_run(config)
-            return {"max_length": int(run.setting("max_length"))}
-        return super().inference_settings(config, data)
+            context = run.manifest.max_length
+        return CausalLMManifest(
+            tokenizers=self.tokenizer_entries(config, data), max_length=context
+        )
 
     def build_model(self, config, data):
         from tfformer.models import from_preset
@@ -167,7 +172,7 @@ class CausalLMTask(Task):
                     "Llama checkpoint)"
                 )
             spec = run.tokenizer("text")
-            context = int(run.setting("max_length"))
+            context = run.manifest.max_length
             run.checkpoint_path()
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
@@ -270,7 +275,7 @@ class CausalLMTask(Task):
             raise ValueError(f"--{str(e).replace('_', '-')}") from None
         run = self.load(run_dir, args.model)
         tokenizer = run.tokenizers["text"]
-        context = run.directory.setting("max_length")
+        context = run.directory.manifest.max_length
         if args.max_new_tokens >= context:
             raise ValueError(
                 f"--max-new-tokens must be in [0, {context - 1}] (the context is "
@@ -341,7 +346,7 @@ class CausalLMTask(Task):
 
         run = self.load(run_dir, args.model)
         config = run.config
-        context = int(run.directory.setting("max_length"))
+        context = run.directory.manifest.max_length
         # By default the training window (a decoder fine-tuned from GPT-2
         # trains on shorter windows than its context).
         window = getattr(args, "window", None)

@@ -270,18 +270,21 @@ class ImageClassificationTask(Task):
         )
         return PreparedData({}, examples, raw, (1,), labels=tuple(names))
 
-    def inference_settings(self, config, data):
-        return {
-            "image_size": config.data.image_size,
-            "labels": list(data.labels),
-            "test_split_fingerprint": data.raw["fingerprint"],
-        }
+    def run_manifest(self, config, data):
+        from tfformer.runs.manifest import ImageClassificationManifest
+
+        return ImageClassificationManifest(
+            tokenizers={},
+            image_size=config.data.image_size,
+            labels=tuple(data.labels),
+            test_split_fingerprint=data.raw["fingerprint"],
+        )
 
     def check_test_split(self, run, raw):
         """Refuses to score a run on a test split other than the one it held
         out: files added, removed or renamed since training would change the
         seeded split (and could move training images into it)."""
-        saved = run.directory.settings.get("test_split_fingerprint")
+        saved = run.directory.manifest.test_split_fingerprint
         if saved is not None and saved != raw["fingerprint"]:
             d = run.config.data
             source = d.image_dir if d.image_dir is not None else d.tfds_name
@@ -362,8 +365,8 @@ class ImageClassificationTask(Task):
 
         run = self.load(run_dir, args.model)
         positive("--top", args.top)
-        labels = run.directory.setting("labels")
-        pixels = read_image_files(inputs, run.directory.setting("image_size"))
+        labels = list(run.directory.manifest.labels)
+        pixels = read_image_files(inputs, run.directory.manifest.image_size)
         top = min(args.top, len(labels))
         for path, p in zip(inputs, self.probabilities(run.model, pixels), strict=True):
             best = np.argsort(-p, kind="stable")[:top]
@@ -407,7 +410,7 @@ class ImageClassificationTask(Task):
         pixels, truth = raw["test"]
         if args.limit:
             pixels, truth = pixels[: args.limit], truth[: args.limit]
-        labels = run.directory.setting("labels")
+        labels = list(run.directory.manifest.labels)
         progress(f"Classifying {len(truth):,} test images")
         probabilities = self.probabilities(run.model, pixels)
         predicted = probabilities.argmax(-1)

@@ -173,8 +173,14 @@ class MaskedLMTask(Task):
             {"text": tokenizer}, examples, raw, self.bucket_lengths(data_config)
         )
 
-    def inference_settings(self, config, data):
-        return {"max_length": config.data.max_length, "mask_token": MASK}
+    def run_manifest(self, config, data):
+        from tfformer.runs.manifest import MaskedLMManifest
+
+        return MaskedLMManifest(
+            tokenizers=self.tokenizer_entries(config, data),
+            max_length=config.data.max_length,
+            mask_token=MASK,
+        )
 
     def build_model(self, config, data):
         from tfformer.models import bert_masked_lm, from_preset
@@ -230,7 +236,7 @@ class MaskedLMTask(Task):
             raise ValueError(f"--top-k must be >= 1. Received: {args.top_k}")
         run = self.load(run_dir, args.model)
         tokenizer = run.tokenizers["text"]
-        length = run.directory.setting("max_length")
+        length = run.directory.manifest.max_length
         mask_id = tokenizer.vocabulary.index(MASK)
         for text in inputs:
             ids = masked_sentence_ids(tokenizer, text, mask_id)

@@ -73,7 +73,7 @@ class SentenceEmbeddingTask(Task):
         from tfformer.training.tasks.text_classification import padded_inputs
 
         tokenizer = run.tokenizers["text"]
-        length = run.directory.setting("max_length")
+        length = run.directory.manifest.max_length
         out = []
         for start in range(0, len(texts), batch_size):
             # Padded to the batch's longest row (the model is length-agnostic).

@@ -267,13 +267,16 @@ class TextClassificationTask(Task):
             labels=tuple(label_names(data_config)),
         )
 
-    def inference_settings(self, config, data):
+    def run_manifest(self, config, data):
+        from tfformer.runs.manifest import TextClassificationManifest
+
         train = data.raw["train"]
-        return {
-            "max_length": config.data.max_length,
-            "labels": list(data.labels),
-            "pairs": bool(train) and isinstance(train[0][0], tuple),
-        }
+        return TextClassificationManifest(
+            tokenizers=self.tokenizer_entries(config, data),
+            max_length=config.data.max_length,
+            labels=tuple(data.labels),
+            pairs=bool(train) and isinstance(train[0][0], tuple),
+        )
 
     def build_model(self, config, data):
         from tfformer.models import bert_classifier, from_preset
@@ -328,7 +331,7 @@ class TextClassificationTask(Task):
         from keras import ops
 
         tokenizer = run.tokenizers["text"]
-        length = run.directory.setting("max_length")
+        length = run.directory.manifest.max_length
         out = []
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start : start + batch_size]
@@ -343,9 +346,9 @@ class TextClassificationTask(Task):
         """Label, probability and input per line; a run trained on sentence
         pairs reads each input as "text_a<TAB>text_b"."""
         run = self.load(run_dir, args.model)
-        labels = run.directory.setting("labels")
+        labels = list(run.directory.manifest.labels)
         texts = list(inputs)
-        if run.directory.settings.get("pairs"):
+        if run.directory.manifest.pairs:
             for text in texts:
                 if text.count("\t") != 1:
                     raise ValueError(
@@ -383,7 +386,7 @@ class TextClassificationTask(Task):
         from tfformer.training.sources.text_files import read_labelled_tsv
 
         run = self.load(run_dir, args.model)
-        labels = run.directory.setting("labels")
+        labels = list(run.directory.manifest.labels)
         if getattr(args, "tsv", None):
             try:
                 test, _ = read_labelled_tsv(args.tsv, labels)

@@ -112,7 +112,7 @@ class Translator:
     def from_run(cls, run_dir, *, checkpoint="model.keras", max_length=None, **kwargs):
         """A translator of a finished translation run directory."""
         run = TASK.load(run_dir, checkpoint)
-        length = run.directory.setting("max_length")
+        length = run.directory.manifest.max_length
         return cls(
             run.model,
             run.tokenizers["source"],
@@ -279,6 +279,14 @@ class TranslationTask(Task):
         )
 
     # -- model -------------------------------------------------------------------
+
+    def run_manifest(self, config, data):
+        from tfformer.runs.manifest import TranslationManifest
+
+        return TranslationManifest(
+            tokenizers=self.tokenizer_entries(config, data),
+            max_length=config.data.max_length,
+        )
 
     def build_model(self, config, data):
         from tfformer.models import from_preset

@@ -1,19 +1,24 @@
-"""The run directory reader: the manifest round trip, and every broken
-directory refused with the file named."""
+"""The run directory reader: the typed manifest, config and metrics go
+through it, and every broken directory is refused with the file named."""
 
 import json
 
 import pytest
 
 from tfformer.runs.directory import RunDirectory, TokenizerSpec, tokenizer_file
+from tfformer.runs.manifest import TokenizerEntry, TranslationManifest
 
 
-def written(tmp_path, **settings):
+def written(tmp_path, max_length=32):
     run = RunDirectory(tmp_path)
     run.write_manifest(
-        "translation",
-        {"source": ("wordpiece", True), "target": ("byte", False)},
-        settings or {"max_length": 32},
+        TranslationManifest(
+            tokenizers={
+                "source": TokenizerEntry("wordpiece", lower_case=True),
+                "target": TokenizerEntry("byte"),
+            },
+            max_length=max_length,
+        )
     )
     (tmp_path / "source_vocab.txt").write_text("[PAD]\n[UNK]\n[START]\n[END]\na\n")
     (tmp_path / "target_tokenizer.json").write_text('{"tokenizer": "byte"}')
@@ -21,15 +26,37 @@ def written(tmp_path, **settings):
 
 
 def test_manifest_round_trip(tmp_path):
-    run = written(tmp_path, max_length=32, labels=["a", "b"])
+    run = written(tmp_path, max_length=32)
     assert run.task == "translation"
-    assert run.settings == {"max_length": 32, "labels": ["a", "b"]}
+    assert isinstance(run.manifest, TranslationManifest)
+    assert run.manifest.max_length == 32
     assert run.tokenizer("source") == TokenizerSpec(
         "wordpiece", str(tmp_path / "source_vocab.txt"), True
     )
     assert run.tokenizer("source").vocabulary_file == str(tmp_path / "source_vocab.txt")
     assert run.tokenizer("target").vocabulary_file is None
-    assert json.loads((tmp_path / "run.json").read_text())["format_version"] == 1
+    # The layout on disk is the one every earlier tfformer wrote.
+    assert json.loads((tmp_path / "run.json").read_text()) == {
+        "format_version": 1,
+        "task": "translation",
+        "tokenizers": {
+            "source": {"kind": "wordpiece", "lower_case": True},
+            "target": {"kind": "byte", "lower_case": False},
+        },
+        "settings": {"max_length": 32},
+    }
+
+
+def test_config_and_metrics_go_through_the_directory(tmp_path):
+    run = RunDirectory(tmp_path)
+    assert run.read_metrics() is None
+    run.write_config({"task": "translation", "train": {"epochs": 2}})
+    run.write_metrics({"epochs": [], "summary": {"loss": 1.5}})
+    assert run.read_config() == {"task": "translation", "train": {"epochs": 2}}
+    assert run.read_metrics()["summary"] == {"loss": 1.5}
+    assert json.loads((tmp_path / "config.json").read_text())["train"]["epochs"] == 2
+    with pytest.raises(TypeError, match="manifest must be a RunManifest"):
+        run.write_manifest({"task": "translation"})
 
 
 def test_tokenizer_file_names():
@@ -49,26 +76,27 @@ def test_broken_directories_name_the_file(tmp_path):
     (tmp_path / "run.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"run\.json is not valid JSON"):
         RunDirectory(tmp_path).task  # noqa: B018
+    (tmp_path / "run.json").write_bytes(b'{"task": "\xff"}')
+    with pytest.raises(ValueError, match=r"run\.json is not UTF-8 text"):
+        RunDirectory(tmp_path).task  # noqa: B018
     (tmp_path / "run.json").write_text('{"format_version": 9, "task": "x"}')
     with pytest.raises(ValueError, match="format_version 9 is not supported"):
         RunDirectory(tmp_path).task  # noqa: B018
     (tmp_path / "run.json").write_text(
-        '{"format_version": 1, "task": "x", "tokenizers": [], "settings": {}}'
+        '{"format_version": 1, "task": "translation", "tokenizers": [], "settings": {}}'
     )
     with pytest.raises(ValueError, match="'tokenizers' must be a dict"):
         RunDirectory(tmp_path).task  # noqa: B018
 
 
-def test_missing_tokenizer_model_and_setting(tmp_path):
+def test_missing_tokenizer_and_model(tmp_path):
     run = written(tmp_path)
     (tmp_path / "source_vocab.txt").unlink()
     with pytest.raises(ValueError, match=r"source_vocab\.txt is missing"):
         run.tokenizer("source")
-    with pytest.raises(ValueError, match=r"tokenizers\.text must name a kind"):
+    with pytest.raises(ValueError, match=r"a translation run has no 'text' tokenizer"):
         run.tokenizer("text")
     with pytest.raises(ValueError, match=r"model\.keras is missing"):
         run.checkpoint_path()
     with pytest.raises(ValueError, match="checkpoint file must be one of"):
         run.checkpoint_path("last.h5")
-    with pytest.raises(ValueError, match="settings lack 'labels'"):
-        run.setting("labels")
