@@ -193,11 +193,23 @@ class TrainingReport(keras.callbacks.Callback):
     `RunDirectory.write_metrics`) after each epoch; None keeps it in memory.
     """
 
+    # The running totals of `report` that a resumed run carries on.
+    TOTALS = ("epochs", "train_seconds", "tokens")
+
     def __init__(self, write=None, *, initial=None):
         super().__init__()
         self.write = write
         self.report = initial or {"epochs": [], "train_seconds": 0.0, "tokens": 0.0}
-        self._start = None
+        self._start = None  # when the epoch's training time began
+        self._paused = None  # when validation inside the epoch began
+
+    @classmethod
+    def totals_of(cls, metrics):
+        """The running totals in `metrics` (a `metrics.json` body this
+        callback wrote), the `initial` of a resumed run; None for None."""
+        if metrics is None:
+            return None
+        return {k: v for k, v in metrics.items() if k in cls.TOTALS}
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
@@ -208,7 +220,7 @@ class TrainingReport(keras.callbacks.Callback):
             self._paused = time.perf_counter()
 
     def on_test_end(self, logs=None):
-        if self._start is not None and getattr(self, "_paused", None) is not None:
+        if self._start is not None and self._paused is not None:
             self._start += time.perf_counter() - self._paused
             self._paused = None
 

@@ -1,4 +1,11 @@
-"""`build_model` and `train(config)`: from a config to a trained, saved model."""
+"""`build_model` and `train(config)`: from a config to a trained, saved model.
+
+`train` is a short sequence of steps, defined below it in the order it calls
+them: prepare the inputs (strategy layout, data, steps per epoch), open the
+run directory (tokenizers, `run.json`, `config.json`), build the compiled
+model, restore the last backup, fit the segments left and test, then save
+`model.keras`, evaluate and write `metrics.json`.
+"""
 
 import contextlib
 import dataclasses
@@ -32,6 +39,8 @@ from tfformer.training.tasks import get_task
 
 # Variable names (substrings) that AdamW leaves undecayed.
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
+# The run's backup folder (`ResumableBackup`'s weights and state).
+BACKUP = "backup"
 
 
 def build_model(config, data):
@@ -42,30 +51,33 @@ def build_model(config, data):
 def learning_rate(config, total_steps=None):
     """The schedule of `train.schedule`; "cosine" and "linear" decay over
     `train.schedule_steps`, else over `total_steps` (the run's steps)."""
-    t = config.train
-    if t.schedule in ("cosine", "linear"):
-        steps = t.schedule_steps or total_steps
+    train_config = config.train
+    if train_config.schedule in ("cosine", "linear"):
+        steps = train_config.schedule_steps or total_steps
         if steps is None:
             raise ValueError(
-                f"train.schedule={t.schedule!r} needs train.schedule_steps here "
-                "(the run's total steps are not known). Received: None"
+                f"train.schedule={train_config.schedule!r} needs "
+                "train.schedule_steps here (the run's total steps are not known). "
+                "Received: None"
             )
-        if steps <= t.warmup_steps:
+        if steps <= train_config.warmup_steps:
             raise ValueError(
-                f"train.warmup_steps ({t.warmup_steps}) must be below the "
-                f"{t.schedule} schedule's {steps} steps (train.epochs x steps "
-                "per epoch, or train.schedule_steps)."
+                f"train.warmup_steps ({train_config.warmup_steps}) must be below "
+                f"the {train_config.schedule} schedule's {steps} steps "
+                "(train.epochs x steps per epoch, or train.schedule_steps)."
             )
         return WarmupCosineSchedule(
-            t.learning_rate,
-            t.warmup_steps,
+            train_config.learning_rate,
+            train_config.warmup_steps,
             steps,
-            t.final_learning_rate_fraction,
-            decay=t.schedule,
-            clock=t.schedule_clock,
+            train_config.final_learning_rate_fraction,
+            decay=train_config.schedule,
+            clock=train_config.schedule_clock,
         )
     hidden_dim = get_task(config.task).model_sizes(config.model)["hidden_dim"]
-    return TransformerSchedule(hidden_dim, t.warmup_steps, t.learning_rate_scale)
+    return TransformerSchedule(
+        hidden_dim, train_config.warmup_steps, train_config.learning_rate_scale
+    )
 
 
 def compile_model(model, config, total_steps=None, schedule=None):
@@ -74,32 +86,32 @@ def compile_model(model, config, total_steps=None, schedule=None):
     schedule decays over unless `train.schedule_steps` says otherwise.
     `schedule`: the learning-rate schedule, when the caller keeps it (a
     budget-clocked one, which `TimeBudget` drives)."""
-    t = config.train
+    train_config = config.train
     if schedule is None:
         schedule = learning_rate(config, total_steps)
-    arguments = dict(
-        beta_1=t.beta_1,
-        beta_2=t.beta_2,
-        epsilon=t.epsilon,
-        clipnorm=t.clipnorm,
-        use_ema=t.ema_momentum is not None,
-        ema_momentum=t.ema_momentum or 0.99,
+    adam_arguments = dict(
+        beta_1=train_config.beta_1,
+        beta_2=train_config.beta_2,
+        epsilon=train_config.epsilon,
+        clipnorm=train_config.clipnorm,
+        use_ema=train_config.ema_momentum is not None,
+        ema_momentum=train_config.ema_momentum or 0.99,
     )
-    if t.optimizer == "adamw":
+    if train_config.optimizer == "adamw":
         optimizer = keras.optimizers.AdamW(
             schedule,
-            weight_decay=t.weight_decay,
-            **arguments,
+            weight_decay=train_config.weight_decay,
+            **adam_arguments,
         )
         # Not biases, LayerNorm scales (gamma) and offsets (beta), as BERT.
         optimizer.exclude_from_weight_decay(var_names=NO_WEIGHT_DECAY)
     else:
-        optimizer = keras.optimizers.Adam(schedule, **arguments)
-    jit = {"auto": "auto", "true": True, "false": False}[t.jit_compile]
+        optimizer = keras.optimizers.Adam(schedule, **adam_arguments)
+    jit_compile = {"auto": "auto", "true": True, "false": False}
     model.compile(
         optimizer=optimizer,
-        jit_compile=jit,
-        steps_per_execution=t.steps_per_execution,
+        jit_compile=jit_compile[train_config.jit_compile],
+        steps_per_execution=train_config.steps_per_execution,
         **get_task(config.task).compile_arguments(config),
     )
     return model
@@ -121,6 +133,64 @@ def dtype_policy(name):
         yield
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns: the trained model, its data and the final metrics."""
+
+    model: keras.Model
+    data: object
+    metrics: dict
+
+
+def train(config, *, progress=print):
+    """Trains `config` (a `Config`); returns a `TrainResult`.
+
+    Writes into `config.train.output_dir` (a run directory, see
+    `tfformer.runs.directory`): the tokenizer files, `run.json`, `config.json`,
+    `model.keras` (final), `best.keras` (lowest validation loss), `backup/`
+    (for resuming), `logs/` (TensorBoard) and `metrics.json`. Re-running the
+    same command after a crash resumes from the last backup.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a training Config. Received: {type(config)}")
+    started = time.perf_counter()
+    train_config = config.train
+    strategy = build_strategy(
+        train_config.strategy, devices=train_config.devices, tpu=train_config.tpu
+    )
+    writes = is_chief(strategy)  # only the chief of a multi-worker run writes
+    keras.utils.set_random_seed(train_config.seed)
+    inputs = prepare_inputs(config, strategy, progress)
+    run = open_run_directory(config, inputs.data, write=writes)
+    model, schedule = build_compiled_model(config, inputs)
+    state = restore_last_backup(model, run, strategy)
+    segments = segments_left(
+        state, inputs.steps_per_epoch, train_config.epochs, progress
+    )
+    callbacks = build_callbacks(config, state, write=writes, schedule=schedule)
+    test_logs = fit_and_test(model, segments, inputs, callbacks, train_config, progress)
+    results = end_of_run_results(
+        callbacks.report.summary(),
+        test_logs,
+        steps_per_epoch=inputs.steps_per_epoch,
+        global_step=model.optimizer.iterations.numpy(),
+        strategy=strategy,
+        precision=train_config.precision,
+    )
+    # Saved before the final evaluation, so nothing trained is lost if it fails.
+    save_final_model(model, run, write=writes)
+    results.update(
+        final_evaluation(config, model, inputs.data, write=writes, progress=progress)
+    )
+    results["wall_seconds"] = time.perf_counter() - started
+    if writes:
+        write_report(run, callbacks.report, results)
+    return TrainResult(model, inputs.data, results)
+
+
+# -- 1. The inputs: layout, data, steps per epoch (nothing is written) ----------
 
 
 @dataclasses.dataclass
@@ -197,9 +267,9 @@ def batch_description(train_config, layout, bucket_lengths):
 def steps_per_epoch(config, data, layout):
     """Configured steps, or the full steps of one pass over the smallest shard,
     rounded down to whole executions of `train.steps_per_execution` steps."""
-    t = config.train
-    if t.steps_per_epoch:
-        return t.steps_per_epoch
+    train_config = config.train
+    if train_config.steps_per_epoch:
+        return train_config.steps_per_epoch
     lengths = data.examples["train"].lengths
     per_shard = min(
         pipeline.batches_per_epoch(
@@ -211,26 +281,156 @@ def steps_per_epoch(config, data, layout):
     if per_shard < 1:
         raise ValueError(
             f"The training split ({len(lengths)} examples) gives no full batch of "
-            f"{batch_description(t, layout, data.bucket_lengths)} in any length "
-            "bucket."
+            f"{batch_description(train_config, layout, data.bucket_lengths)} in "
+            "any length bucket."
         )
     # Keras runs whole executions: a partial last one would train on into the
     # next epoch's batches.
-    if per_shard < t.steps_per_execution:
+    executions = train_config.steps_per_execution
+    if per_shard < executions:
         raise ValueError(
             f"The training split gives {per_shard} steps per epoch, fewer than "
-            f"train.steps_per_execution={t.steps_per_execution}."
+            f"train.steps_per_execution={executions}."
         )
-    return per_shard - per_shard % t.steps_per_execution
+    return per_shard - per_shard % executions
 
 
-@dataclasses.dataclass
-class TrainResult:
-    """What `train` returns: the trained model, its data and the final metrics."""
+@dataclasses.dataclass(frozen=True)
+class RunInputs:
+    """A run's prepared data and the datasets `fit` and `evaluate` read.
 
-    model: keras.Model
+    Holds the task, its `data` (from `build_dataset`), the `strategy` and
+    `layout` the batches follow, the optimizer steps of an epoch and the
+    data's shuffling seed; builds datasets, writes nothing.
+    """
+
+    task: object
     data: object
-    metrics: dict
+    strategy: object
+    layout: InputLayout
+    steps_per_epoch: int
+    seed: int  # data.seed: each epoch's order is a function of it
+
+    def training(self, segment):
+        """The training batches of `segment` (a `Segment`): from the start of
+        its first epoch, `segment.skip` steps in. The partial epoch of a
+        resumed run stops at that epoch's end: a backup made with another
+        train.steps_per_execution may leave a partial last execution."""
+        layout = self.layout
+
+        def build(num_shards, shard_index):
+            stream = self.task.training_stream(
+                self.data.examples["train"],
+                batch_size=layout.train_batch_size,
+                bucket_lengths=self.data.bucket_lengths,
+                steps_per_epoch=self.steps_per_epoch * layout.batches_per_step,
+                seed=self.seed,
+                first_epoch=segment.begin,
+                skip_steps=segment.skip * layout.batches_per_step,
+                num_shards=num_shards,
+                shard_index=shard_index,
+            )
+            if not segment.skip:
+                return stream
+            return stream.take(segment.steps * layout.batches_per_step)
+
+        return layout.dataset(self.strategy, build)
+
+    def evaluation(self, split):
+        """Every example of `split` ("validation", "test"), repeated (Keras
+        keeps one validation iterator across epochs). Under multi-worker
+        every worker evaluates the whole split (the mean over workers of
+        identical values is that value); cheaper than keeping uneven shards
+        in lockstep."""
+        return self.layout.dataset(
+            self.strategy,
+            lambda num_shards, shard_index: self.task.evaluation_dataset(
+                self.data.examples[split],
+                batch_size=self.layout.batch_size,
+                bucket_lengths=self.data.bucket_lengths,
+                repeat=True,
+            ),
+        )
+
+    def evaluation_steps(self, split):
+        """The steps of one pass of `evaluation(split)`."""
+        batches = pipeline.evaluation_steps(
+            self.data.examples[split].lengths,
+            self.data.bucket_lengths,
+            self.layout.batch_size,
+        )
+        return -(-batches // self.layout.batches_per_step)
+
+    def element_spec(self):
+        """Per-replica element spec of the batches (shapes may be None)."""
+        sample = self.task.evaluation_dataset(
+            self.data.examples["validation"],
+            batch_size=self.layout.batch_size,
+            bucket_lengths=self.data.bucket_lengths,
+        )
+        return sample.element_spec
+
+
+def prepare_inputs(config, strategy, progress=print):
+    """The `RunInputs` of `config` under `strategy`.
+
+    Reads the corpus (and the tokenizers a resumed run saved in
+    `train.output_dir`); writes nothing, so a corpus, vocabulary, init_from,
+    batch or epoch problem is refused before the run directory is touched.
+    """
+    train_config = config.train
+    layout = InputLayout.for_strategy(strategy, train_config.batch_size)
+    data = build_dataset(config, train_config.output_dir, progress=progress)
+    # The data's buckets (a task may ignore data.bucket_lengths).
+    layout = layout.with_token_budget(
+        strategy, data.bucket_lengths, train_config.batch_tokens
+    )
+    return RunInputs(
+        task=get_task(config.task),
+        data=data,
+        strategy=strategy,
+        layout=layout,
+        steps_per_epoch=steps_per_epoch(config, data, layout),
+        seed=config.data.seed,
+    )
+
+
+# -- 2. The run directory and the model -----------------------------------------
+
+
+def open_run_directory(config, data, *, write):
+    """Creates `train.output_dir` and returns its `RunDirectory`; when
+    `write` (the chief), writes the tokenizer files, `run.json` and
+    `config.json` into it."""
+    os.makedirs(config.train.output_dir, exist_ok=True)
+    run = RunDirectory(config.train.output_dir)
+    if write:
+        get_task(config.task).save_preprocessing(config, data, run)
+        run.write_config(config.to_dict())
+    return run
+
+
+def build_compiled_model(config, inputs):
+    """The compiled model of `config` under `train.precision` and the
+    inputs' strategy, and its learning-rate schedule (decaying over the
+    run's epochs of `inputs.steps_per_epoch`); writes nothing."""
+    train_config = config.train
+    with dtype_policy(train_config.precision), inputs.strategy.scope():
+        schedule = learning_rate(config, train_config.epochs * inputs.steps_per_epoch)
+        model = build_model(config, inputs.data)
+        compile_model(model, config, schedule=schedule)
+    return model, schedule
+
+
+def restore_last_backup(model, run, strategy):
+    """Loads the run's last backup (`backup/`) into the compiled `model`;
+    returns its state (`ResumableBackup`'s `state.json`, with the weights'
+    step), or None for a run that has none."""
+    with strategy.scope():
+        return restore_backup(model, run.file(BACKUP))
+
+
+# -- 3. Fitting ------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,6 +463,19 @@ def segment_plan(global_step, steps_per_epoch, epochs):
     return segments
 
 
+def segments_left(state, steps_per_epoch, epochs, progress=print):
+    """The `segment_plan` from the restored backup `state` (None: from step
+    0) to the end of epoch `epochs`; tells `progress` where a resumed run
+    goes on."""
+    global_step = state["global_step"] if state else 0
+    if state:
+        epoch, batch = divmod(global_step, steps_per_epoch)
+        progress(
+            f"Resuming from step {global_step}: epoch {epoch + 1}, batch {batch + 1}"
+        )
+    return segment_plan(global_step, steps_per_epoch, epochs)
+
+
 @dataclasses.dataclass
 class RunCallbacks:
     """The callbacks of a run, and the ones `train` reads back afterwards."""
@@ -271,18 +484,7 @@ class RunCallbacks:
     budget: TimeBudget
     best: BestModel
     report: TrainingReport
-    averaged: list  # the AveragedWeights callback, if the run averages
-
-
-def previous_report(run):
-    """The running totals a resumed run carries over from its `metrics.json`
-    (None if there is none)."""
-    metrics = run.read_metrics()
-    if metrics is None:
-        return None
-    return {
-        k: v for k, v in metrics.items() if k in ("epochs", "train_seconds", "tokens")
-    }
+    averaged: AveragedWeights | None  # None: the run does not average weights
 
 
 def build_callbacks(config, state=None, *, write=True, schedule=None):
@@ -294,37 +496,93 @@ def build_callbacks(config, state=None, *, write=True, schedule=None):
         schedule: the model's learning-rate schedule (a budget-clocked one
             is driven by the `TimeBudget`).
     """
-    t = config.train
-    out = t.output_dir
+    train_config = config.train
+    run = RunDirectory(train_config.output_dir)
     best = BestModel(
-        os.path.join(out, "best.keras"),
+        run.file("best.keras"),
         best=(state or {}).get("best_val_loss"),
         write=write,
     )
-    run = RunDirectory(out)
     report = TrainingReport(
         run.write_metrics if write else None,
-        initial=previous_report(run) if state else None,
+        # A new run ignores a metrics.json it finds: it is not its history.
+        initial=TrainingReport.totals_of(run.read_metrics()) if state else None,
     )
-    budget = TimeBudget(t.time_budget_minutes, schedule=schedule, state=state)
-    averaged = [AveragedWeights()] if t.ema_momentum else []
+    budget = TimeBudget(
+        train_config.time_budget_minutes, schedule=schedule, state=state
+    )
+    averaged = AveragedWeights() if train_config.ema_momentum else None
     callbacks = [
         budget,
         ResumableBackup(
-            os.path.join(out, "backup"),
-            t.checkpoint_every_steps,
+            run.file(BACKUP),
+            train_config.checkpoint_every_steps,
             write=write,
             extra_state=lambda: {"best_val_loss": best.best, **budget.state()},
         ),
         # After the backup (raw weights), before everything that validates or
         # saves the model (averaged weights).
-        *averaged,
+        *([averaged] if averaged else []),
         best,
         report,
     ]
     if write:
-        callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "logs")))
+        callbacks.append(keras.callbacks.TensorBoard(run.file("logs")))
     return RunCallbacks(callbacks, budget, best, report, averaged)
+
+
+@contextlib.contextmanager
+def fit_context(model, inputs):
+    """Where `fit` and `evaluate` run: `multi_worker_fit` under a
+    multi-worker strategy, else nothing to set up."""
+    if not is_multi_worker(inputs.strategy):
+        yield
+        return
+    with multi_worker_fit(model, inputs.strategy, inputs.element_spec()):
+        yield
+
+
+def fit_and_test(model, segments, inputs, callbacks, train_config, progress=print):
+    """Fits `segments` (one `model.fit` each) until the time budget runs
+    out, then evaluates the test split; returns its logs.
+
+    Reads the inputs' datasets; the callbacks write the backups,
+    `best.keras`, `metrics.json` (per epoch) and the TensorBoard logs.
+    """
+    validation = inputs.evaluation("validation")
+    with fit_context(model, inputs):
+        for segment in segments:
+            if callbacks.budget.exhausted:
+                break
+            if callbacks.averaged:
+                # Only the last `fit` leaves the average in the model.
+                callbacks.averaged.keep_average = segment.end == train_config.epochs
+            model.fit(
+                inputs.training(segment),
+                initial_epoch=segment.begin,
+                epochs=segment.end,
+                steps_per_epoch=segment.steps,
+                validation_data=validation,
+                validation_steps=inputs.evaluation_steps("validation"),
+                callbacks=callbacks.callbacks,
+                verbose=train_config.verbose,
+                shuffle=False,
+            )
+        if callbacks.budget.exhausted:
+            progress(
+                "Stopped at the time budget "
+                f"({train_config.time_budget_minutes} minutes), "
+                f"step {int(model.optimizer.iterations.numpy())}."
+            )
+        return model.evaluate(
+            inputs.evaluation("test"),
+            steps=inputs.evaluation_steps("test"),
+            verbose=0,
+            return_dict=True,
+        )
+
+
+# -- 4. The end of the run ---------------------------------------------------------
 
 
 def end_of_run_results(
@@ -346,166 +604,26 @@ def end_of_run_results(
     }
 
 
-def train(config, *, progress=print):
-    """Trains `config` (a `Config`); returns a `TrainResult`.
-
-    Writes into `config.train.output_dir` (a run directory, see
-    `tfformer.runs.directory`): the tokenizer files, `run.json`, `config.json`,
-    `model.keras` (final), `best.keras` (lowest validation loss), `backup/`
-    (for resuming), `logs/` (TensorBoard) and `metrics.json`. Re-running the
-    same command after a crash resumes from the last backup.
-    """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a training Config. Received: {type(config)}")
-    task = get_task(config.task)
-    t = config.train
-    out = t.output_dir
-    started = time.perf_counter()
-    strategy = build_strategy(t.strategy, devices=t.devices, tpu=t.tpu)
-    chief = is_chief(strategy)
-    multi = is_multi_worker(strategy)
-    layout = InputLayout.for_strategy(strategy, t.batch_size)
-    keras.utils.set_random_seed(t.seed)
-    # The data first: a corpus, vocabulary or init_from problem is refused
-    # before the output directory exists.
-    data = build_dataset(config, out, progress=progress)
-    # The data's buckets (a task may ignore data.bucket_lengths), before
-    # anything is written.
-    layout = layout.with_token_budget(strategy, data.bucket_lengths, t.batch_tokens)
-    os.makedirs(out, exist_ok=True)
-    run = RunDirectory(out)
-    if chief:
-        task.save_preprocessing(config, data, run)
-        run.write_config(config.to_dict())
-
-    steps = steps_per_epoch(config, data, layout)
-    with dtype_policy(t.precision), strategy.scope():
-        schedule = learning_rate(config, t.epochs * steps)
-        model = compile_model(build_model(config, data), config, schedule=schedule)
-    backup_dir = os.path.join(out, "backup")
-    state = None
-    if os.path.isdir(backup_dir):
-        with strategy.scope():
-            state = restore_backup(model, backup_dir)
-    global_step = state["global_step"] if state else 0
-    segments = segment_plan(global_step, steps, t.epochs)
-    if state:
-        epoch, batch = divmod(global_step, steps)
-        progress(
-            f"Resuming from step {global_step}: epoch {epoch + 1}, batch {batch + 1}"
-        )
-
-    def train_data(start_epoch, skip_steps, limit_steps=None):
-        def build(shards, index):
-            stream = task.training_stream(
-                data.examples["train"],
-                batch_size=layout.train_batch_size,
-                bucket_lengths=data.bucket_lengths,
-                steps_per_epoch=steps * layout.batches_per_step,
-                seed=config.data.seed,
-                first_epoch=start_epoch,
-                skip_steps=skip_steps * layout.batches_per_step,
-                num_shards=shards,
-                shard_index=index,
-            )
-            if limit_steps is None:
-                return stream
-            return stream.take(limit_steps * layout.batches_per_step)
-
-        return layout.dataset(strategy, build)
-
-    def eval_data(split):
-        # Under multi-worker every worker evaluates the whole split (the mean
-        # over workers of identical values is that value); cheaper than keeping
-        # uneven shards in lockstep.
-        return layout.dataset(
-            strategy,
-            lambda shards, index: task.evaluation_dataset(
-                data.examples[split],
-                batch_size=layout.batch_size,
-                bucket_lengths=data.bucket_lengths,
-                repeat=True,
-            ),
-        )
-
-    def eval_steps(split):
-        batches = pipeline.evaluation_steps(
-            data.examples[split].lengths, data.bucket_lengths, layout.batch_size
-        )
-        return -(-batches // layout.batches_per_step)
-
-    run_callbacks = build_callbacks(config, state, write=chief, schedule=schedule)
-    budget = run_callbacks.budget
-    validation = eval_data("validation")
-    fit_context = (
-        multi_worker_fit(model, strategy, _element_spec(task, data, layout))
-        if multi
-        else contextlib.nullcontext()
-    )
-    with fit_context:
-        # A resumed run first finishes its interrupted epoch, then goes on.
-        # That epoch's data stops at its end: a backup made with another
-        # train.steps_per_execution may leave a partial last execution.
-        for segment in segments:
-            if budget.exhausted:
-                break
-            for callback in run_callbacks.averaged:
-                # Only the last `fit` leaves the average in the model.
-                callback.keep_average = segment.end == t.epochs
-            model.fit(
-                train_data(
-                    segment.begin,
-                    segment.skip,
-                    segment.steps if segment.skip else None,
-                ),
-                initial_epoch=segment.begin,
-                epochs=segment.end,
-                steps_per_epoch=segment.steps,
-                validation_data=validation,
-                validation_steps=eval_steps("validation"),
-                callbacks=run_callbacks.callbacks,
-                verbose=t.verbose,
-                shuffle=False,
-            )
-        if budget.exhausted:
-            progress(
-                f"Stopped at the time budget ({t.time_budget_minutes} minutes), "
-                f"step {int(model.optimizer.iterations.numpy())}."
-            )
-        test_logs = model.evaluate(
-            eval_data("test"), steps=eval_steps("test"), verbose=0, return_dict=True
-        )
-
-    results = end_of_run_results(
-        run_callbacks.report.summary(),
-        test_logs,
-        steps_per_epoch=steps,
-        global_step=model.optimizer.iterations.numpy(),
-        strategy=strategy,
-        precision=t.precision,
-    )
-    # Saved before the final evaluation, so nothing trained is lost if it fails.
-    with save_target(run.file("model.keras"), chief) as tmp:
+def save_final_model(model, run, *, write):
+    """Saves `model` as the run's `model.keras` (atomically). Every worker
+    takes part; only the chief (`write`) keeps the file."""
+    with save_target(run.file("model.keras"), write) as tmp:
         model.save(tmp)
-    if t.final_evaluation and chief:
-        results.update(task.final_evaluation(config, model, data, progress))
-    results["wall_seconds"] = time.perf_counter() - started
-    if chief:
-        run_callbacks.report.flush({"results": results})
-        plot_training_curves(
-            run_callbacks.report.report, run.file("training_curves.png")
-        )
-    return TrainResult(model, data, results)
 
 
-def _element_spec(task, data, layout):
-    """Per-replica element spec of the batches (shapes may be None)."""
-    sample = task.evaluation_dataset(
-        data.examples["validation"],
-        batch_size=layout.batch_size,
-        bucket_lengths=data.bucket_lengths,
-    )
-    return sample.element_spec
+def final_evaluation(config, model, data, *, write, progress=print):
+    """The task's end-of-run evaluation of `model` (`train.final_evaluation`,
+    on the chief only), as results to merge; {} when there is none."""
+    if not (config.train.final_evaluation and write):
+        return {}
+    return get_task(config.task).final_evaluation(config, model, data, progress)
+
+
+def write_report(run, report, results):
+    """Writes the run's `metrics.json` (the `TrainingReport` and `results`)
+    and its `training_curves.png`."""
+    report.flush({"results": results})
+    plot_training_curves(report.report, run.file("training_curves.png"))
 
 
 __all__ = ["TrainResult", "build_dataset", "build_model", "compile_model", "train"]

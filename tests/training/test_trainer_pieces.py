@@ -1,8 +1,12 @@
-"""The pieces of `train` that need no training: the resume plan, the
-callback list and the end-of-run report."""
+"""The pieces of `train` that need no training: the inputs, the run
+directory, the resume plan, the callback list and the end-of-run report."""
 
+import dataclasses
+import json
+import os
 import types
 
+import numpy as np
 import pytest
 
 from tfformer.training.callbacks import (
@@ -13,12 +17,20 @@ from tfformer.training.callbacks import (
     TrainingReport,
 )
 from tfformer.training.config import load_config
+from tfformer.training.distribution.strategy import build_strategy
 from tfformer.training.trainer import (
+    InputLayout,
     Segment,
     build_callbacks,
     end_of_run_results,
+    open_run_directory,
+    prepare_inputs,
+    restore_last_backup,
     segment_plan,
+    segments_left,
 )
+
+from .tiny import TINY_MODEL
 
 
 @pytest.mark.parametrize(
@@ -111,3 +123,108 @@ def test_end_of_run_results():
         "strategy": "SimpleNamespace",
         "precision": "mixed_bfloat16",
     }
+
+
+# Number words in one bucket of 16 bytes: 200 training pairs, batches of 8.
+BYTE_PAIRS = [
+    *TINY_MODEL,
+    "data.tokenizer=byte",
+    "data.max_length=16",
+    "data.bucket_lengths=[16]",
+    "data.train_size=200",
+    "data.validation_size=20",
+    "data.test_size=20",
+    "train.batch_size=8",
+    "train.verbose=0",
+]
+
+
+def byte_pairs(tmp_path, *overrides):
+    return load_config(
+        overrides=[*BYTE_PAIRS, f"train.output_dir={tmp_path / 'run'}", *overrides]
+    )
+
+
+def quiet(*_):
+    pass
+
+
+def test_inputs_count_whole_executions_and_write_nothing(tmp_path):
+    config = byte_pairs(tmp_path, "train.steps_per_epoch=null")
+    config.train.steps_per_execution = 3
+    inputs = prepare_inputs(config, build_strategy("one_device"), quiet)
+    assert len(inputs.data.examples["train"]) == 200
+    assert inputs.layout == InputLayout(workers=1, batch_size=8, batches_per_step=1)
+    # 200 // 8 = 25 full batches, rounded down to whole executions of 3.
+    assert inputs.steps_per_epoch == 24
+    assert inputs.seed == config.data.seed
+    assert not os.path.exists(tmp_path / "run")
+
+
+def batches(dataset):
+    return [
+        np.concatenate([x.numpy().ravel() for x in (*features.values(), labels)])
+        for features, labels, *_ in dataset
+    ]
+
+
+def test_a_segment_trains_on_the_batches_an_uninterrupted_run_would(tmp_path):
+    config = byte_pairs(tmp_path, "train.steps_per_epoch=5")
+    inputs = prepare_inputs(config, build_strategy("one_device"), quiet)
+    uninterrupted = batches(inputs.training(Segment(0, 2, 5, 0)).take(10))
+    # Killed after step 2 of epoch 0: the rest of epoch 0, which ends there,
+    # then epoch 1.
+    rest_of_epoch = batches(inputs.training(Segment(0, 1, 3, 2)))
+    next_epoch = batches(inputs.training(Segment(1, 2, 5, 0)).take(5))
+    assert len(rest_of_epoch) == 3
+    for resumed, expected in zip(
+        rest_of_epoch + next_epoch, uninterrupted[2:], strict=True
+    ):
+        np.testing.assert_array_equal(resumed, expected)
+    # Epochs differ: the stream is not one epoch repeated.
+    assert not np.array_equal(uninterrupted[0], uninterrupted[5])
+
+
+def test_evaluation_steps_are_one_pass_in_whole_steps(tmp_path):
+    config = byte_pairs(tmp_path, "train.steps_per_epoch=5")
+    inputs = prepare_inputs(config, build_strategy("one_device"), quiet)
+    # 20 examples in one bucket, batches of 8: ceil(20 / 8) = 3 batches.
+    assert inputs.evaluation_steps("validation") == 3
+    one_pass = inputs.evaluation("validation").take(3)
+    labels = np.concatenate([y.numpy() for _, y in one_pass])
+    # The last batch is padded with rows of padding labels: 20 real rows.
+    assert labels.shape == (24, 16)
+    assert np.count_nonzero(labels.any(axis=1)) == 20
+    # A multi-worker step takes two batches (two local replicas): 2 steps.
+    two_per_step = dataclasses.replace(
+        inputs, layout=InputLayout(workers=2, batch_size=8, batches_per_step=2)
+    )
+    assert two_per_step.evaluation_steps("validation") == 2
+
+
+def test_the_run_directory_gets_the_tokenizers_manifest_and_config(tmp_path):
+    config = byte_pairs(tmp_path, "train.steps_per_epoch=5")
+    inputs = prepare_inputs(config, build_strategy("one_device"), quiet)
+    # Another worker of a multi-worker run: the folder, no files.
+    run = open_run_directory(config, inputs.data, write=False)
+    assert os.listdir(run.path) == []
+    run = open_run_directory(config, inputs.data, write=True)
+    assert sorted(os.listdir(run.path)) == [
+        "config.json",
+        "run.json",
+        "source_tokenizer.json",
+        "target_tokenizer.json",
+    ]
+    assert run.read_config() == json.loads(json.dumps(config.to_dict()))
+    assert run.task == "translation"
+    # A new run has no backup to restore.
+    assert restore_last_backup(None, run, build_strategy("one_device")) is None
+
+
+def test_segments_left_after_a_backup():
+    messages = []
+    assert segments_left(None, 10, 3, messages.append) == [Segment(0, 3, 10, 0)]
+    assert messages == []
+    plan = segments_left({"global_step": 14}, 10, 3, messages.append)
+    assert plan == [Segment(1, 2, 6, 4), Segment(2, 3, 10, 0)]
+    assert messages == ["Resuming from step 14: epoch 2, batch 5"]
