@@ -2,20 +2,26 @@
 `model.fit`, organised by job:
 
 - `config`: the typed config (`load_config`);
-- `tasks/`: one module per task (translation, causal_lm,
-  text_classification), registered by name; the trainer and the commands
-  ask the task and never branch on its name;
+- `tasks/`: one module per trainable task (translation, causal_lm,
+  text_classification, masked_lm, image_classification), registered by
+  name; the trainer asks the task and never branches on its name;
+- `predictors/`: one module per task (those and sentence_embedding, whose
+  runs only come from `tfformer-convert`): a finished run used from Python
+  (`tfformer.load`), which the prediction and evaluation commands call;
 - `sources/` (raw examples), `text/` (tokenizers), `pipeline` (tf.data);
 - `trainer`: `train(config)`; `callbacks`, `losses`, `metrics`,
   `schedules`, `plots`; `distribution/`: the `tf.distribute` strategies;
 - `convert/`: Hugging Face checkpoints to run directories;
-- `evaluation/`: scores and plots; `commands/`: the console commands.
+- `evaluation/`: scores and plots; `commands/`: the console commands, thin
+  shells over the functions above.
 
 Depends on `tfformer` (the model library, `tfformer.runs`, the run
 directory format, and `tfformer.preprocessing`); never on `tfformer.export`.
 
-    from tfformer.training import load_config, train
-    result = train(load_config("training/configs/number_words.json"))
+    from tfformer.training import load, load_config, train
+    config = load_config("training/configs/number_words.json")
+    train(config)
+    load(config.train.output_dir).translate(["twenty-one"])
 
 The names below are imported on first use.
 """
@@ -30,6 +36,7 @@ _EXPORTS = {
     "Config": "tfformer.training.config",
     "load_config": "tfformer.training.config",
     "get_task": "tfformer.training.tasks",
+    "load": "tfformer.training.predictors",
     "build_dataset": "tfformer.training.trainer",
     "build_model": "tfformer.training.trainer",
     "compile_model": "tfformer.training.trainer",

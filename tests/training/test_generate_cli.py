@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pytest
 
+import tfformer
 from tfformer.decoding import Generator
 from tfformer.training.commands import predict as predict_cli
-from tfformer.training.tasks import get_task
-from tfformer.training.tasks.base import Piece
-from tfformer.training.tasks.causal_lm import detokenize, stream_text
+from tfformer.training.predictors.causal_lm import detokenize, stream_text
 
 from .tiny import train_tiny_gpt
 
@@ -29,7 +28,7 @@ def run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(run):
-    return get_task("causal_lm").load(run)
+    return tfformer.load(run)
 
 
 def reference(loaded, prompt_ids, max_new_tokens, **settings):
@@ -93,35 +92,21 @@ def test_prints_the_text_of_the_whole_search(capsys, run, loaded, argv, settings
         )
 
 
-def test_greedy_and_sampling_stream_their_tokens(run, loaded):
-    """The predictor yields the prompt, then one piece per generated token
-    (bytes: one character each here), then the line's end."""
-    task = get_task("causal_lm")
-    parser = predict_cli_parser(run)
-    for extra in ([], ["--search", "sample", "--seed", "1"]):
-        args = parser.parse_args(["--checkpoint", run, "--max-new-tokens", "9", *extra])
-        pieces = list(task.predict(run, args, ["to be"]))
-        assert pieces[0] == "to be" and isinstance(pieces[0], Piece)
-        assert pieces[-1] == "" and not isinstance(pieces[-1], Piece)
-        generated = pieces[1:-1]
-        assert all(isinstance(p, Piece) and len(p) == 1 for p in generated)
-        settings = dict(search="sample", seed=1) if extra else {}
+def test_greedy_and_sampling_stream_their_tokens(loaded):
+    """The predictor streams the prompt, then one piece per generated token
+    (bytes: one character each here); tfformer-predict prints those pieces,
+    then the line's end."""
+    for settings in ({}, {"search": "sample", "seed": 1}):
+        pieces = list(loaded.stream("to be", max_new_tokens=9, **settings))
+        assert pieces[0] == "to be"
+        generated = pieces[1:]
+        assert all(len(p) == 1 for p in generated)
         whole = reference(loaded, byte_ids("to be"), 9, **settings)
         assert "".join(pieces) == whole
         # Nine pieces unless the model ended the text sooner.
         assert len(generated) == len(whole) - len("to be") <= 9
-
-
-def predict_cli_parser(run):
-    """The parser tfformer-predict builds for this run's task."""
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--checkpoint")
-    parser.add_argument("--model", default="model.keras")
-    parser.add_argument("inputs", nargs="*")
-    get_task("causal_lm").add_predict_arguments(parser)
-    return parser
+        printed = list(loaded.printed(["to be"], max_new_tokens=9, **settings))
+        assert printed == [*pieces, "\n"]
 
 
 def test_a_long_prompt_is_cut_from_the_left_with_a_warning(capsys, run, loaded):
@@ -223,14 +208,13 @@ def test_wordpiece_streaming_never_takes_text_back():
     prompt = [index["a"]]
     generated = [index[w] for w in words] + [index["[END]"]]
     pieces = list(stream_text(tokenizer, prompt, steps_of(generated)))
-    assert pieces[-1] == ""
     text = "".join(pieces)
     assert text == "a it's well-known a playing it's."
     assert text == detokenize(tokenizer, prompt + generated)
     # Nothing printed was ever rewritten: each prefix is the start of the
     # text of all the tokens up to then.
     printed = ""
-    for piece in pieces[:-1]:
+    for piece in pieces:
         printed += piece
         assert text.startswith(printed)
     assert len(pieces) > 5  # it streamed, rather than printing at the end
@@ -244,4 +228,4 @@ def test_byte_streaming_waits_for_whole_characters():
     tokenizer = ByteTokenizer()
     generated = byte_ids("aé!")
     pieces = list(stream_text(tokenizer, byte_ids(">"), steps_of(generated)))
-    assert pieces == [">", "a", "é", "!", ""]
+    assert pieces == [">", "a", "é", "!"]

@@ -22,7 +22,7 @@ from tfformer.training.evaluation.attention_rollout import (
     rollout,
     vit_attention,
 )
-from tfformer.training.tasks.image_classification import spread_over_classes
+from tfformer.training.predictors.image_classification import spread_over_classes
 from tfformer.training.trainer import train
 
 COLOURS = ("blue", "green", "red")

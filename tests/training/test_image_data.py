@@ -198,7 +198,7 @@ def test_tfds_images_and_label_names_offline(tmp_path):
         ]
     )
     with tfds.testing.mock_data(num_examples=6):
-        again, names = get_task("image_classification").read(config.data)
+        again, names = get_task("image_classification").read_images(config.data)
     assert names == reordered
     np.testing.assert_array_equal(again["train"][1], 9 - labels)
     config = load_config(
@@ -210,7 +210,7 @@ def test_tfds_images_and_label_names_offline(tmp_path):
     )
     with tfds.testing.mock_data(num_examples=6):
         with pytest.raises(ValueError, match=r"must be the classes of mnist"):
-            get_task("image_classification").read(config.data)
+            get_task("image_classification").read_images(config.data)
     assert pixels.shape == (6, 8, 8, 3) and labels.dtype == np.int32
     # Grayscale: the channel is repeated.
     np.testing.assert_array_equal(pixels[..., 0], pixels[..., 2])

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+import tfformer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import translate as translate_cli
 from tfformer.training.config import config_from_dict
@@ -26,7 +27,7 @@ def run_dir(tmp_path_factory):
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
     translator = Translator.from_run(run_dir, search="greedy", batch_size=8)
-    loaded = TASK.load(run_dir)
+    loaded = tfformer.load(run_dir)
     model = loaded.model
     pairs = [
         ("twenty-one", "einundzwanzig"),
@@ -59,18 +60,18 @@ def test_beam_translator_returns_one_translation_per_sentence(run_dir):
 
 def test_bad_run_directories_are_named(tmp_path, run_dir):
     with pytest.raises(ValueError, match="not a directory"):
-        TASK.load(str(tmp_path / "nope"))
+        tfformer.load(str(tmp_path / "nope"))
     half = tmp_path / "half"
     half.mkdir()
     (half / "config.json").write_text("{}")
     with pytest.raises(ValueError, match=r"run\.json is missing"):
-        TASK.load(str(half))
+        tfformer.load(str(half))
     for name in ("run.json", "source_vocab.txt", "target_vocab.txt"):
         (half / name).write_bytes(open(os.path.join(run_dir, name), "rb").read())
     with pytest.raises(ValueError, match=r"model\.keras is missing"):
-        TASK.load(str(half))
+        tfformer.load(str(half))
     with pytest.raises(ValueError, match="checkpoint file must be one of"):
-        TASK.load(run_dir, "latest.h5")
+        tfformer.load(run_dir, "latest.h5")
 
 
 def test_scores_are_sacrebleu_cased_and_lowercased():
@@ -139,7 +140,7 @@ def test_translate_command_reads_arguments_or_stdin(run_dir, capsys, monkeypatch
 
 
 def test_cross_attention_weights_are_distributions_over_the_source(run_dir):
-    loaded = TASK.load(run_dir)
+    loaded = tfformer.load(run_dir)
     model, source, target = (
         loaded.model,
         loaded.tokenizers["source"],

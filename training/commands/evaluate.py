@@ -7,7 +7,11 @@ import json
 import sys
 
 from tfformer.runs.files import atomic_write_text
-from tfformer.training.commands.run_arguments import parse_with_task
+from tfformer.training.commands.run_arguments import (
+    option_values,
+    parse_with_predictor,
+)
+from tfformer.training.predictors.base import as_flags
 
 
 def add_common(parser):
@@ -16,23 +20,24 @@ def add_common(parser):
 
 
 def main(argv=None):
+    options = ()
     try:
-        args, run, task = parse_with_task(
+        args, predictor, options = parse_with_predictor(
             "tfformer-evaluate",
             " ".join(__doc__.split("\n\n")[0].split()),
             add_common,
-            lambda task, parser: task.add_evaluate_arguments(parser),
+            lambda predictor: predictor.evaluate_options,
             argv,
         )
-    except ValueError as e:
-        print(f"tfformer-evaluate: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        results = task.evaluate(
-            run.path, args, progress=lambda m: print(m, file=sys.stderr)
+        predictor = predictor(args.checkpoint, checkpoint=args.model)
+        results = predictor.evaluate(
+            limit=args.limit,
+            progress=lambda m: print(m, file=sys.stderr),
+            **option_values(args, options),
         )
     except (ValueError, TypeError) as e:
-        print(f"tfformer-evaluate: error: {e}", file=sys.stderr)
+        message = as_flags(str(e), options)
+        print(f"tfformer-evaluate: error: {message}", file=sys.stderr)
         return 2
     text = json.dumps(results, indent=2, ensure_ascii=False)
     if args.output:

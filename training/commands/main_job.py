@@ -1,11 +1,11 @@
-"""`tfformer`: the main job, end to end on the embedded default task.
+"""`tfformer`: the main job, end to end on the embedded translation task.
 
-Every step asks the config's task (default: translation on the embedded
-number-words data):
+A translation config (default: the embedded number-words data):
 
 1. Trains the model, with Keras's progress bar.
-2. Predicts the held-out test split with the saved `model.keras` and scores
-   it (translation: greedy decoding; exact match, sacreBLEU and chrF).
+2. Predicts the held-out test split with the saved `model.keras` (greedy
+   decoding, as the exported TFLite loop decodes) and scores it: exact
+   match, sacreBLEU and chrF.
 3. Exports the run as a TF Serving SavedModel and as a builtin-ops TFLite
    model, each with the `tfformer-export` command in its own process, the two
    at once (export and training never import each other; the converter also
@@ -18,6 +18,9 @@ number-words data):
 The SavedModel is loaded with plain `tf.saved_model.load`, as a server would,
 and the TFLite model runs in the LiteRT interpreter with the standard-library
 `tokenizer.py` written next to it, as a device would.
+
+Other tasks have no comparison of their exports here yet: the main job
+refuses them.
 """
 
 import argparse
@@ -33,9 +36,11 @@ from tfformer.runs.files import atomic_path, atomic_write_text
 from tfformer.training.commands.train import add_config_arguments
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
-from tfformer.training.tasks.base import Task
 
 FORMATS = ("saved_model", "tflite")
+# `tfformer-export` options per format, so that every export decodes as the
+# Keras column does (greedy; the TFLite loop is greedy anyway).
+EXPORT_OPTIONS = {"saved_model": ["--search", "greedy"], "tflite": []}
 
 
 def parse_args(argv=None):
@@ -52,8 +57,7 @@ def parse_args(argv=None):
 
 
 def check_args(args, config):
-    task = get_task(config.task)
-    if type(task).exported_predictions is Task.exported_predictions:
+    if config.task != "translation":
         raise ValueError(
             f"The main job exports the model and compares the exports with Keras; "
             f"task {config.task!r} has no exported predictions yet."
@@ -70,16 +74,16 @@ def read_all(file):
         return file.read()
 
 
-def run_exports(run_dir, exports, task, progress=print):
+def run_exports(run_dir, exports, progress=print):
     """Runs `python -m tfformer.export` once per format, both at once (each is
     mostly one thread); returns {format: exported path}, read from the JSON
     each command writes with `--result-json` (the export function's return
     value)."""
     with tempfile.TemporaryDirectory(prefix="tfformer-exports-") as results:
-        return _run_exports(run_dir, exports, task, results, progress)
+        return _run_exports(run_dir, exports, results, progress)
 
 
-def _run_exports(run_dir, exports, task, results, progress):
+def _run_exports(run_dir, exports, results, progress):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     running = {}
     for fmt in FORMATS:
@@ -89,7 +93,7 @@ def _run_exports(run_dir, exports, task, results, progress):
             "--format", fmt, "--out", os.path.join(exports, fmt),
             "--result-json", result,
         ]  # fmt: skip
-        command += task.main_job_export_options(fmt)
+        command += EXPORT_OPTIONS[fmt]
         progress(f"  $ python {' '.join(command[1:])}")
         # Files, not pipes: a full pipe would block one while we wait on the other.
         logs = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
@@ -111,6 +115,72 @@ def _run_exports(run_dir, exports, task, results, progress):
     return paths
 
 
+def keras_translations(run_dir, pairs, progress=print):
+    """The scores of the run's Keras model on the (source, reference)
+    `pairs`, greedy as the exported TFLite loop is (exact match, BLEU,
+    chrF, speed), and its translations."""
+    from tfformer.training.predictors.translation import TranslationPredictor
+    from tfformer.training.tasks.translation import evaluate_translator
+
+    translator = TranslationPredictor(run_dir).translator(search="greedy")
+    scores, translations = evaluate_translator(translator, pairs, progress=progress)
+    scores.pop("examples")
+    progress(f"  {headline(scores)}")
+    return scores, translations
+
+
+def headline(scores):
+    """One line of the scores that matter most, for the end of the job."""
+    return (
+        f"exact match {scores['exact_match']:.1%} of {scores['sentences']}, "
+        f"chrF {scores['chrf_cased']}, BLEU {scores['bleu_cased']} (words), "
+        f"{scores['bleu_char']} (characters)"
+    )
+
+
+def saved_model_translations(path, sentences, batch_size=64):
+    """Translations by the SavedModel's `serving_default`, loaded as a server
+    would (TensorFlow only)."""
+    import tensorflow as tf
+
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        batch = tf.constant(sentences[start : start + batch_size])
+        texts = serve(text=batch)["translation"].numpy()
+        out += [t.decode("utf-8", "replace") for t in texts]
+    return out
+
+
+def load_device_tokenizer(directory):
+    """The `tokenizer.py` an export writes next to its `.tflite`: exactly what
+    a device app would port."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "tfformer_device_tokenizer", os.path.join(directory, "tokenizer.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.DeviceTokenizer(directory)
+
+
+def tflite_translations(path, sentences):
+    """Translations by the `.tflite` in the LiteRT interpreter, with the
+    standard-library tokenizer written next to it, as a device would."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter
+
+    tokenizer = load_device_tokenizer(os.path.dirname(path))
+    runner = Interpreter(model_path=path).get_signature_runner()
+    out = []
+    for sentence in sentences:
+        ids = np.array([tokenizer.tokenize(sentence)], "int32")
+        token_ids = runner(source_ids=ids)["token_ids"][0]
+        out.append(tokenizer.detokenize(token_ids.tolist()))
+    return out
+
+
 def side_by_side(rows, show):
     lines = []
     for source, reference, keras_, saved, lite in rows[:show]:
@@ -126,26 +196,24 @@ def main_job(config, *, compare=200, show=5, progress=print):
     """Runs the main job for `config`; returns the summary dict it saves."""
     from tfformer.training.trainer import train
 
-    task = get_task(config.task)
     began = time.perf_counter()
     out = config.train.output_dir
-    progress(f"[1/4] Training ({task.preset(config.model)}) into {out}")
+    preset = get_task(config.task).preset(config.model)
+    progress(f"[1/4] Training ({preset}) into {out}")
     result = train(config, progress=progress)
-    pairs = [task.input_and_reference(x) for x in result.data.raw["test"]]
+    pairs = result.data.raw["test"]  # (source, reference)
 
     progress(f"[2/4] Predicting the {len(pairs)} held-out test examples (Keras)")
-    scores, keras_out = task.keras_evaluation(out, pairs, progress=progress)
+    scores, keras_out = keras_translations(out, pairs, progress=progress)
 
     progress("[3/4] Exporting")
-    exported = run_exports(out, os.path.join(out, "export"), task, progress)
+    exported = run_exports(out, os.path.join(out, "export"), progress)
 
     sample = pairs[:compare]
     sources = [s for s, _ in sample]
     progress(f"[4/4] Predicting {len(sample)} test examples with all three")
-    saved_out = task.exported_predictions(
-        "saved_model", exported["saved_model"], sources
-    )
-    lite_out = task.exported_predictions("tflite", exported["tflite"], sources)
+    saved_out = saved_model_translations(exported["saved_model"], sources)
+    lite_out = tflite_translations(exported["tflite"], sources)
     rows = [
         (s, r, k, m, t)
         for (s, r), k, m, t in zip(
@@ -191,7 +259,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
         "wall_seconds": round(time.perf_counter() - began, 1),
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2))
-    print(f"\nDone in {summary['wall_seconds'] / 60:.1f} min: {task.headline(scores)}.")
+    print(f"\nDone in {summary['wall_seconds'] / 60:.1f} min: {headline(scores)}.")
     for name, path in paths.items():
         print(f"  {name:<17} {path}")
     print(f"  (TensorBoard: tensorboard --logdir {paths['tensorboard_logs']})")

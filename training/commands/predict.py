@@ -2,15 +2,18 @@
 predicts (translations, continuations, labels), one result per input.
 
 Inputs come from the arguments, or one per line on stdin when none are
-given; bytes that are not UTF-8 become U+FFFD. The run's task adds its own
-options (`--help` with `--checkpoint` lists them).
+given; bytes that are not UTF-8 become U+FFFD. The run's predictor adds its
+own options (`--help` with `--checkpoint` lists them).
 """
 
 import re
 import sys
 
-from tfformer.training.commands.run_arguments import parse_with_task
-from tfformer.training.tasks.base import Piece
+from tfformer.training.commands.run_arguments import (
+    option_values,
+    parse_with_predictor,
+)
+from tfformer.training.predictors.base import as_flags
 
 
 def as_text(argument):
@@ -23,31 +26,34 @@ def as_text(argument):
     return raw.decode("utf-8", "replace")
 
 
+def read_inputs(arguments):
+    """The inputs: the arguments, else the lines of stdin."""
+    if arguments:
+        return [as_text(a) for a in arguments]
+    stdin = getattr(sys.stdin, "buffer", None)
+    lines = stdin if stdin is not None else (x.encode() for x in sys.stdin)
+    return [line.rstrip(b"\n").decode("utf-8", "replace") for line in lines]
+
+
 def main(argv=None, prog="tfformer-predict"):
+    options = ()
     try:
-        args, run, task = parse_with_task(
+        args, predictor, options = parse_with_predictor(
             prog,
             " ".join(__doc__.split("\n\n")[0].split()),
             lambda parser: parser.add_argument(
                 "inputs", nargs="*", help="inputs (default: one per line on stdin)"
             ),
-            lambda task, parser: task.add_predict_arguments(parser),
+            lambda predictor: predictor.predict_options,
             argv,
         )
-    except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    if args.inputs:
-        inputs = [as_text(a) for a in args.inputs]
-    else:
-        stdin = getattr(sys.stdin, "buffer", None)
-        lines = stdin if stdin is not None else (x.encode() for x in sys.stdin)
-        inputs = [line.rstrip(b"\n").decode("utf-8", "replace") for line in lines]
-    try:
-        for line in task.predict(run.path, args, inputs):
-            print(line, end="" if isinstance(line, Piece) else "\n", flush=True)
+        predictor = predictor(args.checkpoint, checkpoint=args.model)
+        inputs = read_inputs(args.inputs)
+        # Printed as it comes: a causal LM streams its tokens.
+        for text in predictor.printed(inputs, **option_values(args, options)):
+            print(text, end="", flush=True)
     except (ValueError, TypeError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {as_flags(str(e), options)}", file=sys.stderr)
         return 2
     return 0
 

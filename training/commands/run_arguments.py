@@ -1,17 +1,17 @@
 """What `tfformer-predict` and `tfformer-evaluate` share: the run is read
-first, then its task adds its own options, so each command has one parser
-whose options fit the run it is given."""
+first, then its predictor adds its own options, so each command has one
+parser whose options fit the run it is given."""
 
 import argparse
 
 from tfformer.runs.directory import CHECKPOINTS, RunDirectory
-from tfformer.training.tasks import get_task
+from tfformer.training.predictors import predictor_class
 
 
-def parse_with_task(prog, description, add_common, add_task, argv):
-    """(args, run directory, task): parses `--checkpoint` alone first, then
-    everything with the options the run's task adds (`add_task(task,
-    parser)`).
+def parse_with_predictor(prog, description, add_common, options_of, argv):
+    """(args, predictor class, its options): parses `--checkpoint` alone
+    first, then everything with the options the run's predictor declares
+    (`options_of(predictor_class)`, a tuple of `predictors.base.Option`).
 
     Raises:
         ValueError: `--checkpoint` is not a readable run directory (the
@@ -24,10 +24,17 @@ def parse_with_task(prog, description, add_common, add_task, argv):
     parser.add_argument("--checkpoint", required=True, help="a tfformer-train run dir")
     parser.add_argument("--model", default="model.keras", choices=list(CHECKPOINTS))
     add_common(parser)
-    run = task = None
+    predictor, options = None, ()
     if known.checkpoint:
-        run = RunDirectory(known.checkpoint)
-        task = get_task(run.task)
-        add_task(task, parser)
+        predictor = predictor_class(RunDirectory(known.checkpoint).task)
+        options = options_of(predictor)
+        group = parser.add_argument_group(f"{predictor.task} options")
+        for option in options:
+            group.add_argument(option.flag, **option.settings)
     args = parser.parse_args(argv)
-    return args, run, task
+    return args, predictor, options
+
+
+def option_values(args, options):
+    """{keyword: value} of `options` in parsed `args`."""
+    return {option.dest: getattr(args, option.dest) for option in options}

@@ -53,9 +53,11 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return 0
+    from tfformer.training.tasks import check_trainable
     from tfformer.training.trainer import train
 
     try:
+        check_trainable(config.task)
         results = train(config).metrics
     except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
         print(f"tfformer-train: error: {e}", file=sys.stderr)

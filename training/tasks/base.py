@@ -1,10 +1,15 @@
-"""The task interface, and what the text tasks share.
+"""The training-task interface, and what the text tasks share.
 
 keras-hub separates a backbone (the network) from a task (`Seq2SeqLM`,
-`CausalLM`, `TextClassifier`): the task owns its preprocessing, head, loss,
-metrics and prediction. `Task` does the same for a whole training program:
-the trainer, `tfformer-evaluate`, `tfformer-predict` and the main job call
-these methods and never look at the task's name.
+`CausalLM`, `TextClassifier`): the task owns its preprocessing, head, loss
+and metrics. `TrainingTask` does the same for a whole training program: the
+trainer calls its methods and never looks at the task's name. What a
+finished run does (predict, evaluate) is its predictor's
+(`tfformer.training.predictors`), built from the run directory.
+
+`TaskSchema` is the part every run kind has, trained or converted: the
+dataclasses of its config's `data` and `model` sections and their checks
+(`config.json` of a converted run parses with them too).
 """
 
 import dataclasses
@@ -12,7 +17,6 @@ from typing import Literal
 
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.validation import check_rate
-from tfformer.runs.directory import RunDirectory
 
 
 @dataclasses.dataclass
@@ -80,16 +84,6 @@ class PreparedData:
     @property
     def num_classes(self):
         return len(self.labels)
-
-
-@dataclasses.dataclass
-class LoadedRun:
-    """A finished run loaded for inference."""
-
-    directory: RunDirectory
-    config: object  # the training `Config`
-    model: object  # keras.Model
-    tokenizers: dict
 
 
 def check_model_recipe(model_config):
@@ -241,17 +235,32 @@ def positive(where, value):
         raise ValueError(f"{where} must be positive. Received: {where}={value}")
 
 
-class Piece(str):
-    """Part of a predicted line, printed at once without a newline
-    (`tfformer-predict` streams generated text this way)."""
+def bucket_lengths(data_config):
+    """The batch shapes of a text task: `data.bucket_lengths`, or
+    `data.max_length` alone."""
+    return tuple(data_config.bucket_lengths) or (data_config.max_length,)
 
 
-class Task:
-    """One kind of training program. Subclasses set the class attributes and
-    implement the methods that raise NotImplementedError.
+def tokenizer_entries(config, data):
+    """{role: `TokenizerEntry`} of `data`'s tokenizers, for the manifest."""
+    from tfformer.runs.manifest import TokenizerEntry
+
+    return {
+        role: TokenizerEntry(
+            config.data.tokenizer,
+            config.data.lower_case,
+            **getattr(tokenizer, "options", dict)(),
+        )
+        for role, tokenizer in data.tokenizers.items()
+    }
+
+
+class TaskSchema:
+    """What a task's `config.json` holds: the dataclasses of its `data` and
+    `model` sections, their checks and the model sizes they give.
 
     Attributes:
-        name: the registered name (the config's `task`).
+        name: the registered name (the config's `task`, the manifest's).
         DataConfig, ModelConfig: dataclasses of the `data` and `model`
             sections.
         backbone_name: the `tfformer.models` backbone class this task's
@@ -264,8 +273,6 @@ class Task:
     ModelConfig = ModelConfig
     backbone_name = None
     default_preset = None
-
-    # -- configuration ---------------------------------------------------------
 
     def validate(self, config):
         """Cross-field checks of the task's sections (ValueError naming the key)."""
@@ -287,6 +294,7 @@ class Task:
         self.model_sizes(config.model)
 
     def preset(self, model_config):
+        """The preset name `model_config` builds on."""
         return model_config.preset or self.default_preset
 
     def model_sizes(self, model_config):
@@ -326,8 +334,18 @@ class Task:
                 sizes["num_layers"] = model_config.num_layers
         return sizes
 
-    def bucket_lengths(self, data_config):
-        return tuple(data_config.bucket_lengths) or (data_config.max_length,)
+    def load(self, run_dir, checkpoint="model.keras"):
+        """The predictor of `run_dir`, a run of this task (what
+        `tfformer.load` returns for it)."""
+        from tfformer.training.predictors import predictor_class
+
+        return predictor_class(self.name)(run_dir, checkpoint=checkpoint)
+
+
+class TrainingTask(TaskSchema):
+    """One kind of training program: what `tfformer.training.trainer` needs.
+    Subclasses set `TaskSchema`'s attributes and implement the methods that
+    raise NotImplementedError."""
 
     # -- data --------------------------------------------------------------------
 
@@ -341,6 +359,11 @@ class Task:
         `PreparedData`."""
         raise NotImplementedError
 
+    def run_manifest(self, config, data):
+        """The run's typed manifest (`tfformer.runs.manifest`): what
+        predictors and exporters need besides tokenizer files and model."""
+        raise NotImplementedError
+
     def save_preprocessing(self, config, data, run):
         """Writes the tokenizer files and the manifest into `run` (a
         `RunDirectory`)."""
@@ -349,24 +372,6 @@ class Task:
         for role, tokenizer in data.tokenizers.items():
             tokenizer.save(run.file(tokenizer_file(config.data.tokenizer, role)))
         run.write_manifest(self.run_manifest(config, data))
-
-    def tokenizer_entries(self, config, data):
-        """{role: `TokenizerEntry`} of `data`'s tokenizers."""
-        from tfformer.runs.manifest import TokenizerEntry
-
-        return {
-            role: TokenizerEntry(
-                config.data.tokenizer,
-                config.data.lower_case,
-                **getattr(tokenizer, "options", dict)(),
-            )
-            for role, tokenizer in data.tokenizers.items()
-        }
-
-    def run_manifest(self, config, data):
-        """The run's typed manifest (`tfformer.runs.manifest`): what
-        predictors and exporters need besides tokenizer files and model."""
-        raise NotImplementedError
 
     def training_stream(self, examples, **kwargs):
         """The endless training batches of `examples` (the keywords of
@@ -397,68 +402,3 @@ class Task:
         results; none by default)."""
         del config, model, data, progress
         return {}
-
-    # -- inference from a run directory -------------------------------------
-
-    def load(self, run_dir, checkpoint="model.keras"):
-        """A `LoadedRun` of this task's run directory `run_dir`."""
-        from tfformer.training.config import config_from_dict
-        from tfformer.training.text.vocabulary import load_tokenizer
-
-        run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
-        if run.task != self.name:
-            raise ValueError(f"{run.path} holds a {run.task!r} run, not {self.name!r}.")
-        tokenizers = {
-            role: load_tokenizer(run.tokenizer(role))
-            for role in run.manifest.tokenizers
-        }
-        try:
-            config = config_from_dict(run.read_config())
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"{run.file('config.json')}: {e}") from None
-        return LoadedRun(run, config, run.load_model(checkpoint), tokenizers)
-
-    def add_predict_arguments(self, parser):
-        """Task-specific options of `tfformer-predict`."""
-
-    def predict(self, run_dir, args, inputs):
-        """`tfformer-predict`: yields one printable line (or block) per input,
-        or, to show a result while it is made, `Piece`s of a line (printed
-        as they come, without a newline) ended by a plain str."""
-        raise NotImplementedError(f"task {self.name!r} has no predictor yet.")
-
-    def add_evaluate_arguments(self, parser):
-        """Task-specific options of `tfformer-evaluate`."""
-
-    def evaluate(self, run_dir, args, progress=print):
-        """`tfformer-evaluate`: a dict of results in the task's units."""
-        raise NotImplementedError(f"task {self.name!r} has no evaluator yet.")
-
-    def input_and_reference(self, example):
-        """(raw input, reference output as a string) of a raw test example."""
-        raise NotImplementedError
-
-    def keras_evaluation(self, run_dir, pairs, progress=print):
-        """The main job's scores of the run's Keras model on (input,
-        reference) `pairs`, and its outputs as strings comparable with
-        `exported_predictions`."""
-        raise NotImplementedError
-
-    def headline(self, scores):
-        """One line of the scores that matter most, for the end of a job."""
-        numbers = {k: v for k, v in scores.items() if isinstance(v, int | float)}
-        return ", ".join(f"{k} {v:.4g}" for k, v in list(numbers.items())[:6])
-
-    def main_job_export_options(self, export_format):
-        """Extra `tfformer-export` arguments the main job passes for
-        `export_format`, so the exports predict as `keras_evaluation` does."""
-        del export_format
-        return []
-
-    def exported_predictions(self, export_format, path, inputs):
-        """Predictions of an exported model (`export_format` "saved_model" or
-        "tflite" at `path`) for raw `inputs`, as strings comparable with
-        `predict`'s. Used by the main job; loads only TensorFlow / LiteRT."""
-        raise NotImplementedError(
-            f"task {self.name!r} has no exported predictions yet."
-        )

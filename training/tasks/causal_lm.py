@@ -2,8 +2,9 @@
 
 Data: one text file; its last `holdout_fraction` is split into validation and
 test halves. Examples are non-overlapping windows of the token stream.
-Evaluation: test loss in nats per token, and bits per byte. Prediction:
-continues prompts (greedy or sampled).
+`score_text` scores a text cut the same way (nats per token, bits per byte);
+the predictor (`tfformer.training.predictors.causal_lm`) continues prompts
+and evaluates with it.
 """
 
 import dataclasses
@@ -16,17 +17,16 @@ from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
-    Task,
     TextDataConfig,
+    TrainingTask,
     check_holdout_fraction,
     check_initial_tokenizer,
     initial_hidden_dropout,
     initial_tokenizer,
     token_compile_arguments,
+    tokenizer_entries,
 )
 
-# Model keys that come from model.init_from's decoder and must stay unset.
-INIT_SIZE_KEYS = INITIAL_RUN_KEYS
 WHITESPACE = re.compile(r"\s")
 
 
@@ -57,7 +57,7 @@ def next_space(text, i):
     return match.start() if match else len(text)
 
 
-class CausalLMTask(Task):
+class CausalLMTask(TrainingTask):
     name = "causal_lm"
     DataConfig = CausalLMData
     ModelConfig = CausalLMModel
@@ -66,7 +66,7 @@ class CausalLMTask(Task):
 
     def __init__(self):
         # The last model.init_from model read: {(path, mtime): model}.
-        self._initial = {}
+        self._initial_models = {}
 
     def validate(self, config):
         super().validate(config)
@@ -130,7 +130,7 @@ class CausalLMTask(Task):
             run, _, _ = self.initial_run(config)
             context = run.manifest.max_length
         return CausalLMManifest(
-            tokenizers=self.tokenizer_entries(config, data), max_length=context
+            tokenizers=tokenizer_entries(config, data), max_length=context
         )
 
     def build_model(self, config, data):
@@ -178,7 +178,7 @@ class CausalLMTask(Task):
             raise ValueError(f"{where}: {e}") from None
         d = config.data
         check_initial_tokenizer(where, spec, d)
-        for key in INIT_SIZE_KEYS:
+        for key in INITIAL_RUN_KEYS:
             value = getattr(config.model, key)
             if value is not None:
                 raise ValueError(
@@ -194,9 +194,9 @@ class CausalLMTask(Task):
         # Read once per process and model file (prepare and build_model
         # both ask); the checks above run every time.
         key = (path, os.path.getmtime(run.checkpoint_path()))
-        if key not in self._initial:
-            self._initial = {key: run.load_model()}
-        return run, spec, self._initial[key]
+        if key not in self._initial_models:
+            self._initial_models = {key: run.load_model()}
+        return run, spec, self._initial_models[key]
 
     def initialized_model(self, config):
         """A copy of `model.init_from`'s decoder: its backbone rebuilt from
@@ -221,167 +221,6 @@ class CausalLMTask(Task):
         backbone.set_weights(source.backbone.get_weights())
         return CausalLM(backbone, name=source.name)
 
-    # -- inference ---------------------------------------------------------------
-
-    def add_predict_arguments(self, parser):
-        parser.add_argument(
-            "--search",
-            default="greedy",
-            choices=["greedy", "sample", "beam"],
-            help="greedy and sample stream their tokens as they are made; "
-            "beam prints its best hypothesis at the end",
-        )
-        parser.add_argument(
-            "--max-new-tokens",
-            type=int,
-            default=64,
-            help="tokens to generate (0 to the context minus one)",
-        )
-        parser.add_argument("--temperature", type=float, default=1.0)
-        parser.add_argument("--top-k", type=int, help="0 or none: no top-k filter")
-        parser.add_argument("--top-p", type=float, help="in (0, 1]; none: no filter")
-        parser.add_argument(
-            "--seed", type=int, help="sampling seed: the same seed, the same text"
-        )
-        parser.add_argument("--beam-width", type=int, default=4)
-        parser.add_argument("--length-penalty", type=float, default=0.6)
-
-    def predict(self, run_dir, args, inputs):
-        """Continues each prompt; greedy and sampled tokens are yielded as
-        `Piece`s while they are made. The prompt's tokens come first (cut
-        from the left, with a warning, to leave `--max-new-tokens` of the
-        context); an empty prompt starts from the start token."""
-        import sys
-
-        from tfformer.decoding import Generator
-        from tfformer.decoding.sampling import check_sampling_arguments
-
-        if args.max_new_tokens < 0:
-            raise ValueError(
-                f"--max-new-tokens must be >= 0. Received: {args.max_new_tokens}"
-            )
-        if args.top_k is not None and args.top_k < 0:
-            raise ValueError(f"--top-k must be >= 0. Received: {args.top_k}")
-        if args.beam_width < 1:
-            raise ValueError(f"--beam-width must be >= 1. Received: {args.beam_width}")
-        if not args.length_penalty >= 0:
-            raise ValueError(
-                f"--length-penalty must be >= 0. Received: {args.length_penalty}"
-            )
-        top_k = args.top_k or None
-        try:
-            check_sampling_arguments(args.temperature, top_k, args.top_p)
-        except ValueError as e:
-            raise ValueError(f"--{str(e).replace('_', '-')}") from None
-        run = self.load(run_dir, args.model)
-        tokenizer = run.tokenizers["text"]
-        context = run.directory.manifest.max_length
-        if args.max_new_tokens >= context:
-            raise ValueError(
-                f"--max-new-tokens must be in [0, {context - 1}] (the context is "
-                f"{context} tokens). Received: {args.max_new_tokens}"
-            )
-        keep = context - args.max_new_tokens
-        for prompt in inputs:
-            ids = tokenizer.tokenize([prompt])[0].numpy().tolist()
-            if len(ids) > keep:
-                print(
-                    f"warning: the prompt has {len(ids)} tokens; kept its last "
-                    f"{keep} (the context is {context} tokens, "
-                    f"{args.max_new_tokens} of them for new tokens)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                ids = ids[-keep:]
-            ids = ids or [tokenizer.start_id]
-            if args.max_new_tokens == 0:
-                yield detokenize(tokenizer, ids, len(ids))
-                continue
-            generator = Generator(
-                run.model,
-                max_length=len(ids) + args.max_new_tokens,
-                search=args.search,
-                temperature=args.temperature,
-                top_k=top_k,
-                top_p=args.top_p,
-                seed=args.seed,
-                beam_width=args.beam_width,
-                length_penalty=args.length_penalty,
-                start_id=tokenizer.start_id,
-                end_id=tokenizer.end_id,
-                pad_id=tokenizer.pad_id,
-            )
-            prompt_ids = np.array([ids], "int32")
-            if args.search == "beam":
-                out = generator(prompt_ids)["token_ids"]
-                yield detokenize(tokenizer, np.asarray(out)[0], len(ids))
-                continue
-            yield from stream_text(tokenizer, ids, generator.stream(prompt_ids))
-
-    def add_evaluate_arguments(self, parser):
-        parser.add_argument(
-            "--split",
-            default="test",
-            choices=["validation", "test"],
-            help="which half of the held-out tail to score",
-        )
-        parser.add_argument(
-            "--text",
-            help="score this UTF-8 text file (plain or .gz) instead of the "
-            "run's held-out text (a converted checkpoint has none)",
-        )
-        parser.add_argument(
-            "--window",
-            type=int,
-            help="tokens per scored window, up to the run's context (default: "
-            "the training window, data.max_length)",
-        )
-
-    def evaluate(self, run_dir, args, progress=print):
-        """Loss in nats per token on the test (or validation) half of the
-        held-out tail, or on the file `--text` names (the summed negative
-        log-likelihood of every token over their count), and bits per byte
-        of the text those tokens cover; windows of `--window` tokens."""
-        from tfformer.training.sources.text_files import read_text
-
-        run = self.load(run_dir, args.model)
-        config = run.config
-        context = run.directory.manifest.max_length
-        # By default the training window (a decoder fine-tuned from GPT-2
-        # trains on shorter windows than its context).
-        window = getattr(args, "window", None)
-        if window is None:
-            window = min(config.data.max_length, context)
-        if not 1 <= window <= context:
-            raise ValueError(
-                f"--window must be in [1, {context}] (the run's context). "
-                f"Received: {window}"
-            )
-        source = getattr(args, "text", None)
-        if source is not None:
-            try:
-                text = read_text(source)
-            except ValueError as e:
-                raise ValueError(f"--text: {e}") from None
-            where = {"text": source}
-        elif not config.data.text_path:
-            raise ValueError(
-                f"{run.directory.path} has no held-out text (data.text_path is "
-                "not set: a converted checkpoint); score a file with --text FILE."
-            )
-        else:
-            split = getattr(args, "split", "test")
-            text, where = self.raw_splits(config.data)[split], {"split": split}
-        scores = score_text(
-            run.model,
-            run.tokenizers["text"],
-            text,
-            window,
-            limit=args.limit,
-            progress=progress,
-        )
-        return {**where, "window": window, **scores}
-
 
 def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
     """Nats per token and bits per byte of `text`, cut into non-overlapping
@@ -399,7 +238,7 @@ def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
         inputs, labels = inputs[:limit], labels[:limit]
     nats = 0.0
     for start in range(0, len(inputs), 32):
-        logits = model(inputs[start : start + 32], training=False)
+        logits = model({"token_ids": inputs[start : start + 32]}, training=False)
         log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
         picked = np.take_along_axis(log_p, labels[start : start + 32, :, None], axis=-1)
         nats -= float(picked.sum())
@@ -413,77 +252,6 @@ def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
         "nats_per_token": round(nats / tokens, 4),
         "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
     }
-
-
-def detokenize(tokenizer, ids, prompt_length=0):
-    """The text of `ids` (padding and everything from the first end token
-    after the prompt's `prompt_length` left out; the tokenizers drop their
-    reserved tokens, the token-id tokenizer keeps an end id in the prompt:
-    GPT-2's prompts often start with it)."""
-    ids = [int(i) for i in ids]
-    if tokenizer.end_id in ids[prompt_length:]:
-        ids = ids[: ids.index(tokenizer.end_id, prompt_length)]
-    ids = [i for i in ids if i != tokenizer.pad_id]
-    if not ids:
-        return ""
-    text = tokenizer.detokenize(np.array([ids], "int32")).numpy()[0]
-    return text.decode("utf-8", "replace")
-
-
-def stream_text(tokenizer, prompt_ids, steps):
-    """`Piece`s of the text of `prompt_ids` and then of each generated token
-    from `steps` (`Generator.stream` of one prompt), ended by "".
-
-    What is printed is never taken back: it is a prefix of the text of every
-    longer run of tokens. A byte that ends inside a UTF-8 character (U+FFFD
-    for now) waits for the next one; with WordPiece the text of the last two
-    tokens waits, because the join rules can rewrite it ("it" "'" then "s"
-    is "it's"; "well" "-" then "known" is "well-known"); the rest comes at
-    the end.
-    """
-    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-    from tfformer.training.tasks.base import Piece
-
-    hold = 0 if isinstance(tokenizer, ByteTokenizer) else 2
-    ids = list(prompt_ids)
-    prompt = len(ids)
-    shown = ""
-
-    def news(final=False):
-        nonlocal shown
-        text = detokenize(tokenizer, ids, prompt)
-        if final:
-            settled = text
-        else:
-            settled = detokenize(
-                tokenizer, ids[: len(ids) - hold], min(prompt, len(ids) - hold)
-            ).rstrip("\ufffd")
-        if not (text.startswith(settled) and settled.startswith(shown)):
-            return None
-        if len(settled) == len(shown):
-            return None
-        piece, shown = settled[len(shown) :], settled
-        return Piece(piece)
-
-    piece = news()
-    if piece:
-        yield piece
-    for _, token, generated in steps:
-        if not generated[0]:  # a prompt token
-            continue
-        ids.append(int(token[0]))
-        piece = news()
-        if piece:
-            yield piece
-        if int(token[0]) == tokenizer.end_id:
-            break
-    piece = news(final=True)
-    if piece:
-        yield piece
-    elif not detokenize(tokenizer, ids, prompt).startswith(shown):
-        # Cannot happen with the held-back tokens; kept as a guard.
-        yield Piece("\n" + detokenize(tokenizer, ids, prompt))
-    yield ""
 
 
 TASK = CausalLMTask()

@@ -8,20 +8,20 @@ with `data.seed`; test is the `test/` folder or split, else carved as well.
 Training augments with random crops, flips, and optionally mixup / cutmix
 (`image_pipeline`). The model takes raw pixel values and normalizes them
 with the training images' channel statistics, so an export feeds it
-decoded pixels. Evaluation: accuracy, per-class accuracy, macro-F1, the
-confusion matrix (PNG) and attention rollout maps (PNG). Prediction: the
-top classes of image files.
+decoded pixels. The predictor
+(`tfformer.training.predictors.image_classification`) classifies image
+files and reports accuracy, per-class accuracy, macro-F1, the confusion
+matrix (PNG) and attention rollout maps (PNG).
 """
 
 import dataclasses
 import os
-import re
 
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
-    Task,
+    TrainingTask,
     check_holdout_fraction,
     check_initial_settings,
     check_model_recipe,
@@ -74,8 +74,8 @@ class ImageModel(ModelConfig):
 
 
 # Model keys that come from model.init_from and must stay unset (or equal
-# its values).
-INIT_SIZE_KEYS = (*INITIAL_RUN_KEYS, "patch_size")
+# its values): the text tasks' and the patch size.
+INITIAL_VIT_KEYS = (*INITIAL_RUN_KEYS, "patch_size")
 
 
 def one_source_message(d):
@@ -115,7 +115,7 @@ def channel_statistics(pixels, chunk=8192):
     return mean, np.maximum(std, 1.0)
 
 
-class ImageClassificationTask(Task):
+class ImageClassificationTask(TrainingTask):
     name = "image_classification"
     DataConfig = ImageData
     ModelConfig = ImageModel
@@ -163,7 +163,7 @@ class ImageClassificationTask(Task):
 
     # -- data --------------------------------------------------------------------
 
-    def read(self, data_config, progress=print):
+    def read_images(self, data_config, progress=print):
         """({"train": (pixels, labels), "test": (pixels, labels) or None},
         class names) of the configured source."""
         import numpy as np
@@ -209,7 +209,7 @@ class ImageClassificationTask(Task):
         the test split comes from (see `check_test_split`)."""
         import numpy as np
 
-        splits, names = self.read(data_config, progress)
+        splits, names = self.read_images(data_config, progress)
         pixels, labels = splits["train"]
         order = np.random.default_rng(data_config.seed).permutation(len(labels))
         held = int(len(labels) * data_config.holdout_fraction)
@@ -280,21 +280,6 @@ class ImageClassificationTask(Task):
             test_split_fingerprint=data.raw["fingerprint"],
         )
 
-    def check_test_split(self, run, raw):
-        """Refuses to score a run on a test split other than the one it held
-        out: files added, removed or renamed since training would change the
-        seeded split (and could move training images into it)."""
-        saved = run.directory.manifest.test_split_fingerprint
-        if saved is not None and saved != raw["fingerprint"]:
-            d = run.config.data
-            source = d.image_dir if d.image_dir is not None else d.tfds_name
-            raise ValueError(
-                f"The images of {source} changed since {run.directory.path} was "
-                f"trained (test split fingerprint {raw['fingerprint']}, trained "
-                f"with {saved}): its test split would not be the one the run "
-                "held out. Restore the images, or train again."
-            )
-
     def training_stream(self, examples, **kwargs):
         from tfformer.training import image_pipeline
 
@@ -333,120 +318,14 @@ class ImageClassificationTask(Task):
             "weighted_metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")],
         }
 
-    # -- inference ---------------------------------------------------------------
-
     def probabilities(self, model, pixels, batch_size=256):
-        """Class probabilities of uint8 `pixels` (n, size, size, 3)."""
-        import numpy as np
-        from keras import ops
-
-        out = [
-            ops.convert_to_numpy(
-                ops.softmax(
-                    model(
-                        pixels[start : start + batch_size].astype("float32"),
-                        training=False,
-                    ),
-                    axis=-1,
-                )
-            )
-            for start in range(0, len(pixels), batch_size)
-        ]
-        return np.concatenate(out) if out else np.zeros((0, 0), "float32")
-
-    def add_predict_arguments(self, parser):
-        parser.add_argument(
-            "--top", type=int, default=3, help="classes shown per image (default 3)"
+        """`predictors.image_classification.class_probabilities`, for
+        callers that ask the task."""
+        from tfformer.training.predictors.image_classification import (
+            class_probabilities,
         )
 
-    def predict(self, run_dir, args, inputs):
-        """The `--top` classes and their probabilities per image file."""
-        import numpy as np
-
-        run = self.load(run_dir, args.model)
-        positive("--top", args.top)
-        labels = list(run.directory.manifest.labels)
-        pixels = read_image_files(inputs, run.directory.manifest.image_size)
-        top = min(args.top, len(labels))
-        for path, p in zip(inputs, self.probabilities(run.model, pixels), strict=True):
-            best = np.argsort(-p, kind="stable")[:top]
-            yield path + "\t" + "\t".join(f"{labels[i]} {p[i]:.4f}" for i in best)
-
-    def add_evaluate_arguments(self, parser):
-        parser.add_argument(
-            "--confusion-plot",
-            metavar="PNG",
-            help="where to draw the confusion matrix (default: "
-            "confusion_matrix.png in the run directory)",
-        )
-        parser.add_argument(
-            "--attention-plot",
-            metavar="PNG",
-            help="also draw attention rollout maps over test images here",
-        )
-        parser.add_argument(
-            "--attention-images",
-            type=int,
-            default=8,
-            help="test images in the attention plot (default 8)",
-        )
-
-    def evaluate(self, run_dir, args, progress=print):
-        """Accuracy, per-class accuracy, macro-F1 and the confusion matrix on
-        the test split (the matrix also as a PNG); with --attention-plot,
-        attention rollout maps of the first test images."""
-        import numpy as np
-
-        from tfformer.training.plots import plot_confusion_matrix
-        from tfformer.training.tasks.text_classification import (
-            classification_scores,
-        )
-
-        if getattr(args, "attention_plot", None):
-            positive("--attention-images", args.attention_images)
-        run = self.load(run_dir, args.model)
-        raw = self.raw_splits(run.config.data, progress)
-        self.check_test_split(run, raw)
-        pixels, truth = raw["test"]
-        if args.limit:
-            pixels, truth = pixels[: args.limit], truth[: args.limit]
-        labels = list(run.directory.manifest.labels)
-        progress(f"Classifying {len(truth):,} test images")
-        probabilities = self.probabilities(run.model, pixels)
-        predicted = probabilities.argmax(-1)
-        scores = classification_scores(truth, predicted, labels)
-        matrix = np.asarray(scores["confusion_matrix"])
-        scores["class_accuracy"] = {
-            label: float(matrix[i, i] / max(matrix[i].sum(), 1))
-            for i, label in enumerate(labels)
-        }
-        name = os.path.basename(os.path.normpath(run.directory.path))
-        path = getattr(args, "confusion_plot", None) or os.path.join(
-            run.directory.path, "confusion_matrix.png"
-        )
-        scores["confusion_plot"] = plot_confusion_matrix(
-            matrix, labels, path, title=f"{name}: accuracy {scores['accuracy']:.1%}"
-        )
-        if getattr(args, "attention_plot", None):
-            from tfformer.training.evaluation.attention_rollout import (
-                attention_rollout,
-                plot_rollout,
-            )
-
-            shown = spread_over_classes(truth, args.attention_images)
-            maps = attention_rollout(run.model, pixels[shown].astype("float32"))
-            scores["attention_plot"] = plot_rollout(
-                pixels[shown],
-                maps,
-                [labels[truth[i]] for i in shown],
-                [
-                    f"{labels[predicted[i]]} {probabilities[i, predicted[i]]:.0%}"
-                    for i in shown
-                ],
-                args.attention_plot,
-                title=f"{name}: attention rollout",
-            )
-        return scores
+        return class_probabilities(model, pixels, batch_size)
 
 
 def vit_settings(model):
@@ -515,7 +394,8 @@ def resized_positions(table, grid, new_grid):
     return np.concatenate([table[:, :1], rows], axis=1).astype(table.dtype)
 
 
-_INITIAL = {}  # the last model.init_from read: {(path, mtime): (model, settings)}
+# The last model.init_from read: {(path, mtime): (model, settings)}.
+_INITIAL_VITS = {}
 
 
 def initial_vit(config):
@@ -538,12 +418,12 @@ def initial_vit(config):
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
     key = (path, os.path.getmtime(path))
-    if key not in _INITIAL:
+    if key not in _INITIAL_VITS:
         source = run.load_model()
-        _INITIAL.clear()
-        _INITIAL[key] = (source, vit_settings(source))
-    source, settings = _INITIAL[key]
-    check_initial_settings(where, config.model, INIT_SIZE_KEYS, settings)
+        _INITIAL_VITS.clear()
+        _INITIAL_VITS[key] = (source, vit_settings(source))
+    source, settings = _INITIAL_VITS[key]
+    check_initial_settings(where, config.model, INITIAL_VIT_KEYS, settings)
     patch, size = settings["patch_size"], config.data.image_size
     if size % patch:
         raise ValueError(
@@ -587,48 +467,6 @@ def initialized_vit(config, num_classes):
         values[i] = resized_positions(values[i], theirs // patch, size // patch)
     mine.patch_embedding.set_weights(values)
     return model
-
-
-def spread_over_classes(truth, count):
-    """Indices of up to `count` examples taking the classes in turn (the
-    first example of each class, then the second, ...)."""
-    import numpy as np
-
-    truth = np.asarray(truth)
-    queues = [list(np.flatnonzero(truth == c)) for c in np.unique(truth)]
-    chosen = []
-    while len(chosen) < count and any(queues):
-        for queue in queues:
-            if queue and len(chosen) < count:
-                chosen.append(int(queue.pop(0)))
-    return np.asarray(chosen, int)
-
-
-def read_image_files(paths, size):
-    """uint8 pixels `(n, size, size, 3)` of image files, decoded and resized
-    as in training. ValueError naming the file that is missing or does not
-    decode."""
-    import numpy as np
-    import tensorflow as tf
-
-    from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels
-
-    pixels = np.zeros((len(paths), size, size, 3), np.uint8)
-    for i, path in enumerate(paths):
-        if not os.path.isfile(path):
-            raise ValueError(f"No such image file: {path!r}")
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            pixels[i] = decode_pixels(tf.constant(data), size).numpy()
-        except tf.errors.InvalidArgumentError as e:
-            # TensorFlow's message without its function-node and op wrapping.
-            first = re.sub(r"\{\{.*?\}\}|\[Op:.*", "", e.message).strip()
-            raise ValueError(
-                f"{path!r} is not an image tfformer decodes (a JPEG, PNG, GIF or "
-                f"BMP of at most {MAX_PIXELS:,} pixels): {first}"
-            ) from None
-    return pixels
 
 
 TASK = ImageClassificationTask()

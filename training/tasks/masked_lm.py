@@ -27,24 +27,25 @@ create_pretraining_data.py draws its pairs once. The model adds BERT's
 classifier on the pooled output, and the loss is the sum of the two
 cross-entropies, as BERT's.
 
-Metrics: masked-token loss and accuracy (and next-sentence accuracy).
-`tfformer-predict` fills the [MASK]s of a sentence; `tfformer-evaluate`
-reports masked-token accuracy, loss and perplexity on the test split (and
-next-sentence accuracy).
+Metrics: masked-token loss and accuracy (and next-sentence accuracy). The
+predictor (`tfformer.training.predictors.masked_lm`) fills the [MASK]s of a
+sentence and reports masked-token accuracy, loss and perplexity on the test
+split with the training run's fixed masks (and next-sentence accuracy).
 """
 
 import dataclasses
-import math
 
 import numpy as np
 
 from tfformer.training.tasks.base import (
     PreparedData,
-    Task,
     TextDataConfig,
+    TrainingTask,
+    bucket_lengths,
     check_holdout_fraction,
     holdout_splits,
     token_compile_arguments,
+    tokenizer_entries,
 )
 
 MASK = "[MASK]"
@@ -84,7 +85,7 @@ class MaskedLMData(TextDataConfig):
     next_sentence_prediction: bool = False
 
 
-class MaskedLMTask(Task):
+class MaskedLMTask(TrainingTask):
     name = "masked_lm"
     DataConfig = MaskedLMData
     backbone_name = "BertBackbone"
@@ -170,14 +171,14 @@ class MaskedLMTask(Task):
             for split, lines in raw.items()
         }
         return PreparedData(
-            {"text": tokenizer}, examples, raw, self.bucket_lengths(data_config)
+            {"text": tokenizer}, examples, raw, bucket_lengths(data_config)
         )
 
     def run_manifest(self, config, data):
         from tfformer.runs.manifest import MaskedLMManifest
 
         return MaskedLMManifest(
-            tokenizers=self.tokenizer_entries(config, data),
+            tokenizers=tokenizer_entries(config, data),
             max_length=config.data.max_length,
             mask_token=MASK,
         )
@@ -219,104 +220,6 @@ class MaskedLMTask(Task):
                 "next_sentence": [NextSentenceAccuracy()],
             },
         }
-
-    # -- inference ---------------------------------------------------------------
-
-    def add_predict_arguments(self, parser):
-        parser.add_argument(
-            "--top-k", type=int, default=5, help="candidates shown per [MASK]"
-        )
-
-    def predict(self, run_dir, args, inputs):
-        """Fills the [MASK]s of each input: one line per [MASK] with its
-        `--top-k` candidates and their probabilities."""
-        from keras import ops
-
-        if args.top_k < 1:
-            raise ValueError(f"--top-k must be >= 1. Received: {args.top_k}")
-        run = self.load(run_dir, args.model)
-        tokenizer = run.tokenizers["text"]
-        length = run.directory.manifest.max_length
-        mask_id = tokenizer.vocabulary.index(MASK)
-        for text in inputs:
-            ids = masked_sentence_ids(tokenizer, text, mask_id)
-            if mask_id not in ids:
-                raise ValueError(
-                    f"Each input needs at least one {MASK}. Received: {text!r}"
-                )
-            ids = [tokenizer.start_id, *ids[: length - 2], tokenizer.end_id]
-            positions = [i for i, token in enumerate(ids) if token == mask_id]
-            if not positions:
-                raise ValueError(
-                    f"The {MASK} of {text!r} lies past the model's {length} tokens."
-                )
-            logits = masked_lm_logits(
-                run.model(
-                    {
-                        "token_ids": np.array([ids], "int32"),
-                        "segment_ids": np.zeros((1, len(ids)), "int32"),
-                        "mask_positions": np.array([positions], "int32"),
-                    },
-                    training=False,
-                )
-            )
-            probabilities = ops.convert_to_numpy(ops.softmax(logits, axis=-1))[0]
-            lines = [text]
-            for number, p in enumerate(probabilities, start=1):
-                best = np.argsort(-p)[: args.top_k]
-                shown = ", ".join(f"{tokenizer.vocabulary[i]} {p[i]:.3f}" for i in best)
-                lines.append(f"  {MASK} {number}: {shown}")
-            yield "\n".join(lines)
-
-    def evaluate(self, run_dir, args, progress=print):
-        """Masked-token accuracy, loss (nats) and perplexity on the test
-        split, with the training run's fixed evaluation masks."""
-        from keras import ops
-
-        from tfformer.training import pipeline
-
-        run = self.load(run_dir, args.model)
-        data_config = run.config.data
-        lines = self.raw_splits(data_config)["test"]
-        if not lines:
-            raise ValueError(f"{run.directory.path}: the test split is empty.")
-        tokenizer = run.tokenizers["text"]
-        # The training run's test pairs, drawn on the whole split, then cut.
-        examples = self.prepare_lines(tokenizer, data_config, lines, args.limit)
-        dataset = pipeline.evaluation_dataset(
-            examples,
-            batch_size=32,
-            bucket_lengths=self.bucket_lengths(data_config),
-        )
-        nats, correct, count = 0.0, 0, 0
-        next_correct, pairs = 0, 0
-        for features, labels in dataset:
-            outputs = run.model(features, training=False)
-            if isinstance(labels, dict):
-                # Next-sentence labels (batch, 1): 0 pads, else 1 + class.
-                truth = labels["next_sentence"].numpy()[:, 0]
-                guess = 1 + np.argmax(outputs["next_sentence"], axis=-1)
-                next_correct += int(((guess == truth) & (truth > 0)).sum())
-                pairs += int((truth > 0).sum())
-                labels = labels["masked_lm"]
-            logits = masked_lm_logits(outputs)
-            log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
-            labels = labels.numpy()
-            real = labels != 0
-            picked = np.take_along_axis(log_p, labels[..., None], axis=-1)[..., 0]
-            nats -= float(picked[real].sum())
-            correct += int((log_p.argmax(-1) == labels)[real].sum())
-            count += int(real.sum())
-            progress(f"scored {count} masked tokens")
-        scores = {
-            "masked_tokens": count,
-            "masked_accuracy": correct / max(count, 1),
-            "loss": nats / max(count, 1),
-            "perplexity": math.exp(nats / max(count, 1)),
-        }
-        if pairs:
-            scores["next_sentence_accuracy"] = next_correct / pairs
-        return scores
 
     def prepare_lines(self, tokenizer, data_config, lines, limit=None):
         """`pipeline.Examples` of `lines` (the first `limit` of them) with
@@ -394,17 +297,6 @@ def _saved_vocabulary(directory):
     from tfformer.runs.directory import tokenizer_file
 
     return os.path.isfile(os.path.join(directory, tokenizer_file("wordpiece", "text")))
-
-
-def masked_sentence_ids(tokenizer, text, mask_id):
-    """Token ids of `text` with each literal "[MASK]" as the mask id."""
-    ids = []
-    for number, part in enumerate(text.split(MASK)):
-        if number:
-            ids.append(mask_id)
-        if part.strip():
-            ids += tokenizer.tokenize([part])[0].numpy().tolist()
-    return ids
 
 
 def masking_transform(tokenizer, data_config):
@@ -512,11 +404,6 @@ def next_sentence_pairs(items, seed):
         pairs.append((line, lines[other]))
         labels.append(IS_RANDOM)
     return pairs, labels
-
-
-def masked_lm_logits(outputs):
-    """The masked-LM logits of a pre-training model's outputs."""
-    return outputs["masked_lm"] if isinstance(outputs, dict) else outputs
 
 
 TASK = MaskedLMTask()

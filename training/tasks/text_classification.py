@@ -4,9 +4,9 @@ Data: one file per class, one sentence per line, or a TSV file of `text
 label` or `text_a text_b label` rows (sentence pairs); a seeded shuffle, then
 the holdout split in validation and test halves. Inputs are BERT's:
 [START] a [END] (segments 0), or [START] a [END] b [END] (a: 0, b: 1), cut
-longest-first to `max_length`. Evaluation: accuracy, macro-F1 and the
-confusion matrix (also as a PNG). Prediction: label and probability (a pair
-is given as "text_a<TAB>text_b").
+longest-first to `max_length` (`encode_texts`, which the predictor,
+`tfformer.training.predictors.text_classification`, uses too).
+`classification_scores`: accuracy, macro-F1 and the confusion matrix.
 """
 
 import dataclasses
@@ -16,21 +16,20 @@ from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
     PreparedData,
-    Task,
     TextDataConfig,
+    TrainingTask,
+    bucket_lengths,
     check_holdout_fraction,
     check_initial_settings,
     check_initial_tokenizer,
     holdout_splits,
     initial_hidden_dropout,
     initial_tokenizer,
+    tokenizer_entries,
 )
 
-# The run families whose encoder and vocabulary a classifier can start from.
-INIT_FAMILIES = ("masked_lm", "text_classification", "sentence_embedding")
-# Model keys that come from the initial run's encoder and must stay unset
-# (or equal its values).
-SIZE_KEYS = INITIAL_RUN_KEYS
+# The tasks whose runs' encoder and vocabulary a classifier can start from.
+INITIAL_RUN_TASKS = ("masked_lm", "text_classification", "sentence_embedding")
 
 
 @dataclasses.dataclass
@@ -116,7 +115,7 @@ def padded_inputs(tokenizer, texts, max_length, width=None):
     return ids, segment_ids
 
 
-class TextClassificationTask(Task):
+class TextClassificationTask(TrainingTask):
     name = "text_classification"
     DataConfig = ClassificationData
     ModelConfig = ClassificationModel
@@ -124,8 +123,9 @@ class TextClassificationTask(Task):
     default_preset = "bert_tiny"
 
     def __init__(self):
-        # The last model.init_from model loaded: {(path, mtime): (model, sizes)}.
-        self._initial = {}
+        # The last model.init_from model loaded:
+        # {(path, mtime): (model, encoder settings)}.
+        self._initial_models = {}
 
     def validate(self, config):
         super().validate(config)
@@ -185,13 +185,13 @@ class TextClassificationTask(Task):
     # -- starting from another run -----------------------------------------------
 
     def initial_run(self, config):
-        """(RunDirectory, its tokenizer spec, its model, encoder sizes) of
+        """(RunDirectory, its tokenizer spec, its model, encoder settings) of
         `model.init_from`, checked at train time (not when a config is
         read, so a finished run does not depend on its initial run): a
-        finished run of a family in `INIT_FAMILIES` whose tokenizer agrees
+        finished run of a task in `INITIAL_RUN_TASKS` whose tokenizer agrees
         with `config`, whose encoder sizes are not overridden, and whose
         position table holds `data.max_length` (ValueError naming the key
-        otherwise). The sizes are read from the model itself, so a
+        otherwise). The settings are read from the model itself, so a
         classifier started from another classifier gets every layer."""
         from tfformer.runs.directory import RunDirectory
 
@@ -199,11 +199,10 @@ class TextClassificationTask(Task):
         where = f"model.init_from={config.model.init_from!r}"
         try:
             run = RunDirectory(path)
-            family = run.task
-            if family not in INIT_FAMILIES:
+            if run.task not in INITIAL_RUN_TASKS:
                 raise ValueError(
-                    f"it holds a {family!r} run; a classifier starts from one of "
-                    f"{list(INIT_FAMILIES)} (an encoder with its vocabulary)"
+                    f"it holds a {run.task!r} run; a classifier starts from one "
+                    f"of {list(INITIAL_RUN_TASKS)} (an encoder with its vocabulary)"
                 )
             spec = run.tokenizer("text")
             run.checkpoint_path()
@@ -214,21 +213,18 @@ class TextClassificationTask(Task):
         # Loaded once per process and model file (prepare and build_model
         # both ask); the checks below run every time.
         key = (path, os.path.getmtime(run.checkpoint_path()))
-        if key not in self._initial:
-            from tfformer.training.tasks import get_task
-
-            get_task(run.task)  # registers the layers of its task's model
+        if key not in self._initial_models:
             model = run.load_model()
-            self._initial = {key: (model, encoder_sizes(model))}
-        model, sizes = self._initial[key]
-        check_initial_settings(where, config.model, SIZE_KEYS, sizes)
-        positions = sizes["max_sequence_length"]
+            self._initial_models = {key: (model, encoder_settings(model))}
+        model, settings = self._initial_models[key]
+        check_initial_settings(where, config.model, INITIAL_RUN_KEYS, settings)
+        positions = settings["max_sequence_length"]
         if d.max_length > positions:
             raise ValueError(
                 f"{where}: its encoder has {positions} positions; data.max_length "
                 f"must be <= {positions}. Received: data.max_length={d.max_length}"
             )
-        return run, spec, model, sizes
+        return run, spec, model, settings
 
     def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline
@@ -263,7 +259,7 @@ class TextClassificationTask(Task):
             {"text": tokenizer},
             examples,
             raw,
-            self.bucket_lengths(data_config),
+            bucket_lengths(data_config),
             labels=tuple(label_names(data_config)),
         )
 
@@ -272,7 +268,7 @@ class TextClassificationTask(Task):
 
         train = data.raw["train"]
         return TextClassificationManifest(
-            tokenizers=self.tokenizer_entries(config, data),
+            tokenizers=tokenizer_entries(config, data),
             max_length=config.data.max_length,
             labels=tuple(data.labels),
             pairs=bool(train) and isinstance(train[0][0], tuple),
@@ -301,14 +297,14 @@ class TextClassificationTask(Task):
         unless the config sets it), and a new head."""
         from tfformer.models import bert_classifier, bert_encoder
 
-        _, _, source, sizes = self.initial_run(config)
-        sizes = {k: v for k, v in sizes.items() if k != "preset"}
-        sizes["activation_dropout"] = initial_hidden_dropout(
-            config.model, sizes.get("activation_dropout")
+        _, _, source, settings = self.initial_run(config)
+        settings = {k: v for k, v in settings.items() if k != "preset"}
+        settings["activation_dropout"] = initial_hidden_dropout(
+            config.model, settings.get("activation_dropout")
         )
         dropout = config.model.dropout if config.model.dropout is not None else 0.1
         encoder = bert_encoder(
-            data.tokenizers["text"].vocabulary_size, dropout=dropout, **sizes
+            data.tokenizers["text"].vocabulary_size, dropout=dropout, **settings
         )
         copy_encoder_weights(source, encoder)
         return bert_classifier(encoder, data.num_classes, dropout=dropout)
@@ -324,98 +320,13 @@ class TextClassificationTask(Task):
             ],
         }
 
-    # -- inference ---------------------------------------------------------------
-
-    def _probabilities(self, run, sentences, batch_size=64):
-        import numpy as np
-        from keras import ops
-
-        tokenizer = run.tokenizers["text"]
-        length = run.directory.manifest.max_length
-        out = []
-        for start in range(0, len(sentences), batch_size):
-            chunk = sentences[start : start + batch_size]
-            ids, segment_ids = padded_inputs(tokenizer, chunk, length, width=length)
-            logits = run.model(
-                {"token_ids": ids, "segment_ids": segment_ids}, training=False
-            )
-            out.append(ops.convert_to_numpy(ops.softmax(logits, axis=-1)))
-        return np.concatenate(out) if out else np.zeros((0, 0), "float32")
-
-    def predict(self, run_dir, args, inputs):
-        """Label, probability and input per line; a run trained on sentence
-        pairs reads each input as "text_a<TAB>text_b"."""
-        run = self.load(run_dir, args.model)
-        labels = list(run.directory.manifest.labels)
-        texts = list(inputs)
-        if run.directory.manifest.pairs:
-            for text in texts:
-                if text.count("\t") != 1:
-                    raise ValueError(
-                        "This classifier reads sentence pairs: give each input as "
-                        f"'text_a<TAB>text_b'. Received: {text!r}"
-                    )
-            texts = [tuple(text.split("\t")) for text in texts]
-        for sentence, p in zip(inputs, self._probabilities(run, texts), strict=True):
-            best = int(p.argmax())
-            yield f"{labels[best]}\t{p[best]:.4f}\t{sentence}"
-
-    def add_evaluate_arguments(self, parser):
-        parser.add_argument(
-            "--confusion-plot",
-            metavar="PNG",
-            help="where to draw the confusion matrix (default: "
-            "confusion_matrix.png in the run directory)",
-        )
-        parser.add_argument(
-            "--tsv",
-            metavar="FILE",
-            help="score these lines (text<TAB>label or text_a<TAB>text_b<TAB>"
-            "label, labels among the run's) instead of the run's test split "
-            "(a converted classifier has none)",
-        )
-
-    def evaluate(self, run_dir, args, progress=print):
-        """Accuracy, macro-F1 and the confusion matrix on the test split (or
-        the lines of `--tsv`); the matrix is also drawn as a PNG."""
-        import os
-
-        import numpy as np
-
-        from tfformer.training.plots import plot_confusion_matrix
-        from tfformer.training.sources.text_files import read_labelled_tsv
-
-        run = self.load(run_dir, args.model)
-        labels = list(run.directory.manifest.labels)
-        if getattr(args, "tsv", None):
-            try:
-                test, _ = read_labelled_tsv(args.tsv, labels)
-            except ValueError as e:
-                raise ValueError(f"--tsv: {e}") from None
-        else:
-            test = self.raw_splits(run.config.data)["test"]
-        if args.limit:
-            test = test[: args.limit]
-        if not test:
-            raise ValueError(f"{run.directory.path}: the test split is empty.")
-        truth = np.array([label for _, label in test])
-        predicted = self._probabilities(run, [s for s, _ in test]).argmax(-1)
-        scores = classification_scores(truth, predicted, labels)
-        path = getattr(args, "confusion_plot", None) or os.path.join(
-            run.directory.path, "confusion_matrix.png"
-        )
-        scores["confusion_plot"] = plot_confusion_matrix(
-            scores["confusion_matrix"],
-            labels,
-            path,
-            title=f"{os.path.basename(os.path.normpath(run.directory.path))}: "
-            f"accuracy {scores['accuracy']:.1%}",
-        )
-        return scores
+    def _probabilities(self, predictor, texts):
+        """`predictor.probabilities(texts)`, for callers that ask the task."""
+        return predictor.probabilities(texts)
 
 
 # The BertBackbone arguments a classifier takes from its initial run.
-BACKBONE_SIZE_KEYS = (
+INITIAL_ENCODER_KEYS = (
     "num_layers",
     "hidden_dim",
     "num_heads",
@@ -428,16 +339,17 @@ BACKBONE_SIZE_KEYS = (
 )
 
 
-def encoder_sizes(model):
-    """`BertBackbone` arguments of the backbone of `model` (a masked-LM
-    model, a classifier or an embedder), and `preset` None."""
+def encoder_settings(model):
+    """The `BertBackbone` arguments in `INITIAL_ENCODER_KEYS` of the backbone
+    of `model` (a masked-LM model, a classifier or an embedder), and
+    `preset` None."""
     from tfformer.models import BertBackbone
 
     backbone = getattr(model, "backbone", None)
     if not isinstance(backbone, BertBackbone):
         raise ValueError(f"{model.name} has no BERT backbone.")
     config = backbone.get_config()
-    return {**{key: config[key] for key in BACKBONE_SIZE_KEYS}, "preset": None}
+    return {**{key: config[key] for key in INITIAL_ENCODER_KEYS}, "preset": None}
 
 
 def trained_pooler(model):

@@ -2,21 +2,24 @@
 
 Data: the embedded number-words task (generated), two local text files
 per split, or a tensorflow-datasets corpus. Model: `transformer_seq2seq`.
-Loss: label-smoothed token cross-entropy over real tokens. Evaluation:
-exact match, sacreBLEU and chrF. Prediction: greedy or beam search.
+Loss: label-smoothed token cross-entropy over real tokens; after training,
+the greedy exact match of the test split. `Translator` decodes with the
+model (greedy or beam search) for the end of training, the predictor
+(`tfformer.training.predictors.translation`) and the main job.
 """
 
 import dataclasses
-import os
 import time
 from typing import Literal
 
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
-    Task,
     TextDataConfig,
+    TrainingTask,
+    bucket_lengths,
     token_compile_arguments,
+    tokenizer_entries,
 )
 
 CORPORA = ("number_words", "parallel_text", "tfds")
@@ -111,16 +114,10 @@ class Translator:
     @classmethod
     def from_run(cls, run_dir, *, checkpoint="model.keras", max_length=None, **kwargs):
         """A translator of a finished translation run directory."""
-        run = TASK.load(run_dir, checkpoint)
-        length = run.directory.manifest.max_length
-        return cls(
-            run.model,
-            run.tokenizers["source"],
-            run.tokenizers["target"],
-            source_length=length,
-            max_length=max_length or length,
-            **kwargs,
-        )
+        from tfformer.training.predictors.translation import TranslationPredictor
+
+        predictor = TranslationPredictor(run_dir, checkpoint=checkpoint)
+        return predictor.translator(max_length=max_length, **kwargs)
 
     def source_ids(self, sentences):
         """`(batch_size, source_length)` padded ids (rows beyond the batch are 0)."""
@@ -195,14 +192,7 @@ def evaluate_translator(translator, pairs, *, progress=print):
     return results, hypotheses
 
 
-def _decoding_arguments(parser):
-    parser.add_argument("--search", default="beam", choices=["greedy", "beam"])
-    parser.add_argument("--beam-width", type=int, default=4)
-    parser.add_argument("--length-penalty", type=float, default=0.6)
-    parser.add_argument("--batch-size", type=int, default=32)
-
-
-class TranslationTask(Task):
+class TranslationTask(TrainingTask):
     name = "translation"
     DataConfig = TranslationData
     ModelConfig = TranslationModel
@@ -275,7 +265,7 @@ class TranslationTask(Task):
             for split, pairs in raw.items()
         }
         return PreparedData(
-            {"source": source, "target": target}, examples, raw, self.bucket_lengths(d)
+            {"source": source, "target": target}, examples, raw, bucket_lengths(d)
         )
 
     # -- model -------------------------------------------------------------------
@@ -284,7 +274,7 @@ class TranslationTask(Task):
         from tfformer.runs.manifest import TranslationManifest
 
         return TranslationManifest(
-            tokenizers=self.tokenizer_entries(config, data),
+            tokenizers=tokenizer_entries(config, data),
             max_length=config.data.max_length,
         )
 
@@ -330,129 +320,6 @@ class TranslationTask(Task):
                 [s, t, h] for (s, t), h in list(zip(pairs, hypotheses, strict=True))[:5]
             ],
         }
-
-    # -- inference ---------------------------------------------------------------
-
-    def add_predict_arguments(self, parser):
-        _decoding_arguments(parser)
-
-    def _translator(self, args, **kwargs):
-        return Translator.from_run(
-            args.checkpoint,
-            checkpoint=args.model,
-            search=args.search,
-            beam_width=args.beam_width,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-            **kwargs,
-        )
-
-    def predict(self, run_dir, args, inputs):
-        del run_dir
-        translator = self._translator(args)
-        yield from translator.translate(inputs)
-
-    def add_evaluate_arguments(self, parser):
-        _decoding_arguments(parser)
-        parser.add_argument(
-            "--source", help="test source file (default: the run's test split)"
-        )
-        parser.add_argument("--target", help="test reference file")
-        parser.add_argument(
-            "--attention-plot",
-            metavar="PNG",
-            help="also plot the cross-attention of the first test sentence to PNG",
-        )
-
-    def evaluate(self, run_dir, args, progress=print):
-        from tfformer.training.sources.text_files import read_parallel_text
-
-        if bool(args.source) != bool(args.target):
-            raise ValueError("--source and --target go together.")
-        translator = self._translator(args)
-        if args.source:
-            pairs = read_parallel_text(args.source, args.target)
-        else:
-            pairs = self.raw_splits(self.load(run_dir, args.model).config.data)["test"]
-        if args.limit:
-            pairs = pairs[: args.limit]
-        results, _ = evaluate_translator(translator, pairs, progress=progress)
-        if args.attention_plot:
-            from tfformer.training.evaluation.attention_maps import attention_map_for
-
-            attention_map_for(translator, pairs[0][0], args.attention_plot)
-            results["attention_plot"] = os.path.abspath(args.attention_plot)
-        return results
-
-    def input_and_reference(self, example):
-        return example
-
-    def keras_evaluation(self, run_dir, pairs, progress=print):
-        """Greedy (as the exported TFLite loop is): exact match, BLEU, chrF."""
-        translator = Translator.from_run(run_dir, search="greedy")
-        scores, hypotheses = evaluate_translator(translator, pairs, progress=progress)
-        scores.pop("examples")
-        progress(f"  {self.headline(scores)}")
-        return scores, hypotheses
-
-    def headline(self, scores):
-        return (
-            f"exact match {scores['exact_match']:.1%} of {scores['sentences']}, "
-            f"chrF {scores['chrf_cased']}, BLEU {scores['bleu_cased']} (words), "
-            f"{scores['bleu_char']} (characters)"
-        )
-
-    def main_job_export_options(self, export_format):
-        # Greedy, as the Keras and TFLite columns are: the three should agree.
-        return ["--search", "greedy"] if export_format == "saved_model" else []
-
-    def exported_predictions(self, export_format, path, inputs):
-        if export_format == "saved_model":
-            return _saved_model_translations(path, inputs)
-        return _tflite_translations(path, inputs)
-
-
-def _saved_model_translations(path, sentences, batch_size=64):
-    """Translations by the SavedModel's `serving_default`, loaded as a server
-    would (TensorFlow only)."""
-    import tensorflow as tf
-
-    serve = tf.saved_model.load(path).signatures["serving_default"]
-    out = []
-    for start in range(0, len(sentences), batch_size):
-        batch = tf.constant(sentences[start : start + batch_size])
-        texts = serve(text=batch)["translation"].numpy()
-        out += [t.decode("utf-8", "replace") for t in texts]
-    return out
-
-
-def load_device_tokenizer(directory):
-    """The `tokenizer.py` an export writes next to its `.tflite`: exactly what
-    a device app would port."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "tfformer_device_tokenizer", os.path.join(directory, "tokenizer.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DeviceTokenizer(directory)
-
-
-def _tflite_translations(path, sentences):
-    """Translations by the `.tflite` in the LiteRT interpreter, with the
-    standard-library tokenizer written next to it, as a device would."""
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    tokenizer = load_device_tokenizer(os.path.dirname(path))
-    runner = Interpreter(model_path=path).get_signature_runner()
-    out = []
-    for sentence in sentences:
-        ids = np.array([tokenizer.tokenize(sentence)], "int32")
-        token_ids = runner(source_ids=ids)["token_ids"][0]
-        out.append(tokenizer.detokenize(token_ids.tolist()))
-    return out
 
 
 TASK = TranslationTask()

@@ -1,0 +1,361 @@
+"""The predictor of causal language-model runs (trained, or converted from
+GPT-2 or Llama): prompts continued, texts scored.
+
+    writer = tfformer.load("runs/shakespeare_gpt")
+    writer.generate(["ROMEO:"], max_new_tokens=40)          # greedy
+    for piece in writer.stream("ROMEO:", search="sample", seed=1):
+        print(piece, end="", flush=True)
+    writer.score(["To be, or not to be"])["log_likelihood"]
+"""
+
+import math
+import sys
+
+import numpy as np
+
+from tfformer.training.predictors.base import Option, Predictor
+
+
+class CausalLMPredictor(Predictor):
+    """Continues prompts and scores texts (see `Predictor` for the arguments
+    and attributes).
+
+    Generation settings, as keywords of `generate`, `stream` and `predict`:
+    `max_new_tokens` (0 to the context minus one), `search` ("greedy",
+    "sample" or "beam"), `temperature`, `top_k` (None or 0: no filter),
+    `top_p` (None: no filter), `seed` (sampling: the same seed, the same
+    text; None: a random one), `beam_width`, `length_penalty` (beam search:
+    GNMT's alpha). The prompt's tokens come first, cut from the left (with
+    a warning on stderr) to leave `max_new_tokens` of the context; an empty
+    prompt starts from the start token.
+    """
+
+    task = "causal_lm"
+    predict_options = (
+        Option(
+            "--search",
+            default="greedy",
+            choices=["greedy", "sample", "beam"],
+            help="greedy and sample stream their tokens as they are made; "
+            "beam prints its best hypothesis at the end",
+        ),
+        Option(
+            "--max-new-tokens",
+            type=int,
+            default=64,
+            help="tokens to generate (0 to the context minus one)",
+        ),
+        Option("--temperature", type=float, default=1.0),
+        Option("--top-k", type=int, help="0 or none: no top-k filter"),
+        Option("--top-p", type=float, help="in (0, 1]; none: no filter"),
+        Option("--seed", type=int, help="sampling seed: the same seed, the same text"),
+        Option("--beam-width", type=int, default=4),
+        Option("--length-penalty", type=float, default=0.6),
+    )
+    evaluate_options = (
+        Option(
+            "--split",
+            default="test",
+            choices=["validation", "test"],
+            help="which half of the held-out tail to score",
+        ),
+        Option(
+            "--text",
+            dest="text_path",
+            help="score this UTF-8 text file (plain or .gz) instead of the "
+            "run's held-out text (a converted checkpoint has none)",
+        ),
+        Option(
+            "--window",
+            type=int,
+            help="tokens per scored window, up to the run's context (default: "
+            "the training window, data.max_length)",
+        ),
+    )
+
+    @property
+    def tokenizer(self):
+        return self.tokenizers["text"]
+
+    @property
+    def context(self):
+        """The decoder's context in tokens."""
+        return self.manifest.max_length
+
+    # -- generation --------------------------------------------------------------
+
+    def generate(self, prompts, **settings):
+        """The text of each prompt continued (the prompt's text, then the
+        continuation's), a list of str."""
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings, not one string.")
+        return [
+            generated_text(self.tokenizer, *self._generator(prompt, settings))
+            for prompt in prompts
+        ]
+
+    def stream(self, prompt, **settings):
+        """The text of `prompt` continued, yielded in pieces as the tokens
+        are made (greedy and sampling; beam search yields its best
+        hypothesis at the end): the pieces together are `generate`'s text,
+        and a piece is never taken back."""
+        ids, generator = self._generator(prompt, settings)
+        if generator is None or generator.search == "beam":
+            yield generated_text(self.tokenizer, ids, generator)
+            return
+        yield from stream_text(
+            self.tokenizer, ids, generator.stream(np.array([ids], "int32"))
+        )
+
+    def predict(self, inputs, **settings):
+        """`generate(inputs)`: one text per prompt."""
+        return self.generate(inputs, **settings)
+
+    def printed(self, inputs, **settings):
+        """Each prompt's text streamed as `stream` makes it, then a newline."""
+        check_generation_settings(self.context, **settings)  # before any input
+        for prompt in inputs:
+            yield from self.stream(prompt, **settings)
+            yield "\n"
+
+    def _generator(self, prompt, settings):
+        """(the prompt's ids, a `Generator` for them; None for no new
+        tokens), or ValueError naming a bad setting."""
+        settings = check_generation_settings(self.context, **settings)
+        new_tokens = settings.pop("max_new_tokens")
+        ids = self.prompt_ids(prompt, new_tokens)
+        if new_tokens == 0:
+            return ids, None
+        from tfformer.decoding import Generator
+
+        tokenizer = self.tokenizer
+        generator = Generator(
+            self.model,
+            max_length=len(ids) + new_tokens,
+            start_id=tokenizer.start_id,
+            end_id=tokenizer.end_id,
+            pad_id=tokenizer.pad_id,
+            **settings,
+        )
+        return ids, generator
+
+    def prompt_ids(self, prompt, max_new_tokens):
+        """The token ids a prompt starts from: its tokens, cut from the left
+        (with a warning on stderr) to leave `max_new_tokens` of the context;
+        the start token alone for an empty prompt."""
+        if not isinstance(prompt, str):
+            raise TypeError(f"A prompt must be a string. Received: {prompt!r}")
+        keep = self.context - max_new_tokens
+        ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
+        if len(ids) > keep:
+            print(
+                f"warning: the prompt has {len(ids)} tokens; kept its last "
+                f"{keep} (the context is {self.context} tokens, "
+                f"{max_new_tokens} of them for new tokens)",
+                file=sys.stderr,
+                flush=True,
+            )
+            ids = ids[-keep:]
+        return ids or [self.tokenizer.start_id]
+
+    # -- scores ------------------------------------------------------------------
+
+    def score(self, texts, *, window=None):
+        """The log-likelihood of each text under the model, as the
+        SavedModel's `score` signature computes it: the sum of log P of
+        every token after the first, each given the tokens before it in its
+        window (windows of `window` + 1 tokens overlapping by one; None: the
+        context), the last partial window included.
+
+        Returns:
+            {"log_likelihood": float64 `(n,)`, "num_tokens": int `(n,)`
+            (the tokens scored: each text's tokens minus one)}.
+        """
+        from keras import ops
+
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings, not one string.")
+        window = self._checked_window(window if window is not None else self.context)
+        likelihoods, counts = [], []
+        for text in texts:
+            ids = self.tokenizer.tokenize([text])[0].numpy()
+            scored = max(len(ids) - 1, 0)
+            windows = max(math.ceil(scored / window), 1)
+            padded = np.zeros(windows * window + 1, "int32")
+            padded[: len(ids)] = ids
+            inputs = padded[:-1].reshape(windows, window)
+            labels = padded[1:].reshape(windows, window)
+            logits = self.model({"token_ids": inputs}, training=False)
+            log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
+            picked = np.take_along_axis(log_p, labels[..., None], axis=-1)
+            likelihoods.append(float(picked.reshape(-1)[:scored].sum(dtype="float64")))
+            counts.append(scored)
+        return {
+            "log_likelihood": np.array(likelihoods, "float64"),
+            "num_tokens": np.array(counts, int),
+        }
+
+    def evaluate(
+        self, *, split="test", text_path=None, window=None, limit=None, progress=print
+    ):
+        """Loss in nats per token on the `split` half ("test" or
+        "validation") of the held-out tail, or on the file `text_path` (the
+        summed negative log-likelihood of every token over their count), and
+        bits per byte of the text those tokens cover; windows of `window`
+        tokens (None: the training window, `data.max_length`), cut as in
+        training (`tfformer.training.tasks.causal_lm.score_text`)."""
+        from tfformer.training.sources.text_files import read_text
+        from tfformer.training.tasks.causal_lm import TASK, score_text
+
+        data = self.config.data
+        if window is None:
+            # The training window (a decoder fine-tuned from GPT-2 trains on
+            # shorter windows than its context).
+            window = min(data.max_length, self.context)
+        window = self._checked_window(window)
+        if text_path is not None:
+            try:
+                text = read_text(text_path)
+            except ValueError as e:
+                raise ValueError(f"text_path: {e}") from None
+            where = {"text": text_path}
+        elif not data.text_path:
+            raise ValueError(
+                f"{self.directory.path} has no held-out text (data.text_path is "
+                "not set: a converted checkpoint); score a file: text_path=FILE."
+            )
+        else:
+            text, where = TASK.raw_splits(data)[split], {"split": split}
+        scores = score_text(
+            self.model, self.tokenizer, text, window, limit=limit, progress=progress
+        )
+        return {**where, "window": window, **scores}
+
+    def _checked_window(self, window):
+        if not 1 <= window <= self.context:
+            raise ValueError(
+                f"window must be in [1, {self.context}] (the run's context). "
+                f"Received: {window}"
+            )
+        return window
+
+
+def check_generation_settings(
+    context,
+    *,
+    max_new_tokens=64,
+    search="greedy",
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    seed=None,
+    beam_width=4,
+    length_penalty=0.6,
+):
+    """The settings as `Generator` keywords plus `max_new_tokens` (top_k 0
+    becomes None), or ValueError naming the first bad one."""
+    from tfformer.decoding.sampling import check_sampling_arguments
+
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0. Received: {max_new_tokens}")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"top_k must be >= 0. Received: {top_k}")
+    if beam_width < 1:
+        raise ValueError(f"beam_width must be >= 1. Received: {beam_width}")
+    if not length_penalty >= 0:
+        raise ValueError(f"length_penalty must be >= 0. Received: {length_penalty}")
+    top_k = top_k or None
+    check_sampling_arguments(temperature, top_k, top_p)
+    if max_new_tokens >= context:
+        raise ValueError(
+            f"max_new_tokens must be in [0, {context - 1}] (the context is "
+            f"{context} tokens). Received: {max_new_tokens}"
+        )
+    return dict(
+        max_new_tokens=max_new_tokens,
+        search=search,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        beam_width=beam_width,
+        length_penalty=length_penalty,
+    )
+
+
+def generated_text(tokenizer, prompt_ids, generator):
+    """The text of `prompt_ids` continued by `generator`'s whole search (the
+    prompt's text alone for no generator)."""
+    if generator is None:
+        return detokenize(tokenizer, prompt_ids, len(prompt_ids))
+    out = generator(np.array([prompt_ids], "int32"))["token_ids"]
+    return detokenize(tokenizer, np.asarray(out)[0], len(prompt_ids))
+
+
+def detokenize(tokenizer, ids, prompt_length=0):
+    """The text of `ids` (padding and everything from the first end token
+    after the prompt's `prompt_length` left out; the tokenizers drop their
+    reserved tokens, the token-id tokenizer keeps an end id in the prompt:
+    GPT-2's prompts often start with it)."""
+    ids = [int(i) for i in ids]
+    if tokenizer.end_id in ids[prompt_length:]:
+        ids = ids[: ids.index(tokenizer.end_id, prompt_length)]
+    ids = [i for i in ids if i != tokenizer.pad_id]
+    if not ids:
+        return ""
+    text = tokenizer.detokenize(np.array([ids], "int32")).numpy()[0]
+    return text.decode("utf-8", "replace")
+
+
+def stream_text(tokenizer, prompt_ids, steps):
+    """Pieces of the text of `prompt_ids` and then of each generated token
+    from `steps` (`Generator.stream` of one prompt).
+
+    What is yielded is never taken back: it is a prefix of the text of every
+    longer run of tokens. A byte that ends inside a UTF-8 character (U+FFFD
+    for now) waits for the next one; with WordPiece the text of the last two
+    tokens waits, because the join rules can rewrite it ("it" "'" then "s"
+    is "it's"; "well" "-" then "known" is "well-known"); the rest comes at
+    the end.
+    """
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+
+    held_back = 0 if isinstance(tokenizer, ByteTokenizer) else 2
+    ids = list(prompt_ids)
+    prompt = len(ids)
+    shown = ""
+
+    def settled_piece(final=False):
+        """The text settled since the last piece ("" if none): all of it
+        when `final`, else all but the held-back tokens' text."""
+        nonlocal shown
+        text = detokenize(tokenizer, ids, prompt)
+        if final:
+            settled = text
+        else:
+            kept = len(ids) - held_back
+            settled = detokenize(tokenizer, ids[:kept], min(prompt, kept))
+            settled = settled.rstrip("\ufffd")
+        if not (text.startswith(settled) and settled.startswith(shown)):
+            return ""
+        piece, shown = settled[len(shown) :], settled
+        return piece
+
+    piece = settled_piece()
+    if piece:
+        yield piece
+    for _, token, generated in steps:
+        if not generated[0]:  # a prompt token
+            continue
+        ids.append(int(token[0]))
+        piece = settled_piece()
+        if piece:
+            yield piece
+        if int(token[0]) == tokenizer.end_id:
+            break
+    piece = settled_piece(final=True)
+    if piece:
+        yield piece
+    elif not detokenize(tokenizer, ids, prompt).startswith(shown):
+        # Cannot happen with the held-back tokens; kept as a guard.
+        yield "\n" + detokenize(tokenizer, ids, prompt)
