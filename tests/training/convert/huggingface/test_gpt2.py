@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.testing import END_OF_TEXT, train_byte_level_bpe, transformer_blocks
+from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
@@ -89,10 +90,6 @@ def write_checkpoint(path, rng, *, tensors=None, config=None, **kwargs):
         metadata={"format": "pt"},
     )
     return path
-
-
-def quiet(*_):
-    pass
 
 
 def ragged_batch(rng):
@@ -290,9 +287,7 @@ def test_bad_tokenizer_files_are_refused(tmp_path, bpe, change, message):
         else:
             spec[node] = value
     path.write_text(json.dumps(spec))
-    with pytest.raises(ValueError, match=message):
-        convert(str(source), str(tmp_path / "run"), progress=quiet)
-    assert nothing_written(tmp_path)
+    assert_refused(tmp_path, source, message)
 
 
 def test_added_tokens_and_tokenizer_config(tmp_path, bpe):
@@ -329,9 +324,7 @@ def test_added_tokens_and_tokenizer_config(tmp_path, bpe):
 def test_vocab_json_without_merges_is_refused(tmp_path, bpe):
     source = with_tokenizer(tmp_path / "hf", bpe, files="vocab.json")
     (source / "merges.txt").unlink()
-    with pytest.raises(ValueError, match=r"has vocab\.json but no merges\.txt"):
-        convert(str(source), str(tmp_path / "run"), progress=quiet)
-    assert nothing_written(tmp_path)
+    assert_refused(tmp_path, source, r"has vocab\.json but no merges\.txt")
 
 
 def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
@@ -628,10 +621,6 @@ def test_fine_tuning_refuses_what_the_run_cannot_take(tmp_path, bpe):
 # -- bad input -----------------------------------------------------------------
 
 
-def nothing_written(tmp_path):
-    return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
-
-
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -661,14 +650,8 @@ def nothing_written(tmp_path):
 )
 def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
     rng = np.random.default_rng(4)
-    tensors = gpt2_tensors(rng)
-    if "drop" in change:
-        del tensors[change["drop"]]
-    if "extra" in change:
-        tensors[change["extra"]] = np.ones((4,), "float32")
+    tensors = changed(gpt2_tensors(rng), change, np.ones((4,), "float32"))
     source = write_checkpoint(
         tmp_path / "hf", rng, tensors=tensors, config=change.get("config")
     )
-    with pytest.raises(ValueError, match=message):
-        convert(str(source), str(tmp_path / "run"), progress=quiet)
-    assert nothing_written(tmp_path)
+    assert_refused(tmp_path, source, message)

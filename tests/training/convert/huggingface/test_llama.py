@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
@@ -84,10 +85,6 @@ def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None):
         metadata={"format": "pt"},
     )
     return path
-
-
-def quiet(*_):
-    pass
 
 
 def ragged_batch(rng):
@@ -234,7 +231,7 @@ def test_the_tflite_model_generates_the_ids_predict_does(tmp_path, capsys):
     gives predict's ids; the loop model too."""
     from ai_edge_litert.interpreter import Interpreter
 
-    from tests.training.test_convert_gpt2 import shipped_runtime
+    from tests.training.convert.huggingface.test_gpt2 import shipped_runtime
     from tfformer.export.cli import main as export_main
 
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(7))
@@ -370,10 +367,6 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
 # -- bad input -----------------------------------------------------------------
 
 
-def nothing_written(tmp_path):
-    return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
-
-
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -417,14 +410,8 @@ def nothing_written(tmp_path):
 )
 def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
     rng = np.random.default_rng(4)
-    tensors = llama_tensors(rng)
-    if "drop" in change:
-        del tensors[change["drop"]]
-    if "extra" in change:
-        tensors[change["extra"]] = np.ones((4,), "float32")
+    tensors = changed(llama_tensors(rng), change, np.ones((4,), "float32"))
     source = write_checkpoint(
         tmp_path / "hf", rng, tensors=tensors, config=change.get("config")
     )
-    with pytest.raises(ValueError, match=message):
-        convert(str(source), str(tmp_path / "run"), progress=quiet)
-    assert nothing_written(tmp_path)
+    assert_refused(tmp_path, source, message)

@@ -1,0 +1,132 @@
+"""Llama-style decoders (`model_type` "llama", `LlamaForCausalLM`:
+RMSNorm, SwiGLU, rotary positions, grouped-query attention) into a
+`causal_lm` run on a `LlamaBackbone` that reads and writes token ids (the
+tokenizer is not converted); a causal_lm config's `model.init_from`
+fine-tunes it on a file of ids."""
+
+from tfformer.models import LlamaBackbone
+from tfformer.training.convert.huggingface import decoders
+from tfformer.training.convert.huggingface.checkpoint import (
+    Weights,
+    assign,
+    attention_sizes,
+    check_multiple,
+    config_value,
+    refuse_unused,
+)
+
+MODEL_TYPES = ("llama",)
+
+
+def llama_sizes(config):
+    """`LlamaBackbone` keyword arguments from a Llama config.json (plus
+    `vocabulary_size`, in the model's ids: one more than the checkpoint's)."""
+    hidden, heads = attention_sizes(config)
+    kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
+    check_multiple("num_attention_heads", heads, "num_key_value_heads", kv_heads)
+    head_dim = config.get("head_dim")
+    if head_dim is not None and head_dim != hidden // heads:
+        raise ValueError(
+            "config.json: head_dim must be hidden_size / num_attention_heads "
+            f"({hidden // heads}). Received: {head_dim!r}"
+        )
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(
+            f"config.json: hidden_act must be 'silu' (SwiGLU). Received: {act!r}"
+        )
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key, False):
+            raise ValueError(
+                f"config.json: {key} must be false (tfformer's Llama has no "
+                f"biases). Received: {config[key]!r}"
+            )
+    rope = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling")
+    plain = (None, {"rope_type": "default"}, {"type": "default"})
+    if scaling not in plain or rope.get("rope_type", "default") != "default":
+        raise ValueError(
+            "config.json: rope_scaling must be null (plain rotary positions; "
+            f"Llama 3's and linear scaling are not supported). Received: "
+            f"{scaling if scaling is not None else rope!r}"
+        )
+    theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
+        raise ValueError(
+            f"config.json: rope_theta must be positive. Received: {theta!r}"
+        )
+    return {
+        "vocabulary_size": config_value(config, "vocab_size", int) + decoders.ID_OFFSET,
+        "num_layers": config_value(config, "num_hidden_layers", int),
+        "hidden_dim": hidden,
+        "num_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_dim": config_value(config, "intermediate_size", int),
+        "max_sequence_length": config_value(config, "max_position_embeddings", int),
+        "layer_norm_epsilon": float(
+            config_value(config, "rms_norm_eps", (int, float), default=1e-6)
+        ),
+        "rope_max_wavelength": float(theta),
+        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+    }
+
+
+def load_llama(model, weights, sizes):
+    """Copies a Hugging Face Llama's tensors into a `CausalLM` on a
+    `LlamaBackbone`."""
+    d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
+    kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
+    decoders.load_token_embeddings(model, weights, "embed_tokens.weight", sizes)
+    for i, block in enumerate(model.backbone.decoder_blocks):
+        attention = block.self_attention
+        layer = f"layers.{i}"
+        for part, dense, units in (
+            ("q", attention.query_dense, d),
+            ("k", attention.key_dense, kv),
+            ("v", attention.value_dense, kv),
+        ):
+            name = f"{layer}.self_attn.{part}_proj.weight"
+            assign(dense.kernel, weights(name, (units, d)).T, name)
+        name = f"{layer}.self_attn.o_proj.weight"
+        assign(attention.output_dense.kernel, weights(name, (d, d)).T, name)
+        ffn = block.ffn
+        for part, dense, shape in (
+            ("gate", ffn.gate_dense, (inner, d)),
+            ("up", ffn.intermediate_dense, (inner, d)),
+            ("down", ffn.output_dense, (d, inner)),
+        ):
+            name = f"{layer}.mlp.{part}_proj.weight"
+            assign(dense.kernel, weights(name, shape).T, name)
+        for norm, target in (
+            ("input_layernorm", block.self_attention_norm),
+            ("post_attention_layernorm", block.ffn_norm),
+        ):
+            name = f"{layer}.{norm}.weight"
+            assign(target.gamma, weights(name, (d,)), name)
+    assign(model.backbone.final_norm.gamma, weights("norm.weight", (d,)), "norm.weight")
+
+
+def convert(source, config, staging, progress, *, family="Llama"):
+    """A Llama-style decoder (`LlamaForCausalLM`, or another `family` of the
+    same architecture) into a `causal_lm` run that reads and writes token
+    ids."""
+    sizes = llama_sizes(config)
+    vocab = sizes["vocabulary_size"] - decoders.ID_OFFSET
+    start = decoders.special_id(config, "bos_token_id", 1, vocab, progress)
+    end = decoders.special_id(config, "eos_token_id", 2, vocab, progress)
+    tokenizer = decoders.token_id_tokenizer(sizes, start, end)
+    weights = Weights.open(source, "embed_tokens.weight", ("model.", ""))
+    model = decoders.causal_lm(LlamaBackbone, sizes, family.lower())
+    load_llama(model, weights, sizes)
+    offset = decoders.ID_OFFSET
+    progress(
+        f"{family} decoder: {sizes['num_layers']} layers, width "
+        f"{sizes['hidden_dim']}, {sizes['num_heads']} heads "
+        f"({sizes['num_key_value_heads']} key/value), {vocab} tokens, context "
+        f"{sizes['max_sequence_length']}; token ids in and out (the checkpoint's; "
+        f"the model's are one higher, id 0 padding), start {start - offset}, "
+        f"end {end - offset}"
+    )
+    unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
+    refuse_unused(source, unused)
+    return decoders.write_decoder_run(staging, model, tokenizer, "ids", sizes)

@@ -1,0 +1,335 @@
+"""Tokenizer conversions: BERT's WordPiece (`vocab.txt` or
+`tokenizer.json`, with tokenizer_config.json's casing) and GPT-2's
+byte-level BPE (`tokenizer.json`, or `vocab.json` and `merges.txt`), each
+checked to be what tfformer's graph-op tokenizers reproduce."""
+
+import os
+
+import tensorflow as tf
+
+from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+from tfformer.runs.manifest import TokenizerEntry
+from tfformer.training.convert.huggingface.checkpoint import read_json
+from tfformer.training.convert.huggingface.decoders import ID_OFFSET
+from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+# -- WordPiece -----------------------------------------------------------------
+
+# What a BERT checkpoint's tokenizer may be: Hugging Face's WordPiece
+# tokenizers (other classes, e.g. BertJapaneseTokenizer with MeCab, split
+# words differently and are refused).
+BERT_TOKENIZER_CLASSES = (None, "BertTokenizer", "BertTokenizerFast")
+
+
+def special_token(settings, key, default):
+    """A special token of tokenizer_config.json (an AddedToken dict or a
+    string; absent or null: `default`)."""
+    token = settings.get(key)
+    if isinstance(token, dict):  # a serialized AddedToken
+        token = token.get("content")
+    if token is None:
+        return default
+    if not isinstance(token, str):
+        raise ValueError(
+            f"tokenizer_config.json: {key!r} must be a string. Received: {token!r}"
+        )
+    return token
+
+
+def wordpiece_vocabulary(directory):
+    """(tokens in id order, tokenizer settings) of a BERT checkpoint: from
+    `vocab.txt`, else from `tokenizer.json`'s WordPiece model; casing and
+    accent stripping from `tokenizer.json`'s normalizer or
+    `tokenizer_config.json` (Hugging Face's defaults otherwise)."""
+    described = read_json(directory, "tokenizer.json", required=False)
+    settings = read_json(directory, "tokenizer_config.json", required=False) or {}
+    vocab_txt = os.path.join(directory, "vocab.txt")
+    if os.path.isfile(vocab_txt):
+        origin = vocab_txt
+        with open(vocab_txt, encoding="utf-8") as f:
+            tokens = f.read().split("\n")
+        if tokens and tokens[-1] == "":
+            tokens.pop()
+    elif described is not None:
+        origin = os.path.join(directory, "tokenizer.json")
+        model = described.get("model") or {}
+        if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+            raise ValueError(
+                f"{origin}: model.type must be 'WordPiece' with a vocab. "
+                f"Received: model.type={model.get('type')!r}"
+            )
+        if model.get("continuing_subword_prefix", "##") != "##":
+            raise ValueError(
+                f"{origin}: continuing_subword_prefix must be '##'. "
+                f"Received: {model.get('continuing_subword_prefix')!r}"
+            )
+        by_id = {i: t for t, i in model["vocab"].items()}
+        if sorted(by_id) != list(range(len(by_id))) or len(by_id) != len(
+            model["vocab"]
+        ):
+            raise ValueError(f"{origin}: the vocab's ids must be 0..N-1, each once.")
+        tokens = [by_id[i] for i in range(len(by_id))]
+    else:
+        raise ValueError(f"{directory} has neither vocab.txt nor tokenizer.json.")
+    seen = set()
+    for token in tokens:
+        if token in seen:
+            raise ValueError(f"{origin}: token {token!r} appears twice.")
+        seen.add(token)
+    tokenizer_class = settings.get("tokenizer_class")
+    if tokenizer_class not in BERT_TOKENIZER_CLASSES:
+        raise ValueError(
+            "tokenizer_config.json: tokenizer_class must be one of "
+            f"{list(BERT_TOKENIZER_CLASSES[1:])}. Received: {tokenizer_class!r}"
+        )
+    if settings.get("tokenize_chinese_chars", True) is not True:
+        raise ValueError(
+            "tokenizer_config.json: tokenize_chinese_chars=false is not "
+            "supported (BERT's pre-tokenizer splits CJK ideographs)."
+        )
+    lower_case = bool(settings.get("do_lower_case", True))
+    strip_accents = settings.get("strip_accents")
+    if described is not None:
+        where = os.path.join(directory, "tokenizer.json")
+        normalizer = described.get("normalizer")
+        if not isinstance(normalizer, dict) or normalizer.get("type") != (
+            "BertNormalizer"
+        ):
+            raise ValueError(
+                f"{where}: normalizer must be a BertNormalizer. Received: "
+                f"{normalizer!r}"
+            )
+        lower_case = bool(normalizer.get("lowercase", True))
+        strip_accents = normalizer.get("strip_accents")
+        if not normalizer.get("clean_text", True) or not normalizer.get(
+            "handle_chinese_chars", True
+        ):
+            raise ValueError(
+                f"{where}: a BertNormalizer without clean_text or "
+                f"handle_chinese_chars is not supported. Received: {normalizer!r}"
+            )
+        pre = described.get("pre_tokenizer")
+        if not isinstance(pre, dict) or pre.get("type") != "BertPreTokenizer":
+            raise ValueError(
+                f"{where}: pre_tokenizer must be a BertPreTokenizer. Received: {pre!r}"
+            )
+    if strip_accents is None:  # BERT's rule: accents go with the case
+        strip_accents = lower_case
+    special = {
+        "pad": special_token(settings, "pad_token", "[PAD]"),
+        "unk": special_token(settings, "unk_token", "[UNK]"),
+        "start": special_token(settings, "cls_token", "[CLS]"),
+        "end": special_token(settings, "sep_token", "[SEP]"),
+    }
+    mask = special_token(settings, "mask_token", "[MASK]")
+    if mask in seen:
+        special["mask"] = mask
+    for role, token in special.items():
+        if token not in seen:
+            raise ValueError(
+                f"{origin}: the {role} token {token!r} (tokenizer_config.json, or "
+                "BERT's default) is not in the vocabulary."
+            )
+    return tokens, {
+        "lower_case": lower_case,
+        "special_tokens": special,
+        "normalizer": "bert",
+        "strip_accents": bool(strip_accents),
+    }
+
+
+def bert_tokenizer(tokens, settings, sizes):
+    """The WordPiece tokenizer of a BERT checkpoint's vocabulary `tokens`
+    (`wordpiece_vocabulary`'s settings), its size checked against
+    config.json's."""
+    if len(tokens) != sizes["vocabulary_size"]:
+        raise ValueError(
+            f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
+            f"tokenizer has {len(tokens)} tokens."
+        )
+    options = {k: v for k, v in settings.items() if k != "lower_case"}
+    return WordPieceTokenizer(tokens, lower_case=settings["lower_case"], **options)
+
+
+def wordpiece_entry(tokenizer):
+    """The manifest entry of a converted WordPiece tokenizer."""
+    return TokenizerEntry("wordpiece", tokenizer.lower_case, **tokenizer.options())
+
+
+# -- byte-level BPE ------------------------------------------------------------
+
+
+def _bpe_vocabulary(vocab, where):
+    """Tokens in id order from a {token: id} map, the ids 0..n-1."""
+    if not isinstance(vocab, dict) or not vocab:
+        raise ValueError(f"{where}: the vocabulary must be a {{token: id}} object.")
+    tokens = [None] * len(vocab)
+    for token, i in vocab.items():
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(vocab):
+            raise ValueError(
+                f"{where}: ids must be 0..{len(vocab) - 1}. Received: {token!r}: {i!r}"
+            )
+        tokens[i] = token
+    if None in tokens:
+        raise ValueError(f"{where}: ids repeat; id {tokens.index(None)} is missing.")
+    return tokens
+
+
+def _bpe_merges(merges, where):
+    pairs = []
+    for rank, merge in enumerate(merges):
+        pair = merge.split(" ") if isinstance(merge, str) else merge
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"{where}: merge {rank} is not a pair: {merge!r}")
+        pairs.append(tuple(pair))
+    return pairs
+
+
+def _added_tokens(added, tokens, where):
+    """The contents of tokenizer.json's `added_tokens`, each matched
+    literally in the text; one whose id is past the vocabulary's end is
+    appended to `tokens` (ids must then run on from its end)."""
+    contents = []
+    for entry in sorted(
+        added, key=lambda e: e.get("id", -1) if isinstance(e, dict) else -1
+    ):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("content"), str)
+            or not entry["content"]
+            or isinstance(entry.get("id"), bool)
+            or not isinstance(entry.get("id"), int)
+        ):
+            raise ValueError(
+                f"{where}: added_tokens entries need a content and an id. "
+                f"Received: {entry!r}"
+            )
+        content, i = entry["content"], entry["id"]
+        for key in ("lstrip", "rstrip", "single_word"):
+            if entry.get(key):
+                raise ValueError(
+                    f"{where}: added token {content!r} has {key}, which tfformer "
+                    "does not reproduce."
+                )
+        if i == len(tokens) and content not in tokens:
+            tokens.append(content)
+        elif not (0 <= i < len(tokens) and tokens[i] == content):
+            raise ValueError(
+                f"{where}: added token {content!r} has id {i}, which is neither "
+                f"its id in model.vocab nor the next id ({len(tokens)})."
+            )
+        contents.append(content)
+    return contents
+
+
+def _expect(value, expected, where):
+    if value != expected:
+        raise ValueError(
+            f"{where} must be {expected!r} (GPT-2's byte-level BPE). Received: "
+            f"{value!r}"
+        )
+
+
+def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_default):
+    """The byte-level BPE tokenizer of a GPT-2-style checkpoint directory,
+    from `tokenizer.json` (Hugging Face's fast tokenizer) or `vocab.json`
+    and `merges.txt`; None when it has neither. Its ids are the model's
+    (one higher than the checkpoint's); config.json's bos and eos ids
+    default to `special_default`."""
+    settings = read_json(source, "tokenizer_config.json", required=False) or {}
+    spec = read_json(source, "tokenizer.json", required=False)
+    if spec is not None:
+        where = f"{source}/tokenizer.json"
+        model = spec.get("model") or {}
+        _expect(model.get("type"), "BPE", f"{where}: model.type")
+        for key, expected in (
+            ("dropout", None),
+            ("continuing_subword_prefix", ""),
+            ("end_of_word_suffix", ""),
+            ("byte_fallback", False),
+            ("ignore_merges", False),
+        ):
+            value = model.get(key)
+            if key == "dropout" and value == 0:
+                value = None  # no dropout
+            if value is not None or expected is None:  # null means unset
+                _expect(value, expected, f"{where}: model.{key}")
+        _expect(spec.get("normalizer"), None, f"{where}: normalizer")
+        pre = spec.get("pre_tokenizer") or {}
+        _expect(pre.get("type"), "ByteLevel", f"{where}: pre_tokenizer.type")
+        _expect(pre.get("use_regex", True), True, f"{where}: pre_tokenizer.use_regex")
+        for part in ("post_processor", "decoder"):
+            kind = (spec.get(part) or {}).get("type")
+            if kind not in (None, "ByteLevel"):
+                raise ValueError(
+                    f"{where}: {part}.type must be null or 'ByteLevel' (nothing "
+                    f"added around the text, bytes decoded). Received: {kind!r}"
+                )
+        tokens = _bpe_vocabulary(model.get("vocab"), where)
+        merges = _bpe_merges(model.get("merges") or [], where)
+        special = _added_tokens(spec.get("added_tokens") or [], tokens, where)
+        # transformers' GPT2TokenizerFast rebuilds the pre-tokenizer with
+        # tokenizer_config.json's add_prefix_space when it has one.
+        add_prefix_space = bool(
+            settings.get("add_prefix_space", pre.get("add_prefix_space", False))
+        )
+    elif os.path.isfile(os.path.join(source, "vocab.json")):
+        where = f"{source}/vocab.json"
+        tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
+        path = os.path.join(source, "merges.txt")
+        if not os.path.isfile(path):
+            raise ValueError(f"{source} has vocab.json but no merges.txt.")
+        with open(path, encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f]
+        lines = [x for x in lines if x and not x.startswith("#version")]
+        merges = _bpe_merges(lines, path)
+        special = []
+        add_prefix_space = bool(settings.get("add_prefix_space", False))
+    else:
+        return None
+    if len(tokens) > vocab_size:
+        raise ValueError(
+            f"{where}: {len(tokens)} tokens, more than config.json's vocab_size "
+            f"({vocab_size})."
+        )
+    names = {}
+    for key in ("bos_token_id", "eos_token_id"):
+        value = config.get(key, special_default)
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 0 <= value < len(tokens)
+        ):
+            names[key] = tokens[value]
+        else:
+            raise ValueError(
+                f"config.json: {key} ({value!r}) is not an id of the tokenizer's "
+                f"{len(tokens)} tokens."
+            )
+    for token in names.values():
+        if token not in special:
+            special.append(token)
+    try:
+        tokenizer = ByteLevelBPETokenizer(
+            tokens,
+            merges,
+            special_tokens=special,
+            start_token=names["bos_token_id"],
+            end_token=names["eos_token_id"],
+            id_offset=ID_OFFSET,
+            add_prefix_space=add_prefix_space,
+        )
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    try:  # its patterns compile when first run: here, not in a served model
+        tokenizer.tokenize([" ".join(["a", *special])])
+    except tf.errors.OpError as e:
+        raise ValueError(
+            f"{where}: the tokenizer does not run with special tokens {special}: "
+            f"{e.message}"
+        ) from None
+    progress(
+        f"Tokenizer: byte-level BPE from {os.path.basename(where)}, "
+        f"{len(tokens)} tokens, {len(merges)} merges, special {special}"
+    )
+    return tokenizer
