@@ -1,10 +1,10 @@
 """`build_model` and `train(config)`: from a config to a trained, saved model.
 
 `train` is a short sequence of steps, defined below it in the order it calls
-them: prepare the inputs (strategy layout, data, steps per epoch), open the
-run directory (tokenizers, `run.json`, `config.json`), build the compiled
-model, restore the last backup, fit the segments left and test, then save
-`model.keras`, evaluate and write `metrics.json`.
+them: prepare the inputs (strategy layout, data, steps per epoch), build the
+compiled model, open the run directory (tokenizers, `run.json`,
+`config.json`), restore the last backup, fit the segments left and test,
+then save `model.keras`, evaluate and write `metrics.json`.
 """
 
 import contextlib
@@ -162,9 +162,11 @@ def train(config, *, progress=print):
     )
     writes = is_chief(strategy)  # only the chief of a multi-worker run writes
     keras.utils.set_random_seed(train_config.seed)
+    # Everything that can refuse the config comes before the first file is
+    # written: a finished run in output_dir stays as it was.
     inputs = prepare_inputs(config, strategy, progress)
-    run = open_run_directory(config, inputs.data, write=writes)
     model, schedule = build_compiled_model(config, inputs)
+    run = open_run_directory(config, inputs.data, write=writes)
     state = restore_last_backup(model, run, strategy)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress
@@ -395,19 +397,7 @@ def prepare_inputs(config, strategy, progress=print):
     )
 
 
-# -- 2. The run directory and the model -----------------------------------------
-
-
-def open_run_directory(config, data, *, write):
-    """Creates `train.output_dir` and returns its `RunDirectory`; when
-    `write` (the chief), writes the tokenizer files, `run.json` and
-    `config.json` into it."""
-    os.makedirs(config.train.output_dir, exist_ok=True)
-    run = RunDirectory(config.train.output_dir)
-    if write:
-        get_task(config.task).save_preprocessing(config, data, run)
-        run.write_config(config.to_dict())
-    return run
+# -- 2. The model and the run directory -----------------------------------------
 
 
 def build_compiled_model(config, inputs):
@@ -420,6 +410,18 @@ def build_compiled_model(config, inputs):
         model = build_model(config, inputs.data)
         compile_model(model, config, schedule=schedule)
     return model, schedule
+
+
+def open_run_directory(config, data, *, write):
+    """Creates `train.output_dir` and returns its `RunDirectory`; when
+    `write` (the chief), writes the tokenizer files, `run.json` and
+    `config.json` into it."""
+    os.makedirs(config.train.output_dir, exist_ok=True)
+    run = RunDirectory(config.train.output_dir)
+    if write:
+        get_task(config.task).save_preprocessing(config, data, run)
+        run.write_config(config.to_dict())
+    return run
 
 
 def restore_last_backup(model, run, strategy):

@@ -28,6 +28,7 @@ from tfformer.training.trainer import (
     restore_last_backup,
     segment_plan,
     segments_left,
+    train,
 )
 
 from .tiny import TINY_MODEL
@@ -228,3 +229,39 @@ def test_segments_left_after_a_backup():
     plan = segments_left({"global_step": 14}, 10, 3, messages.append)
     assert plan == [Segment(1, 2, 6, 4), Segment(2, 3, 10, 0)]
     assert messages == ["Resuming from step 14: epoch 2, batch 5"]
+
+
+@pytest.mark.parametrize(
+    "overrides, refusal",
+    [
+        # One pass gives 200 // 8 = 25 steps, fewer than an execution.
+        (
+            ["train.steps_per_epoch=null", "train.steps_per_execution=26"],
+            r"gives 25 steps per epoch, fewer than train\.steps_per_execution=26",
+        ),
+        # The cosine schedule's 2 x 5 steps leave no room after warmup.
+        (
+            [
+                "train.steps_per_epoch=5",
+                "train.epochs=2",
+                "train.schedule=cosine",
+                "train.learning_rate=0.001",
+                "train.warmup_steps=10",
+            ],
+            r"train\.warmup_steps \(10\) must be below the cosine schedule's 10",
+        ),
+    ],
+)
+def test_a_config_that_cannot_train_leaves_the_run_directory_alone(
+    tmp_path, overrides, refusal
+):
+    """A finished run re-run with a config that is refused keeps its files:
+    the steps of an epoch, the schedule and the model are checked before
+    the first file is written."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"the": "finished run"}\n')
+    with pytest.raises(ValueError, match=refusal):
+        train(byte_pairs(tmp_path, *overrides), progress=quiet)
+    assert os.listdir(run) == ["config.json"]
+    assert (run / "config.json").read_text() == '{"the": "finished run"}\n'
