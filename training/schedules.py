@@ -105,7 +105,7 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         step = ops.cast(step, "float32") + 1.0
-        warm = self.peak * step / self.warmup_steps
+        warmup_rate = self.peak * step / self.warmup_steps
         if self.clock == "budget":
             # Decay over the time left after warmup, whatever the speed.
             start = ops.convert_to_tensor(self.decay_start)
@@ -122,12 +122,15 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
                 1,
             )
         floor = self.peak * self.final_fraction
+        # The share of (peak - floor) left after `progress` of the decay.
         if self.decay == "linear":
-            shape = 1.0 - progress
+            share_left = 1.0 - progress
         else:
-            shape = 0.5 * (1 + ops.cos(math.pi * progress))
+            share_left = 0.5 * (1 + ops.cos(math.pi * progress))
         return ops.where(
-            step <= self.warmup_steps, warm, floor + (self.peak - floor) * shape
+            step <= self.warmup_steps,
+            warmup_rate,
+            floor + (self.peak - floor) * share_left,
         )
 
     def get_config(self):

@@ -25,7 +25,7 @@ def _cluster_workers():
 
 # Group keys each MirroredStrategy of this process may use (see below).
 _GROUP_KEYS_PER_STRATEGY = 1000
-_mirrored_built = itertools.count()
+_mirrored_strategies_made = itertools.count()
 
 
 def _mirrored_strategy_class():
@@ -46,7 +46,7 @@ def _mirrored_strategy_class():
         "keys apart from the first's",
         check=lambda value: isinstance(value, int),
     )
-    base = next(_mirrored_built) * _GROUP_KEYS_PER_STRATEGY
+    base = next(_mirrored_strategies_made) * _GROUP_KEYS_PER_STRATEGY
     return type(
         "MirroredStrategy",
         (tf.distribute.MirroredStrategy,),
