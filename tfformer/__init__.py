@@ -44,7 +44,7 @@ def load(path, checkpoint="model.keras"):
 
     Example:
 
-    >>> classifier = tfformer.load("runs/sst2")
+    >>> classifier = tfformer.load("runs/polarity_finetune")
     >>> labels, probabilities = classifier.classify(["a gripping film"])
     """
     # The training program is imported here, when a run is opened, so that

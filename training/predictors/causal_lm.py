@@ -1,7 +1,7 @@
 """The predictor of causal language-model runs (trained, or converted from
 GPT-2 or Llama): prompts continued, texts scored.
 
-    writer = tfformer.load("runs/shakespeare_gpt")
+    writer = tfformer.load("runs/shakespeare_gpt_10min")
     writer.generate(["ROMEO:"], max_new_tokens=40)          # greedy
     for piece in writer.stream("ROMEO:", search="sample", seed=1):
         print(piece, end="", flush=True)

@@ -1,7 +1,7 @@
 """The predictor of image-classification runs (a ViT trained, or converted
 from Hugging Face): image files or decoded pixels in, classes out.
 
-    classifier = tfformer.load("runs/flowers_vit")
+    classifier = tfformer.load("runs/cifar10_vit")
     labels, probabilities = classifier.classify(["rose.jpg", "tulip.png"])
     classifier.evaluate(attention_plot="rollout.png")["accuracy"]
 """

@@ -1,7 +1,7 @@
 """The predictor of masked-language-model (BERT pre-training) runs: the
 [MASK]s of a sentence filled, masked-token scores.
 
-    encoder = tfformer.load("runs/bert_pretraining")
+    encoder = tfformer.load("runs/polarity_mlm")
     encoder.fill_mask(["the cat sat on the [MASK] ."], top_k=3)
     encoder.evaluate()["masked_accuracy"]
 """

@@ -1,7 +1,7 @@
 """The predictor of text-classification runs (trained, or converted from a
 BERT sequence classifier): texts or sentence pairs in, labels out.
 
-    classifier = tfformer.load("runs/sst2")
+    classifier = tfformer.load("runs/polarity_finetune")
     labels, probabilities = classifier.classify(["a gripping film"])
     classifier.evaluate()["accuracy"]
 """
