@@ -2,6 +2,10 @@
 predictions out, core TensorFlow ops only) or a LiteRT model (builtin ops
 only), for every task with an exporter in `tasks/`.
 
+Each task's exporter is an `exporter.Exporter` (the protocol and its
+defaults), registered by task name in `tasks/`; `runtimes/` holds the
+portable scripts shipped next to a `.tflite`.
+
 This package imports `tfformer` (the model library, `tfformer.runs`, the run
 directory format, and `tfformer.preprocessing`), never `tfformer.training`.
 """

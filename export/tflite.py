@@ -44,14 +44,13 @@ import time
 
 import tensorflow as tf
 
+from tfformer.export.exporter import CALIBRATED
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks import get_exporter
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_write_bytes
 
 QUANTIZATIONS = ("none", "float16", "int8", "full_int8", "integer_only")
-# The quantizations calibrated on representative inputs.
-CALIBRATED = ("full_int8", "integer_only")
 # Private in TF 2.21; `disable_per_channel` checks that it is still there.
 PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 
@@ -98,7 +97,8 @@ def convert(
     `per_channel_weights`: dynamic int8 keeps the converter's per-channel
     weight scales (else per-tensor, for the text models' tied embedding)."""
     converter = tf.lite.TFLiteConverter.from_saved_model(
-        saved_model_dir, signature_keys=signature_keys
+        saved_model_dir,
+        signature_keys=None if signature_keys is None else list(signature_keys),
     )
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if quantize == "float16":
@@ -193,11 +193,11 @@ def export_tflite(
         **options: the task exporter's settings (translation: `max_length`,
             the decoder length; defaults to the training max_length).
 
-    The exporter's `tflite_sources(run, staging, quantize=..., **options)`
-    lists `(name, saved_model_dir, signature_keys[, convert's keyword
-    settings])`: the graph may differ by quantization (the image classifier
-    takes uint8 pixels through a cast in float models, through the
-    converter's quantized input in calibrated ones).
+    The exporter (`tfformer.export.exporter.Exporter`) writes the
+    SavedModels to convert and lists them as `TFLiteSource`s; the graph may
+    differ by quantization (the image classifier takes uint8 pixels through
+    a cast in float models, through the converter's quantized input in
+    calibrated ones).
 
     Returns:
         The path of the (first) `.tflite` file. A task may write more than one
@@ -210,32 +210,35 @@ def export_tflite(
         raise ValueError(
             f"quantize must be one of {QUANTIZATIONS}. Received: quantize={quantize!r}"
         )
+    run = RunDirectory(run_dir)
+    exporter = get_exporter(run.task)
+    exporter.check_tflite_options(quantize, **options)
     if quantize in CALIBRATED and representative_sentences is None:
         raise ValueError(
             f"quantize={quantize!r} needs representative_sentences "
             "(--representative-data FILE: raw inputs, one per line: source "
             "sentences, text, or image file paths)."
         )
-    run = RunDirectory(run_dir)
-    exporter = get_exporter(run.task)
     task_run = exporter.read(run, checkpoint)
     calibration = None
     if quantize in CALIBRATED:
         calibration = exporter.calibration(
-            task_run, representative_sentences, **options
+            task_run, list(representative_sentences), quantize, **options
         )
     began = time.perf_counter()
     progress(f"Converting {run.path} to TFLite ({quantize})...")
     models = []
     with tempfile.TemporaryDirectory() as staging:
-        sources = exporter.tflite_sources(
-            task_run, staging, quantize=quantize, **options
-        )
-        for name, saved, keys, *settings in sources:
-            settings = settings[0] if settings else {}
-            models.append(
-                (name, convert(saved, quantize, calibration, keys, **settings))
+        for source in exporter.tflite_sources(task_run, staging, quantize, **options):
+            flatbuffer = convert(
+                source.saved_model_dir,
+                quantize,
+                calibration,
+                source.signature_keys,
+                input_type=source.input_type,
+                per_channel_weights=source.per_channel_weights,
             )
+            models.append((source.name, flatbuffer))
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for name, flatbuffer in models:

@@ -1,10 +1,11 @@
-"""Exporters, one module per task, registered by task name.
+"""Exporters, one per task, registered by task name.
 
-An exporter reads its task's run directory and writes that task's SavedModel
-signatures and TFLite model (see `translation.TranslationExporter` for the
-methods `tfformer-export` calls). The generic parts (versioned atomic
-SavedModel directories, the LiteRT converter and quantization) live in
-`tfformer.export.saved_model` and `tfformer.export.tflite`.
+Each is an `tfformer.export.exporter.Exporter` subclass (the protocol and
+its defaults are documented there), imported when its task is first
+exported. The generic parts (versioned atomic SavedModel directories, the
+LiteRT converter and quantization) live in `tfformer.export.saved_model`
+and `tfformer.export.tflite`; `bert_text` holds what the text classifier
+and the sentence embedder share.
 """
 
 import importlib
@@ -20,10 +21,16 @@ EXPORTABLE_TASKS = tuple(_MODULES)
 
 
 def get_exporter(task):
-    """The exporter of `task` (a run directory's task name)."""
+    """The `Exporter` of `task` (a run directory's task name)."""
     if task not in _MODULES:
         raise ValueError(
             f"tfformer-export has no exporter for task {task!r} yet "
             f"(exportable: {list(EXPORTABLE_TASKS)})."
         )
-    return importlib.import_module(_MODULES[task]).EXPORTER
+    exporter = importlib.import_module(_MODULES[task]).EXPORTER
+    if exporter.task != task:
+        raise RuntimeError(
+            f"{_MODULES[task]}.EXPORTER exports {exporter.task!r} runs, "
+            f"not {task!r} ones."
+        )
+    return exporter

@@ -23,44 +23,23 @@ runtime.
 """
 
 import dataclasses
-import json
 import os
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from tfformer.export import runtimes
+from tfformer.export.exporter import CALIBRATED, Exporter, ExportRun, TFLiteSource
 from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels, is_image
-from tfformer.runs.directory import RunDirectory
-from tfformer.runs.files import atomic_copy, atomic_write_text
-
-DEVICE_CLASSIFIER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "runtimes", "classify_image.py"
-)
 
 
-@dataclasses.dataclass
-class ImageRun:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImageRun(ExportRun):
     """What export needs from an image-classification run directory."""
 
-    directory: str
-    model: keras.Model
-    image_size: int
+    image_size: int  # images are resized to image_size x image_size
     labels: list
-
-
-def read_run(run_dir, checkpoint="model.keras"):
-    run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
-    if run.task != "image_classification":
-        raise ValueError(
-            f"{run.path} holds a {run.task!r} run, not an image_classification run."
-        )
-    return ImageRun(
-        directory=run.path,
-        model=run.load_model(checkpoint),
-        image_size=run.manifest.image_size,
-        labels=list(run.manifest.labels),
-    )
 
 
 class ImageClassifierGraph(tf.Module):
@@ -131,40 +110,32 @@ class ImageClassifierGraph(tf.Module):
         archive.write_out(path, verbose=False)
 
 
-class ImageClassificationExporter:
-    """The image-classification task's exporters, as `tfformer-export` calls them."""
+class ImageClassificationExporter(Exporter):
+    """The image-classification task's exporter."""
 
-    name = "image_classification"
+    task = "image_classification"
+    run_type = ImageRun
 
-    def add_arguments(self, parser):
-        del parser
-
-    def saved_model_options(self, args):
-        del args
-        return {}
-
-    def tflite_options(self, args):
-        del args
-        return {}
-
-    def read(self, run_dir, checkpoint):
-        return read_run(run_dir, checkpoint)
-
-    def check_saved_model_options(self, **_):
-        pass
+    def task_run(self, run, model, tokenizers):
+        del tokenizers  # images have none
+        return ImageRun(
+            directory=run.path,
+            model=model,
+            image_size=run.manifest.image_size,
+            labels=list(run.manifest.labels),
+        )
 
     def saved_model(self, run, path, **_):
         graph = ImageClassifierGraph(run)
         graph.write(path)
         return graph.settings
 
-    def tflite_sources(self, run, staging, quantize=None):
+    def tflite_sources(self, run, staging, quantize):
         """A float model takes uint8 pixels through a cast in its graph; a
         calibrated one takes float pixel values (0 to 255) that the
         converter turns into a uint8 input (scale 1, zero point 0 after
-        calibration on real images), so no float op is left at the input."""
-        from tfformer.export.tflite import CALIBRATED
-
+        calibration on real images), so no float op is left at the input.
+        The weights keep per-channel int8 scales (no tied embedding)."""
         path = os.path.join(staging, "image_classifier")
         archive = keras.export.ExportArchive()
         archive.track(run.model)
@@ -182,14 +153,19 @@ class ImageClassificationExporter:
             [tf.TensorSpec(shape, dtype, name="pixels")],
         )
         archive.write_out(path, verbose=False)
-        settings = {"per_channel_weights": True}
-        if calibrated:
-            settings["input_type"] = tf.uint8
-        return [("model", path, None, settings)]
+        return [
+            TFLiteSource(
+                "model",
+                path,
+                input_type=tf.uint8 if calibrated else None,
+                per_channel_weights=True,
+            )
+        ]
 
-    def calibration(self, run, paths, limit=200):
+    def calibration(self, run, paths, quantize, limit=200):
         """Full-int8 samples: the pixels of image files (one path per line of
         `--representative-data`; training images, say)."""
+        del quantize  # the float pixels: the same for both
         paths = [p.strip() for p in paths if p.strip()][:limit]
         if not paths:
             raise ValueError(
@@ -223,11 +199,9 @@ class ImageClassificationExporter:
 
     def device_files(self, run, out_dir):
         """`image.json` (size, labels) and `classify_image.py`."""
-        atomic_write_text(
-            os.path.join(out_dir, "image.json"),
-            json.dumps({"image_size": run.image_size, "labels": run.labels}, indent=1),
-        )
-        atomic_copy(DEVICE_CLASSIFIER, os.path.join(out_dir, "classify_image.py"))
+        settings = {"image_size": run.image_size, "labels": run.labels}
+        runtimes.write_settings(out_dir, "image.json", settings)
+        runtimes.ship(out_dir, "classify_image.py")
 
 
 EXPORTER = ImageClassificationExporter()

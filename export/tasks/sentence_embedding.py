@@ -19,70 +19,27 @@ with `token_ids` int32 `(1, n)` in (any n up to `max_length`) and
 `embedding` `(1, dim)` float32 out; `text.json` (lengths, the tokenizer's
 settings and special ids), the vocabulary, `tokenizer.py` and `embed.py` (a
 reference runtime with a semantic-search example).
+
+Tokenization, input packing, calibration and the device files are
+`bert_text`'s, shared with the text classifier.
 """
 
 import dataclasses
-import json
-import os
 
 import keras
 import tensorflow as tf
 
-from tfformer.export.tasks.text import (
-    DEVICE_TOKENIZER,
-    MAX_INPUT_BYTES,
-    clamp_ids,
-    device_text_settings,
-    special_ids,
-)
-from tfformer.export.tasks.text_classification import BertInputs
-from tfformer.export.wordpiece import probe_character_classes
-from tfformer.runs.directory import RunDirectory
-from tfformer.runs.files import atomic_copy, atomic_write_text
-
-DEVICE_EMBEDDER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "runtimes", "embed.py"
-)
-VOCABULARY_FILE = "text_vocab.txt"
+from tfformer.export.tasks.bert_text import BertInputs, BertTextExporter, BertTextRun
+from tfformer.export.tasks.text import MAX_INPUT_BYTES, clamp_ids, special_ids
 
 
-@dataclasses.dataclass
-class EmbeddingRun:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EmbeddingRun(BertTextRun):
     """What export needs from a sentence-embedding run directory."""
 
-    directory: str
-    model: keras.Model
-    text: object  # TokenizerSpec
-    max_length: int
-    vocabulary_size: int
-    dimension: int
-    pooling: str
-    normalize: bool
-
-
-def read_run(run_dir, checkpoint="model.keras"):
-    run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
-    if run.task != "sentence_embedding":
-        raise ValueError(
-            f"{run.path} holds a {run.task!r} run, not a sentence_embedding run."
-        )
-    spec = run.tokenizer("text")
-    if spec.kind != "wordpiece":
-        raise ValueError(
-            f"{run.path}: exporting an embedder needs a WordPiece vocabulary. "
-            f"Received: {spec.kind!r}"
-        )
-    model = run.load_model(checkpoint)
-    return EmbeddingRun(
-        directory=run.path,
-        model=model,
-        text=spec,
-        max_length=run.manifest.max_length,
-        vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
-        dimension=int(model.output["embedding"].shape[-1]),
-        pooling=run.manifest.pooling,
-        normalize=run.manifest.normalize,
-    )
+    dimension: int  # the embedding's size
+    pooling: str  # how token vectors become one ("mean", "cls")
+    normalize: bool  # the embedding is L2-normalised
 
 
 class EmbedderGraph(BertInputs):
@@ -156,38 +113,34 @@ class EmbedderGraph(BertInputs):
         archive.write_out(path, verbose=False)
 
 
-class SentenceEmbeddingExporter:
-    """The sentence-embedding task's exporters, as `tfformer-export` calls them."""
+class SentenceEmbeddingExporter(BertTextExporter):
+    """The sentence-embedding task's exporter: `bert_text`'s, with the
+    embedder's graph, the embedding on device and its settings."""
 
-    name = "sentence_embedding"
+    task = "sentence_embedding"
+    run_type = EmbeddingRun
+    graph_type = EmbedderGraph
+    runtime = "embed.py"
+    model_inputs = ("token_ids",)
+    # Per-channel int8 weight scales (the converter's default; tfformer
+    # turns them off for tied embeddings, which this model does not
+    # have): per-tensor ones cost all-MiniLM-L6-v2's dynamic int8 model
+    # its accuracy (cosine to float 0.969 median, BENCHMARKS.md).
+    per_channel_weights = True
 
-    def add_arguments(self, parser):
-        del parser
+    def task_run(self, run, model, tokenizers):
+        return EmbeddingRun(
+            directory=run.path,
+            model=model,
+            text=tokenizers["text"],
+            max_length=run.manifest.max_length,
+            vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
+            dimension=int(model.output["embedding"].shape[-1]),
+            pooling=run.manifest.pooling,
+            normalize=run.manifest.normalize,
+        )
 
-    def saved_model_options(self, args):
-        del args
-        return {}
-
-    def tflite_options(self, args):
-        del args
-        return {}
-
-    def read(self, run_dir, checkpoint):
-        return read_run(run_dir, checkpoint)
-
-    def check_saved_model_options(self, **_):
-        pass
-
-    def saved_model(self, run, path, **_):
-        graph = EmbedderGraph(run, character_classes=probe_character_classes())
-        graph.write(path)
-        return graph.settings
-
-    def tflite_sources(self, run, staging, quantize=None):
-        del quantize  # one graph for every quantization
-        path = os.path.join(staging, "embedder")
-        archive = keras.export.ExportArchive()
-        archive.track(run.model)
+    def device_function(self, run):
         unk_id = special_ids(run.text, "unk")[0]
 
         def embedding(token_ids):
@@ -197,57 +150,14 @@ class SentenceEmbeddingExporter:
             )["embedding"]
             return {"embedding": tf.cast(vectors, tf.float32)}
 
-        archive.add_endpoint(
-            "serving_default",
-            embedding,
-            [tf.TensorSpec([1, None], tf.int32, name="token_ids")],
-        )
-        archive.write_out(path, verbose=False)
-        # Per-channel int8 weight scales (the converter's default; tfformer
-        # turns them off for tied embeddings, which this model does not
-        # have): per-tensor ones cost all-MiniLM-L6-v2's dynamic int8 model
-        # its accuracy (cosine to float 0.969 median, BENCHMARKS.md).
-        return [("model", path, None, {"per_channel_weights": True})]
+        return embedding
 
-    def calibration(self, run, texts, limit=200):
-        """Full-int8 samples: the model's `token_ids` for real texts."""
-        texts = [t for t in texts if t.strip()][:limit]
-        if not texts:
-            raise ValueError(
-                "representative_sentences is empty; full-int8 calibration needs "
-                "real inputs (for example sentences of the domain)."
-            )
-        inputs = BertInputs(
-            run.text, run.max_length, run.vocabulary_size, probe_character_classes()
-        )
-        samples = []
-        for text in texts:
-            ids, _, _, _ = inputs.encode(tf.constant([text]))
-            n = int(tf.reduce_sum(tf.cast(ids != 0, tf.int32)))
-            samples.append(("serving_default", {"token_ids": ids.numpy()[:, :n]}))
-        return samples
-
-    def device_files(self, run, out_dir):
-        """The vocabulary, `text.json`, `tokenizer.py` and `embed.py`."""
-        atomic_copy(run.text.path, os.path.join(out_dir, VOCABULARY_FILE))
-        settings = device_text_settings(
-            run.text.kind,
-            run.text.lower_case,
-            probe_character_classes(),
-            spec=run.text,
-            source_length=run.max_length,
-            max_length=run.max_length,
-            dimension=run.dimension,
-            pooling=run.pooling,
-            normalize=run.normalize,
-            source_vocabulary=VOCABULARY_FILE,
-            target_vocabulary=VOCABULARY_FILE,
-        )
-        atomic_write_text(
-            os.path.join(out_dir, "text.json"), json.dumps(settings, indent=1)
-        )
-        atomic_copy(DEVICE_TOKENIZER, os.path.join(out_dir, "tokenizer.py"))
-        atomic_copy(DEVICE_EMBEDDER, os.path.join(out_dir, "embed.py"))
+    def device_settings(self, run):
+        return {
+            "dimension": run.dimension,
+            "pooling": run.pooling,
+            "normalize": run.normalize,
+        }
 
 
 EXPORTER = SentenceEmbeddingExporter()

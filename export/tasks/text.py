@@ -1,8 +1,6 @@
 """Pieces every text exporter uses: the core-op tokenizer of a run's
 `TokenizerSpec`, id clamping, the input cap and `text.json` for devices."""
 
-import os
-
 import tensorflow as tf
 
 from tfformer.export.wordpiece import CoreWordPiece, probe_character_classes
@@ -18,14 +16,11 @@ from tfformer.preprocessing.text import (
 # Raw inputs are cut to this many bytes before tokenizing; the tokens any
 # model reads come from far fewer.
 MAX_INPUT_BYTES = 16384
-DEVICE_TOKENIZER = os.path.join(
-    os.path.dirname(os.path.dirname(__file__)), "runtimes", "tokenizer.py"
-)
 
 
 def refuse_token_ids(spec):
     """The tokenizers of converted decoders (token ids; GPT-2's byte-level
-    BPE) have their own classes (`export.tasks.causal_lm.converted_tokenizer`):
+    BPE) have their own classes (`causal_lm.run.converted_tokenizer`):
     refused by the WordPiece and byte helpers here."""
     if spec.kind in ("ids", "bpe"):
         raise ValueError(
@@ -83,7 +78,7 @@ def valid_utf8(text):
 def device_text_settings(
     kind, lower_case, character_classes=None, spec=None, **lengths
 ):
-    """What `device_tokenizer.py` reads from `text.json`, plus `lengths`;
+    """What `tokenizer.py` reads from `text.json`, plus `lengths`;
     with the run's `spec` (a `TokenizerSpec`), a converted vocabulary's
     special ids and normalization too."""
     settings = {

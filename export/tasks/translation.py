@@ -15,7 +15,10 @@ directory is what an app ships:
 - `text.json`: what on-device tokenization needs (lower-casing, the code-point
   class ranges, lengths, reserved ids);
 - `tokenizer.py`: a dependency-free Python reference of the on-device
-  tokenize / detokenize steps (`export/runtimes/tokenizer.py`), to port.
+  tokenize / detokenize steps (`export/runtimes/tokenizer.py`), to port;
+- `translate.py`: the reference runtime (`export/runtimes/translate.py`):
+  `Translator(model_path).translate(texts)`, or
+  `python translate.py model.tflite "text" ...`.
 
 Inputs are clamped in the graph: ids outside the source vocabulary become
 [UNK] (1). The TFLite input shape is fixed; the reference tokenizer cuts
@@ -24,7 +27,6 @@ by the interpreter with a ValueError, never a crash.
 """
 
 import dataclasses
-import json
 import os
 
 import keras
@@ -32,16 +34,16 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
+from tfformer.export import runtimes
+from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
-    DEVICE_TOKENIZER,
     MAX_INPUT_BYTES,
     clamp_ids,
     device_text_settings,
     make_tokenizer,
 )
 from tfformer.export.wordpiece import probe_character_classes
-from tfformer.runs.directory import RunDirectory
-from tfformer.runs.files import atomic_copy, atomic_write_text
+from tfformer.runs.files import atomic_copy
 
 SEARCHES = ("greedy", "beam")
 
@@ -56,12 +58,10 @@ SIGNATURES = {
 }
 
 
-@dataclasses.dataclass
-class TranslationRun:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TranslationRun(ExportRun):
     """What export needs from a translation run directory."""
 
-    directory: str
-    model: keras.Model
     source: object  # TokenizerSpec
     target: object
     source_length: int  # sources are cut to this many tokens
@@ -82,27 +82,6 @@ class TranslationRun:
         return [
             p for p in (self.source.vocabulary_file, self.target.vocabulary_file) if p
         ]
-
-
-def read_run(run_dir, checkpoint="model.keras"):
-    """A finished translation run as a `TranslationRun` (ValueError naming the
-    missing file, or the wrong task)."""
-    run = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
-    if run.task != "translation":
-        raise ValueError(f"{run.path} holds a {run.task!r} run, not a translation run.")
-    source, target = run.tokenizer("source"), run.tokenizer("target")
-    length = run.manifest.max_length
-    model = run.load_model(checkpoint)
-    return TranslationRun(
-        directory=run.path,
-        model=model,
-        source=source,
-        target=target,
-        source_length=length,
-        max_length=length,
-        source_vocabulary_size=int(model.backbone.encoder_vocabulary_size),
-        vocabulary_size=int(model.backbone.decoder_vocabulary_size),
-    )
 
 
 class TranslatorGraph(tf.Module):
@@ -261,20 +240,12 @@ def representative_ids(sentences, tokenizer, source_length, limit=200):
     return [row[None, :] for row in ids]
 
 
-def text_settings(run, max_length, character_classes):
-    return device_text_settings(
-        run.tokenizer,
-        run.lower_case,
-        character_classes,
-        source_length=run.source_length,
-        max_length=max_length,
-    )
+class TranslationExporter(Exporter):
+    """The translation task's exporter."""
 
-
-class TranslationExporter:
-    """The translation task's exporters, as `tfformer-export` calls them."""
-
-    name = "translation"
+    task = "translation"
+    run_type = TranslationRun
+    tokenizer_kinds = ("wordpiece", "byte")
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -305,26 +276,34 @@ class TranslationExporter:
     def tflite_options(self, args):
         return {"max_length": args.max_length}
 
-    def read(self, run_dir, checkpoint):
-        return read_run(run_dir, checkpoint)
-
     def check_saved_model_options(self, search="beam", **_):
         if search not in SEARCHES:
             raise ValueError(
                 f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
 
+    def task_run(self, run, model, tokenizers):
+        length = run.manifest.max_length
+        return TranslationRun(
+            directory=run.path,
+            model=model,
+            source=tokenizers["source"],
+            target=tokenizers["target"],
+            source_length=length,
+            max_length=length,
+            source_vocabulary_size=int(model.backbone.encoder_vocabulary_size),
+            vocabulary_size=int(model.backbone.decoder_vocabulary_size),
+        )
+
     def saved_model(self, run, path, **options):
-        """Writes the serving SavedModel at `path`; returns its settings."""
         graph = TranslatorGraph(run, **options)
         graph.write(path)
         return graph.settings
 
-    def tflite_sources(self, run, staging, quantize=None, max_length=None):
-        """Writes the SavedModel the converter reads under `staging`: one
-        `serving_default` with the greedy decoding loop. Returns
-        `[(file name stem, SavedModel path, signature keys)]`."""
-        del quantize  # one graph for every quantization
+    def tflite_sources(self, run, staging, quantize, max_length=None):
+        """One `serving_default` with the greedy decoding loop, for every
+        quantization."""
+        del quantize
         path = os.path.join(staging, "translator")
         archive = keras.export.ExportArchive()
         archive.track(run.model)
@@ -334,61 +313,30 @@ class TranslationExporter:
             [tf.TensorSpec([1, run.source_length], tf.int32, name="source_ids")],
         )
         archive.write_out(path, verbose=False)
-        return [("model", path, None)]
+        return [TFLiteSource("model", path)]
 
-    def calibration(self, run, sentences, **_):
+    def calibration(self, run, sentences, quantize, max_length=None):
         """Full-int8 calibration inputs from raw source sentences."""
+        del quantize, max_length  # the encoder's inputs: the same for all
         tokenizer = make_tokenizer(run.source)
-        return representative_ids(list(sentences), tokenizer, run.source_length)
+        return representative_ids(sentences, tokenizer, run.source_length)
 
     def device_files(self, run, out_dir, max_length=None):
-        """The vocabularies, `text.json` and `tokenizer.py` an app ships."""
+        """The vocabularies, `text.json`, `tokenizer.py` and `translate.py`."""
         classes = probe_character_classes() if run.tokenizer == "wordpiece" else None
         for source in run.files():
             atomic_copy(source, os.path.join(out_dir, os.path.basename(source)))
-        atomic_write_text(
-            os.path.join(out_dir, "text.json"),
-            json.dumps(
-                text_settings(run, max_length or run.max_length, classes), indent=1
-            ),
+        settings = device_text_settings(
+            run.tokenizer,
+            run.lower_case,
+            classes,
+            source_length=run.source_length,
+            max_length=max_length or run.max_length,
         )
-        atomic_copy(DEVICE_TOKENIZER, os.path.join(out_dir, "tokenizer.py"))
-
-
-class LiteRTTranslator:
-    """Runs an exported `.tflite` with the `ai_edge_litert` Interpreter (the
-    runtime devices use), one sentence at a time.
-
-    Args:
-        path: the `.tflite` file; `text.json` and the vocabularies are read
-            from its directory.
-    """
-
-    def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(path):
-            raise ValueError(f"TFLite model not found. Received: path={path!r}")
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
-        self.runner = self.interpreter.get_signature_runner()
-        self.directory = os.path.dirname(os.path.abspath(path))
-        self.source_length = int(
-            self.runner.get_input_details()["source_ids"]["shape"][1]
-        )
-
-    def translate_ids(self, source_ids):
-        """`(S,)` or `(1, S)` int32 source ids -> `(max_length,)` int32 ids."""
-        ids = np.asarray(source_ids)
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"source_ids must be integers. Received: {ids.dtype}")
-        ids = ids.astype(np.int32).reshape(1, -1)
-        if ids.shape[1] != self.source_length:
-            raise ValueError(
-                f"source_ids must have {self.source_length} ids (cut and pad "
-                f"with 0, as DeviceTokenizer.tokenize does). Received: "
-                f"{ids.shape[1]}"
-            )
-        return self.runner(source_ids=ids)["token_ids"][0]
+        runtimes.write_settings(out_dir, "text.json", settings)
+        runtimes.ship(out_dir, "tokenizer.py", "translate.py")
 
 
 EXPORTER = TranslationExporter()
+# A translation run as a `TranslationRun`, for scripts and tests.
+read_run = EXPORTER.read

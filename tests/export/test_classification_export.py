@@ -18,7 +18,7 @@ from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.text_classification import pair_lengths
+from tfformer.export.tasks.bert_text import pair_lengths
 from tfformer.export.tflite import check_integer_only, export_tflite
 from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
@@ -162,6 +162,24 @@ def test_pair_lengths_equal_berts_loop():
             (x if len(x) > len(y) else y).pop()
         got = pair_lengths(tf.constant([a]), tf.constant([b]), int(n))
         assert (int(got[0][0]), int(got[1][0])) == (len(x), len(y)), (a, b, n)
+
+
+def test_the_device_packing_equals_the_graphs():
+    """`classify.py`'s `encode` (what an app ports) against the graph's
+    closed form: the same tokens kept of each text, in [START] a [END]
+    (b [END]) with segment ids 0 then 1."""
+    from tfformer.export.runtimes.classify import encode
+
+    rng = np.random.default_rng(3)
+    for a, b, n in rng.integers((0, 0, 4), (30, 30, 28), (300, 3)):
+        first, second = list(range(10, 10 + a)), list(range(100, 100 + b))
+        keep = pair_lengths(tf.constant([a]), tf.constant([b]), int(n) - 3)
+        keep_a, keep_b = int(keep[0][0]), int(keep[1][0])
+        ids, segments = encode(first, second, int(n), start=2, end=3)
+        assert ids == [2, *first[:keep_a], 3, *second[:keep_b], 3]
+        assert segments == [0] * (keep_a + 2) + [1] * (keep_b + 1)
+        ids, segments = encode(first, None, int(n), start=2, end=3)
+        assert ids == [2, *first[: int(n) - 2], 3] and segments == [0] * len(ids)
 
 
 def test_embed_is_the_pooled_vector_and_the_normalised_mean(case):

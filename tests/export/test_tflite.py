@@ -4,6 +4,7 @@ clamping; the quantized variants and the command line."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,11 +17,14 @@ from ai_edge_litert.interpreter import Interpreter
 from tfformer.decoding import Generator
 from tfformer.export import cli
 from tfformer.export.runtimes.tokenizer import DeviceTokenizer
+from tfformer.export.runtimes.translate import Translator
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.translation import LiteRTTranslator, read_run
+from tfformer.export.tasks.translation import read_run
 from tfformer.export.tflite import convert, export_tflite
+from tfformer.runs.directory import RunDirectory
 
 from .conftest import SENTENCES
+from .shipped import assert_one_line_error, copy_export, run_shipped
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +52,13 @@ def test_builtin_ops_only_with_the_loop_inside(exported):
         "target_vocab.txt",
         "text.json",
         "tokenizer.py",
+        "translate.py",
     ]
 
 
 def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
     tokenizer = DeviceTokenizer(os.path.dirname(exported))
-    litert = LiteRTTranslator(exported)
+    litert = Translator(exported)
     run = read_run(run_dir)
     greedy = Generator(run.model, max_length=32, search="greedy")
     serving = tf.saved_model.load(
@@ -105,7 +110,7 @@ def test_logits_equal_keras_and_saved_model(run_dir, tmp_path):
 
 
 def test_out_of_range_ids_are_clamped_and_bad_shapes_refused(exported):
-    litert = LiteRTTranslator(exported)
+    litert = Translator(exported)
     source = np.zeros(32, "int32")
     source[:3] = [10**6, -5, 1]
     unk = np.zeros(32, "int32")
@@ -119,10 +124,10 @@ def test_out_of_range_ids_are_clamped_and_bad_shapes_refused(exported):
     # still works afterwards.
     with pytest.raises((ValueError, RuntimeError)):
         litert.runner(source_ids=np.ones((1, 40), "int32"))
-    fresh = LiteRTTranslator(exported)
+    fresh = Translator(exported)
     np.testing.assert_array_equal(fresh.translate_ids(unk), litert.translate_ids(unk))
-    with pytest.raises(ValueError, match="not found"):
-        LiteRTTranslator("/nonexistent/model.tflite")
+    with pytest.raises(FileNotFoundError, match="no model at"):
+        Translator("/nonexistent/model.tflite")
 
 
 def test_text_settings_describe_the_run(exported, run_dir):
@@ -137,7 +142,7 @@ QUANTIZE_SCRIPT = """
 import os, sys, json
 import numpy as np
 from tfformer.export import cli
-from tfformer.export.tasks.translation import LiteRTTranslator
+from tfformer.export.runtimes.translate import Translator
 from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 run_dir, out, data = sys.argv[1:4]
 sentences = open(data, encoding="utf-8").read().splitlines()[:6]
@@ -150,7 +155,7 @@ for q in ("none", "float16", "int8", "full_int8"):
     assert cli.main(args) == 0, q
     path = os.path.join(out, "model.tflite" if q == "none" else f"model_{q}.tflite")
     tokenizer = DeviceTokenizer(out)
-    litert = LiteRTTranslator(path)
+    litert = Translator(path)
     ids = [litert.translate_ids(tokenizer.tokenize(s)).tolist() for s in sentences]
     assert all(len(i) == 32 and i[0] == 2 for i in ids), ids
     sizes[q] = os.path.getsize(path)
@@ -223,3 +228,58 @@ def test_command_line_errors_are_named(run_dir, tmp_path, capsys):
         "not a directory",
     )
     assert not (tmp_path / "o").exists()
+
+
+# -- translate.py, the runtime shipped with the model ---------------------------
+
+
+@pytest.fixture(scope="module")
+def scrambled(run_dir, tmp_path_factory):
+    """The tiny run with noise (twice each matrix's spread) on its matrices,
+    and its TFLite export. Trained for 30 steps, the run translates every
+    sentence to "" (it writes [END] first); scrambled, it writes words,
+    "##" pieces and repeats, so that the runtimes compare real text."""
+    root = tmp_path_factory.mktemp("scrambled")
+    run = shutil.copytree(run_dir, root / "run")
+    model = RunDirectory(str(run)).load_model()
+    rng = np.random.default_rng(1)
+    for weight in model.weights:
+        value = weight.numpy()
+        if value.ndim >= 2:
+            noise = rng.normal(0, 2 * value.std(), value.shape)
+            weight.assign(value + noise.astype(value.dtype))
+    model.save(str(run / "model.keras"))
+    path = export_tflite(str(run), str(root / "device"), progress=lambda *_: None)
+    return str(run), path
+
+
+def test_translate_py_translates_as_keras_greedy_does(scrambled):
+    from tfformer.training.tasks.translation import Translator as KerasTranslator
+
+    run, path = scrambled
+    expected = KerasTranslator.from_run(run, search="greedy").translate(SENTENCES)
+    assert len({t for t in expected if t}) >= 3, expected  # real text to compare
+    runtime = Translator(path)
+    assert runtime.translate(SENTENCES) == expected
+    # UTF-8 bytes read as their text; an empty list gives none.
+    assert runtime.translate([s.encode() for s in SENTENCES[:2]]) == expected[:2]
+    assert runtime.translate([]) == []
+    with pytest.raises(TypeError, match="texts must be a list of sentences"):
+        runtime.translate("nine")
+
+
+def test_translate_py_runs_alone_as_a_command(scrambled, tmp_path):
+    _, path = scrambled
+    app = copy_export(os.path.dirname(path), tmp_path / "app")
+    done = run_shipped(app, "translate.py", "model.tflite", *SENTENCES)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:-1] == Translator(path).translate(SENTENCES)
+
+
+@pytest.mark.parametrize(
+    "missing", ["model.tflite", "text.json", "tokenizer.py", "source_vocab.txt"]
+)
+def test_translate_py_names_a_missing_file_in_one_line(exported, tmp_path, missing):
+    app = copy_export(os.path.dirname(exported), tmp_path / "app", [missing])
+    done = run_shipped(app, "translate.py", "model.tflite", "nine")
+    assert_one_line_error(done, "translate.py: error", missing)

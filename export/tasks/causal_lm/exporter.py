@@ -1,0 +1,152 @@
+"""The causal-LM task's exporter: the SavedModel of `serving`, the two
+LiteRT models of `litert`, and `text.json`, the vocabulary (or a converted
+run's tokenizer file), `tokenizer.py` and `generate.py` beside them."""
+
+import os
+
+from tfformer.export import runtimes
+from tfformer.export.exporter import Exporter, TFLiteSource
+from tfformer.export.tasks.causal_lm.litert import (
+    calibration_samples,
+    check_prefill_lengths,
+    write_device_saved_model,
+    write_loop_saved_model,
+)
+from tfformer.export.tasks.causal_lm.run import (
+    CONVERTED_KINDS,
+    CausalLMRun,
+    converted_tokenizer,
+)
+from tfformer.export.tasks.causal_lm.serving import GeneratorGraph
+from tfformer.export.tasks.text import device_text_settings
+from tfformer.export.wordpiece import probe_character_classes
+from tfformer.preprocessing.text import PAD_ID
+from tfformer.runs.files import atomic_copy
+
+VOCABULARY_FILE = "text_vocab.txt"
+# A converted decoder's tokenizer file (GPT-2's BPE, token ids) on device.
+CONVERTED_TOKENIZER = "text_tokenizer.json"
+
+
+class CausalLMExporter(Exporter):
+    """The causal-LM task's exporter."""
+
+    task = "causal_lm"
+    run_type = CausalLMRun
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--jit-compile",
+            action="store_true",
+            help="saved_model: XLA-compile the generation loop (the server needs XLA)",
+        )
+        parser.add_argument(
+            "--prefill-lengths",
+            help="tflite: comma-separated prompt lengths of the prefill "
+            "signatures (default: the context; several give prefill_N)",
+        )
+
+    def saved_model_options(self, args):
+        return {"jit_compile": args.jit_compile}
+
+    def tflite_options(self, args):
+        if not args.prefill_lengths:
+            return {"prefill_lengths": None}
+        try:
+            lengths = [int(x) for x in args.prefill_lengths.split(",")]
+        except ValueError:
+            raise ValueError(
+                "--prefill-lengths must be comma-separated ints. Received: "
+                f"{args.prefill_lengths!r}"
+            ) from None
+        return {"prefill_lengths": lengths}
+
+    def task_run(self, run, model, tokenizers):
+        spec = tokenizers["text"]
+        special = {}
+        if spec.kind in CONVERTED_KINDS:
+            # A converted checkpoint's own start and end ids.
+            tokenizer = converted_tokenizer(spec)
+            special = {"start_id": tokenizer.start_id, "end_id": tokenizer.end_id}
+        return CausalLMRun(
+            directory=run.path,
+            model=model,
+            text=spec,
+            context=run.manifest.max_length,
+            vocabulary_size=int(model.backbone.token_embedding.vocabulary_size),
+            **special,
+        )
+
+    def saved_model(self, run, path, **options):
+        graph = GeneratorGraph(run, **options)
+        graph.write(path)
+        return graph.settings
+
+    def tflite_sources(self, run, staging, quantize, prefill_lengths=None):
+        """`model` (prefill/decode) and `model_loop`, for every quantization."""
+        del quantize
+        device = os.path.join(staging, "device")
+        keys = write_device_saved_model(run, device, prefill_lengths)
+        loop = os.path.join(staging, "loop")
+        write_loop_saved_model(run, loop)
+        return [
+            TFLiteSource("model", device, signature_keys=keys),
+            TFLiteSource("model_loop", loop),
+        ]
+
+    def calibration(self, run, texts, quantize, prefill_lengths=None, limit=64):
+        """Full-int8 samples: caches and tokens of real text for `decode`
+        and each `prefill`, and prompts for the loop model."""
+        del quantize  # the same samples for both
+        texts = [t for t in texts if t.strip()][:limit]
+        if not texts:
+            raise ValueError(
+                "representative_sentences is empty; full-int8 calibration needs "
+                "real text (for example lines of the training file)."
+            )
+        lengths = check_prefill_lengths(prefill_lengths, run.context)
+        return calibration_samples(run, texts, lengths)
+
+    def device_files(self, run, out_dir, prefill_lengths=None):
+        """The vocabulary (a converted run's tokenizer file), `text.json`,
+        `tokenizer.py` and `generate.py`."""
+        lengths = list(check_prefill_lengths(prefill_lengths, run.context))
+        if run.converted:
+            atomic_copy(run.text.path, os.path.join(out_dir, CONVERTED_TOKENIZER))
+            settings = {
+                "tokenizer": run.text.kind,
+                "tokenizer_file": CONVERTED_TOKENIZER,
+                "special_ids": {
+                    "pad": PAD_ID,
+                    "start": run.start_id,
+                    "end": run.end_id,
+                },
+                "source_length": run.context,
+                "context": run.context,
+                "prefill_lengths": lengths,
+            }
+        else:
+            vocabulary = {}
+            if run.text.kind == "wordpiece":
+                atomic_copy(run.text.path, os.path.join(out_dir, VOCABULARY_FILE))
+                vocabulary = {
+                    "source_vocabulary": VOCABULARY_FILE,
+                    "target_vocabulary": VOCABULARY_FILE,
+                }
+            classes = (
+                probe_character_classes() if run.text.kind == "wordpiece" else None
+            )
+            settings = device_text_settings(
+                run.text.kind,
+                run.text.lower_case,
+                classes,
+                source_length=run.context,
+                context=run.context,
+                prefill_lengths=lengths,
+                **vocabulary,
+            )
+        runtimes.write_settings(out_dir, "text.json", settings)
+        runtimes.ship(out_dir, "tokenizer.py", "generate.py")
+
+
+EXPORTER = CausalLMExporter()

@@ -1,0 +1,235 @@
+"""The causal LM's LiteRT models, in the shape of ai-edge-torch's
+generative models: `prefill`/`decode` signatures over per-layer caches
+(`model.tflite`), the greedy loop model (`model_loop.tflite`), and the
+full-int8 calibration samples of both."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfformer.decoding import Generator
+from tfformer.export.tasks.causal_lm.run import core_tokenizer, stray_id
+from tfformer.export.tasks.text import clamp_ids
+from tfformer.models.cached_decoder import CachedDecoder
+from tfformer.preprocessing.text import PAD_ID
+
+
+class DeviceSignatures:
+    """`prefill` and `decode` over per-layer caches in ai-edge-torch's layout.
+
+    The model's own cache is `(batch, 2, kv_heads, length, head_dim)` per
+    layer; at the signature boundary it is split into k and v and transposed
+    to `(1, length, kv_heads, head_dim)`.
+    """
+
+    def __init__(self, run):
+        self.run = run
+        self.decoder = CachedDecoder(run.model)
+        attention = self.decoder.blocks[0].self_attention
+        self.layers = len(self.decoder.blocks)
+        self.kv_heads = attention._kv_heads
+        self.key_dim = attention.key_dim
+        self.value_dim = attention._value_dim
+
+    def cache_shapes(self):
+        """{name: shape} of every cache tensor, in signature order."""
+        shapes = {}
+        for i in range(self.layers):
+            shapes[f"kv_cache_k_{i}"] = (
+                1,
+                self.run.context,
+                self.kv_heads,
+                self.key_dim,
+            )
+            shapes[f"kv_cache_v_{i}"] = (
+                1,
+                self.run.context,
+                self.kv_heads,
+                self.value_dim,
+            )
+        return shapes
+
+    def cache_specs(self):
+        return [
+            tf.TensorSpec(shape, tf.float32, name=name)
+            for name, shape in self.cache_shapes().items()
+        ]
+
+    def _run(self, tokens, input_pos, caches):
+        cache = tuple(
+            tf.stack(
+                [
+                    tf.transpose(caches[2 * i], [0, 2, 1, 3]),
+                    tf.transpose(caches[2 * i + 1], [0, 2, 1, 3]),
+                ],
+                axis=1,
+            )
+            for i in range(self.layers)
+        )
+        tokens = clamp_ids(tokens, self.run.vocabulary_size, stray_id(self.run))
+        logits, cache, _ = self.decoder.step(tokens, cache, input_pos[0])
+        out = {}
+        for i, layer in enumerate(cache):
+            out[f"kv_cache_k_{i}"] = tf.transpose(layer[:, 0], [0, 2, 1, 3])
+            out[f"kv_cache_v_{i}"] = tf.transpose(layer[:, 1], [0, 2, 1, 3])
+        return logits, out
+
+    def decode(self, tokens, input_pos, *caches):
+        logits, out = self._run(tokens, input_pos, caches)
+        return {"logits": tf.cast(logits, tf.float32), **out}
+
+    def prefill(self, tokens, input_pos, *caches):
+        return self._run(tokens, input_pos, caches)[1]
+
+
+def prefill_signature_name(length, lengths):
+    return "prefill" if len(lengths) == 1 else f"prefill_{length}"
+
+
+def check_prefill_lengths(prefill_lengths, context):
+    lengths = tuple(prefill_lengths or (context,))
+    for length in lengths:
+        if (
+            isinstance(length, bool)
+            or not isinstance(length, int)
+            or not (1 <= length <= context)
+        ):
+            raise ValueError(
+                f"prefill_lengths must be ints in [1, {context}] (the context). "
+                f"Received: prefill_lengths={list(lengths)!r}"
+            )
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(
+            f"prefill_lengths must differ. Received: prefill_lengths={list(lengths)!r}"
+        )
+    return tuple(sorted(lengths))
+
+
+def write_device_saved_model(run, path, prefill_lengths=None):
+    """The SavedModel the converter reads for `model.tflite`; returns its
+    signature keys."""
+    lengths = check_prefill_lengths(prefill_lengths, run.context)
+    signatures = DeviceSignatures(run)
+    archive = keras.export.ExportArchive()
+    archive.track(run.model)
+    caches = signatures.cache_specs()
+    archive.add_endpoint(
+        "decode",
+        signatures.decode,
+        [
+            tf.TensorSpec([1, 1], tf.int32, name="tokens"),
+            tf.TensorSpec([1], tf.int32, name="input_pos"),
+            *caches,
+        ],
+    )
+    keys = ["decode"]
+    for length in lengths:
+        name = prefill_signature_name(length, lengths)
+        archive.add_endpoint(
+            name,
+            signatures.prefill,
+            [
+                tf.TensorSpec([1, length], tf.int32, name="tokens"),
+                tf.TensorSpec([length], tf.int32, name="input_pos"),
+                *caches,
+            ],
+        )
+        keys.append(name)
+    archive.write_out(path, verbose=False)
+    return keys
+
+
+def loop_function(run):
+    """`token_ids (1, context), max_new_tokens (1,) -> {"token_ids": (1,
+    context)}`: greedy, the loop inside (the run's start and end ids)."""
+    generator = Generator(
+        run.model,
+        max_length=run.context,
+        search="greedy",
+        start_id=run.start_id,
+        end_id=run.end_id,
+        pad_id=PAD_ID,
+        carry_constants=True,
+    )
+
+    def generate(token_ids, max_new_tokens):
+        ids = clamp_ids(token_ids, run.vocabulary_size, stray_id(run))
+        # The generator needs a free column after the prompt.
+        ids = ids[:, : run.context - 1]
+        # An empty prompt starts from the start token, as everywhere else.
+        empty = tf.reduce_all(ids == PAD_ID, axis=1, keepdims=True)
+        first = tf.range(run.context - 1)[None, :] == 0
+        ids = tf.where(tf.logical_and(empty, first), run.start_id, ids)
+        new = tf.clip_by_value(max_new_tokens, 0, run.context - 1)
+        return {"token_ids": generator.generate(ids, max_new_tokens=new)["token_ids"]}
+
+    return generate
+
+
+def write_loop_saved_model(run, path):
+    """The SavedModel the converter reads for `model_loop.tflite`."""
+    archive = keras.export.ExportArchive()
+    archive.track(run.model)
+    archive.add_endpoint(
+        "serving_default",
+        loop_function(run),
+        [
+            tf.TensorSpec([1, run.context], tf.int32, name="token_ids"),
+            tf.TensorSpec([1], tf.int32, name="max_new_tokens"),
+        ],
+    )
+    archive.write_out(path, verbose=False)
+
+
+def calibration_samples(run, texts, lengths):
+    """`(signature_key, inputs)` samples: each text's tokens prefilled into
+    real caches by every prefill signature, a decode step after them, and
+    the loop model's prompt."""
+    tokenizer = core_tokenizer(run)
+    signatures = DeviceSignatures(run)
+    names = list(signatures.cache_shapes())
+    samples = []
+    for text in texts:
+        ids = tokenizer.tokenize(tf.constant([text]))[0].numpy().astype(np.int32)
+        ids = ids[: run.context - 1]
+        if len(ids) < 2:
+            continue
+        zeros = [np.zeros(s, np.float32) for s in signatures.cache_shapes().values()]
+        for length in lengths:
+            n = min(len(ids) - 1, length)
+            prefill_tokens = np.zeros((1, length), np.int32)
+            prefill_tokens[0, :n] = ids[:n]
+            positions = np.arange(length, dtype=np.int32)
+            samples.append(
+                (
+                    prefill_signature_name(length, lengths),
+                    {
+                        "tokens": prefill_tokens,
+                        "input_pos": positions,
+                        **dict(zip(names, zeros, strict=True)),
+                    },
+                )
+            )
+        out = signatures.prefill(
+            tf.constant(prefill_tokens), tf.constant(positions), *zeros
+        )
+        caches = [out[name].numpy() for name in names]
+        samples.append(
+            (
+                "decode",
+                {
+                    "tokens": ids[None, n : n + 1],
+                    "input_pos": np.array([n], np.int32),
+                    **dict(zip(names, caches, strict=True)),
+                },
+            )
+        )
+        loop_ids = np.zeros((1, run.context), np.int32)
+        loop_ids[0, : len(ids)] = ids
+        samples.append(
+            (
+                "serving_default",
+                {"token_ids": loop_ids, "max_new_tokens": np.array([8], np.int32)},
+            )
+        )
+    return samples
