@@ -34,6 +34,18 @@ import numpy as np
 START, END = 2, 3
 
 
+def neighbour(directory, name):
+    """The path of `name` in `directory`; FileNotFoundError naming it if
+    it is not there (the exporter writes it next to the model)."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{name} is missing from {directory} (tfformer-export writes it "
+            "next to the model)"
+        )
+    return path
+
+
 def encode(first, second, max_length, start=START, end=END):
     """(token_ids, segment_ids) lists of one text (`second` None) or a pair;
     `start` and `end` are the vocabulary's [START] and [END] ids (a
@@ -55,22 +67,22 @@ class LiteRTClassifier:
         from ai_edge_litert.interpreter import Interpreter
 
         self.directory = os.path.dirname(os.path.abspath(path))
-        with open(os.path.join(self.directory, "text.json"), encoding="utf-8") as f:
+        with open(neighbour(self.directory, "text.json"), encoding="utf-8") as f:
             self.settings = json.load(f)
         self.max_length = self.settings["max_length"]
         self.labels = self.settings["labels"]
         self.pairs = self.settings["pairs"]
+        spec = importlib.util.spec_from_file_location(
+            "tfformer_device_tokenizer", neighbour(self.directory, "tokenizer.py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self.tokenizer = module.DeviceTokenizer(self.directory)
         self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
         self.runner = self.interpreter.get_signature_runner()
         output = self.runner.get_output_details()["probabilities"]
         # (scale, zero point) of an int8 output; (0.0, 0) for float32.
         self.output_quantization = output["quantization"]
-        spec = importlib.util.spec_from_file_location(
-            "tfformer_device_tokenizer", os.path.join(self.directory, "tokenizer.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        self.tokenizer = module.DeviceTokenizer(self.directory)
 
     def encode(self, text):
         """The model's inputs for `text` (a str, or an (a, b) pair)."""
@@ -116,7 +128,11 @@ def main(argv=None):
     if not os.path.isfile(argv[0]):
         print(f"classify.py: error: no model at {argv[0]!r}", file=sys.stderr)
         return 2
-    classifier = LiteRTClassifier(argv[0])
+    try:
+        classifier = LiteRTClassifier(argv[0])
+    except (OSError, ValueError) as e:
+        print(f"classify.py: error: {e}", file=sys.stderr)
+        return 2
     for text in argv[1:]:
         item = text
         if classifier.pairs:

@@ -5,9 +5,10 @@ NumPy, `ai_edge_litert` and Pillow only: the reference to port to an app
 The steps, for one camera frame or image file:
   1. Decode to RGB (drop alpha, repeat gray) and resize to `image_size` x
      `image_size` (an app: the camera's RGB buffer, scaled). Training
-     resized with TensorFlow's antialiased bilinear filter; Pillow's
-     bilinear filter, used here, is close but not bit-identical, so a
-     resized image may differ by a few levels in some pixels.
+     decoded with TensorFlow and resized with its antialiased bilinear
+     filter; Pillow, used here, is close but not bit-identical: a PNG at
+     the model's size gives the same pixels, a resized one differs by at
+     most 1 level, a JPEG by a few (the decoders' upsampling differs).
   2. Set `pixels` uint8 `(1, size, size, 3)` as they are (the model
      normalizes), invoke, read `probabilities` `(1, classes)`; the label
      names are `labels` in `image.json`. An integer-only model
@@ -36,7 +37,13 @@ class ImageClassifier:
         from ai_edge_litert.interpreter import Interpreter
 
         directory = os.path.dirname(os.path.abspath(path))
-        with open(os.path.join(directory, "image.json"), encoding="utf-8") as f:
+        settings_path = os.path.join(directory, "image.json")
+        if not os.path.isfile(settings_path):
+            raise FileNotFoundError(
+                f"image.json is missing from {directory} (tfformer-export "
+                "writes it next to the model)"
+            )
+        with open(settings_path, encoding="utf-8") as f:
             settings = json.load(f)
         self.size = settings["image_size"]
         self.labels = settings["labels"]
@@ -74,13 +81,19 @@ class ImageClassifier:
 
     def read(self, path):
         """uint8 pixels of an image file, decoded and resized with Pillow."""
-        from PIL import Image
+        return read_pixels(path, self.size)
 
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-            if image.size != (self.size, self.size):
-                image = image.resize((self.size, self.size), Image.BILINEAR)
-            return np.asarray(image, np.uint8)
+
+def read_pixels(path, size):
+    """Step 1 with Pillow: uint8 `(size, size, 3)` RGB pixels of an image
+    file (within a few levels of training's; see the module docstring)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image = image.convert("RGB")
+        if image.size != (size, size):
+            image = image.resize((size, size), Image.BILINEAR)
+        return np.asarray(image, np.uint8)
 
 
 def main(argv=None):
@@ -91,7 +104,11 @@ def main(argv=None):
     if not os.path.isfile(argv[0]):
         print(f"classify_image.py: error: no model at {argv[0]!r}", file=sys.stderr)
         return 2
-    classifier = ImageClassifier(argv[0])
+    try:
+        classifier = ImageClassifier(argv[0])
+    except (OSError, ValueError) as e:
+        print(f"classify_image.py: error: {e}", file=sys.stderr)
+        return 2
     for path in argv[1:]:
         try:
             pixels = classifier.read(path)

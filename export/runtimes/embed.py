@@ -31,18 +31,32 @@ import sys
 import numpy as np
 
 
+def neighbour(directory, name):
+    """The path of `name` in `directory`; FileNotFoundError naming it if
+    it is not there (the exporter writes it next to the model)."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{name} is missing from {directory} (tfformer-export writes it "
+            "next to the model)"
+        )
+    return path
+
+
 class LiteRTEmbedder:
     """Embeds texts with `model*.tflite` and the files beside it."""
 
     def __init__(self, path, num_threads=None):
         from ai_edge_litert.interpreter import Interpreter
 
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no model at {path!r}")
         self.directory = os.path.dirname(os.path.abspath(path))
-        with open(os.path.join(self.directory, "text.json"), encoding="utf-8") as f:
+        with open(neighbour(self.directory, "text.json"), encoding="utf-8") as f:
             self.settings = json.load(f)
         self.max_length = self.settings["max_length"]
         spec = importlib.util.spec_from_file_location(
-            "tokenizer", os.path.join(self.directory, "tokenizer.py")
+            "tokenizer", neighbour(self.directory, "tokenizer.py")
         )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -79,8 +93,13 @@ def main(argv=None):
             file=sys.stderr,
         )
         return 2
-    embedder = LiteRTEmbedder(argv[0])
-    for score, document in embedder.search(argv[1], argv[2:]):
+    try:
+        embedder = LiteRTEmbedder(argv[0])
+        results = embedder.search(argv[1], argv[2:])
+    except (OSError, ValueError) as e:
+        print(f"embed.py: error: {e}", file=sys.stderr)
+        return 2
+    for score, document in results:
         print(f"{score:.4f}\t{document}")
     return 0
 

@@ -289,6 +289,12 @@ class LiteRTGenerator:
     def tokenizer(self):
         """`DeviceTokenizer` of `tokenizer.py` next to the model."""
         if self._tokenizer is None:
+            for name in ("text.json", "tokenizer.py"):
+                if not os.path.isfile(os.path.join(self.directory, name)):
+                    raise FileNotFoundError(
+                        f"{name} is missing from {self.directory} "
+                        "(tfformer-export writes it next to the model)"
+                    )
             spec = importlib.util.spec_from_file_location(
                 "tfformer_device_tokenizer",
                 os.path.join(self.directory, "tokenizer.py"),
@@ -339,7 +345,7 @@ def main(argv=None):
             top_p=args.top_p,
             seed=args.seed,
         )
-    except ValueError as e:
+    except (OSError, ValueError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     print(prompt + text)
 

@@ -25,6 +25,7 @@ from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
 
 from ..training.tiny import train_tiny_gpt
+from .shipped import assert_one_line_error, copy_export, run_shipped
 
 CONTEXT = 32
 LINE = "to be or not to be, that is the question.\n"
@@ -666,3 +667,11 @@ def test_the_runtime_command_reads_prompts_that_are_not_utf8(device):
         timeout=120,
     )
     assert missing.returncode == 2 and "TFLite model not found" in missing.stderr
+
+
+@pytest.mark.parametrize("missing", ["tokenizer.py", "text.json"])
+def test_the_runtime_command_names_a_missing_neighbour(device, tmp_path, missing):
+    out, _, _ = device
+    app = copy_export(out, tmp_path / "app", [missing])
+    done = run_shipped(app, "generate.py", "model.tflite", "to be", "--greedy")
+    assert_one_line_error(done, "generate.py: error", missing)
