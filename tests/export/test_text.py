@@ -373,3 +373,27 @@ def test_bert_vocabulary_on_any_text(
     assert training.tokenize(batch).to_list() == expected
     assert core.tokenize(tf.constant(batch)).to_list() == expected
     assert [device.ids(s) for s in batch] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.lists(st.binary(max_size=40), min_size=1, max_size=6))
+def test_device_byte_tokenizer_equals_the_core_op_one(tmp_path_factory, data):
+    """The byte tokenizer, core ops (`ByteTokenizer`: training, SavedModels)
+    and plain Python (`tokenizer.py`): ids of any bytes, and text of ids
+    that end with [END] and padding, as a decoder writes them."""
+    from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+
+    directory = tmp_path_factory.mktemp("bytes")
+    settings_ = {"tokenizer": "byte", "lower_case": False, "source_length": 16}
+    (directory / "text.json").write_text(json.dumps(settings_), encoding="utf-8")
+    device, core = DeviceTokenizer(str(directory)), ByteTokenizer()
+    ids = core.tokenize(tf.constant(data)).to_list()
+    assert [device.ids(d) for d in data] == ids
+    assert [device.tokenize(d) for d in data] == [(row + [0] * 16)[:16] for row in ids]
+    written = [[2, *row, 3, 0, 0] for row in ids]  # [START] ... [END] padding
+    width = max(map(len, written))
+    dense = np.array([row + [0] * (width - len(row)) for row in written], np.int32)
+    texts = core.detokenize(dense).numpy()
+    assert [device.detokenize(row) for row in written] == [
+        t.decode("utf-8", "replace") for t in texts
+    ]
