@@ -10,10 +10,11 @@ from tfformer.training.convert.huggingface.checkpoint import config_value
 
 MODEL_TYPES = ("mistral",)
 
-# transformers' MistralConfig defaults for keys config.json may leave out,
-# but rope_theta: 1e6 is Mistral's own (mistral-inference's default, and
-# what every Mistral release since v0.2 sets).
-DEFAULTS = {"num_key_value_heads": 8, "rope_theta": 1e6, "sliding_window": 4096}
+# transformers' MistralConfig defaults for keys config.json may leave out
+# (rope_theta=10000.0 in its 4.x signature), so a converted run computes what
+# Hugging Face computes from the same directory. Mistral's releases write
+# rope_theta (1e6 since v0.2); only a hand-written config lacks it.
+DEFAULTS = {"num_key_value_heads": 8, "rope_theta": 10000.0, "sliding_window": 4096}
 
 
 def convert(source, config, staging, progress):

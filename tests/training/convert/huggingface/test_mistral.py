@@ -75,8 +75,9 @@ def keras_hub_logits(source, ids, mask):
             ("rope_theta",),
             {},
         ),
-        # Mistral's default, 1e6, given to keras-hub (which needs the key).
-        ({}, ("rope_theta",), {"rope_theta": 1e6}),
+        # transformers' MistralConfig default, 1e4, given to keras-hub (which
+        # needs the key).
+        ({}, ("rope_theta",), {"rope_theta": 1e4}),
     ],
     ids=["no_window", "window_of_the_context", "rope_parameters", "default_theta"],
 )
@@ -97,18 +98,19 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(
     assert model.name == "mistral"
 
 
-def test_the_default_theta_is_not_llamas(tmp_path):
-    """Without rope_theta the logits are those of theta 1e6, not Llama's 1e4
-    (a check that the comparison above can fail)."""
+def test_the_default_theta_is_transformers(tmp_path):
+    """Without rope_theta the logits are those of transformers' default
+    theta 1e4, not of Mistral's releases' 1e6 (a check that the comparison
+    above can fail)."""
     rng = np.random.default_rng(0)
     source = write_checkpoint(tmp_path / "hf", rng, absent=("rope_theta",))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     model = get_task("causal_lm").load(run).model
-    rewrite_config(source, rope_theta=1e4)
+    rewrite_config(source, rope_theta=1e6)
     ids, mask = ragged_batch(rng)
-    llamas = keras_hub_logits(source, ids, mask)
+    releases = keras_hub_logits(source, ids, mask)
     ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
-    assert np.abs(ours[mask][:, 1:] - llamas[mask]).max() > 1e-3
+    assert np.abs(ours[mask][:, 1:] - releases[mask]).max() > 1e-3
 
 
 def test_the_run_keeps_the_checkpoints_settings(tmp_path):
@@ -122,10 +124,10 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
     loaded = get_task("causal_lm").load(run)
     backbone = loaded.model.backbone
-    assert backbone.rope_max_wavelength == 1e6
+    assert backbone.rope_max_wavelength == 1e4
     assert backbone.final_norm.epsilon == 1e-5
     block = backbone.decoder_blocks[1]
-    assert block.rotary_max_wavelength == 1e6 and block.normalization == "rms"
+    assert block.rotary_max_wavelength == 1e4 and block.normalization == "rms"
     assert block.activation_dropout == 0.0
     assert tuple(block.self_attention.key_dense.kernel.shape) == (16, 8)  # 2 of 4
     assert loaded.config.model.activation_dropout == 0.0
