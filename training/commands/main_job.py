@@ -16,8 +16,9 @@ A translation config (default: the embedded number-words data):
 5. Names where everything is.
 
 The SavedModel is loaded with plain `tf.saved_model.load`, as a server would,
-and the TFLite model runs in the LiteRT interpreter with the standard-library
-`tokenizer.py` written next to it, as a device would.
+and the TFLite model runs with the runtime the export writes next to it,
+`translate.py` (LiteRT and the standard-library `tokenizer.py`), loaded from
+the export directory as an app would run it.
 
 Other tasks have no comparison of their exports here yet: the main job
 refuses them.
@@ -152,33 +153,20 @@ def saved_model_translations(path, sentences, batch_size=64):
     return out
 
 
-def load_device_tokenizer(directory):
-    """The `tokenizer.py` an export writes next to its `.tflite`: exactly what
-    a device app would port."""
+def tflite_translations(path, sentences):
+    """Translations by the `.tflite` at `path` with the runtime the export
+    ships next to it, `translate.py` (LiteRT, NumPy and the standard-library
+    `tokenizer.py`; greedy, as the model decodes), loaded from the export
+    directory as an app would run it."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "tfformer_device_tokenizer", os.path.join(directory, "tokenizer.py")
+        "tfformer_translate_runtime",
+        os.path.join(os.path.dirname(path), "translate.py"),
     )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DeviceTokenizer(directory)
-
-
-def tflite_translations(path, sentences):
-    """Translations by the `.tflite` in the LiteRT interpreter, with the
-    standard-library tokenizer written next to it, as a device would."""
-    import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
-
-    tokenizer = load_device_tokenizer(os.path.dirname(path))
-    runner = Interpreter(model_path=path).get_signature_runner()
-    out = []
-    for sentence in sentences:
-        ids = np.array([tokenizer.tokenize(sentence)], "int32")
-        token_ids = runner(source_ids=ids)["token_ids"][0]
-        out.append(tokenizer.detokenize(token_ids.tolist()))
-    return out
+    runtime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime)
+    return runtime.Translator(path).translate(list(sentences))
 
 
 def side_by_side(rows, show):
