@@ -11,7 +11,11 @@ import pytest
 import tensorflow as tf
 
 from tests.testing import run_python
-from tests.training.test_convert import bert_tensors, hf_tokenizer, write_checkpoint
+from tests.training.convert.huggingface.test_bert import (
+    bert_tensors,
+    hf_tokenizer,
+    write_checkpoint,
+)
 from tfformer.export.flatbuffer import ops, read_model
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
