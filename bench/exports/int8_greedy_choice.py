@@ -28,8 +28,6 @@ import numpy as np
 from bench import common
 from bench.exports.translator_export import summary
 from tfformer.export.flatbuffer import float_ops
-from tfformer.export.runtimes.tokenizer import DeviceTokenizer
-from tfformer.export.tasks.translation import LiteRTTranslator
 from tfformer.export.tflite import tflite_file_name
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
@@ -98,13 +96,12 @@ def main():
             device = os.path.join(work, "old" if old else "new")
             print(f"exporting full int8, greedy choice {name} ...", flush=True)
             path = export_full_int8(args.checkpoint, device, calibration, old)
-            litert = LiteRTTranslator(path)
-            tokenizer = DeviceTokenizer(device)
+            # The runtime the export ships (translate.py), run as an app would.
+            runtime = common.load_script(os.path.join(device, "translate.py"))
+            translator = runtime.Translator(path)
 
-            def one(source, litert=litert, tokenizer=tokenizer):
-                return tokenizer.detokenize(
-                    litert.translate_ids(tokenizer.tokenize(source))
-                )
+            def one(source, translator=translator):
+                return translator.translate([source])[0]
 
             outputs[name], seconds = common.timed_each(one, sources, warmup=True)
             row = summary(

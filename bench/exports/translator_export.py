@@ -7,8 +7,8 @@ a time with each:
 
 - Keras: `tfformer.training.tasks.translation.Translator` (greedy, graph mode, batch 1);
 - SavedModel: `serving_default` (strings in, strings out);
-- TFLite: the `ai_edge_litert` Interpreter with the plain-Python device
-  tokenizer (`export/runtimes/tokenizer.py`), as an app would.
+- TFLite: the runtime the export ships, `translate.py` (the `ai_edge_litert`
+  Interpreter with the plain-Python device tokenizer), as an app would.
 
 It reports file sizes, the median per-sentence latency with its 10th-90th
 percentile spread, sacreBLEU / chrF (lowercased, with signatures), exact match,
@@ -29,9 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from bench import common
-from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.translation import LiteRTTranslator
 from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
@@ -155,12 +153,12 @@ def main():
                 command += ["--representative-data", calibration]
             common.run_command(command)
             path = os.path.join(device, tflite_file_name(quantize))
-            litert = LiteRTTranslator(path)
-            tokenizer = DeviceTokenizer(device)
+            # The runtime the export ships (translate.py), run as an app would.
+            runtime = common.load_script(os.path.join(device, "translate.py"))
+            translator = runtime.Translator(path)
 
-            def one(source, litert=litert, tokenizer=tokenizer):
-                ids = litert.translate_ids(tokenizer.tokenize(source))
-                return tokenizer.detokenize(ids)
+            def one(source, translator=translator):
+                return translator.translate([source])[0]
 
             outputs, seconds = common.timed_each(one, sources, warmup=True)
             rows.append(
