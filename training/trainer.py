@@ -9,12 +9,18 @@ then save `model.keras`, evaluate and write `metrics.json`.
 
 import contextlib
 import dataclasses
-import os
 import time
 
 import keras
 
-from tfformer.runs.directory import RunDirectory
+from tfformer.runs.directory import (
+    BACKUP,
+    BEST_MODEL,
+    FINAL_MODEL,
+    LOGS,
+    TRAINING_CURVES,
+    RunDirectory,
+)
 from tfformer.training import pipeline
 from tfformer.training.callbacks import (
     AveragedWeights,
@@ -40,7 +46,6 @@ from tfformer.training.tasks import get_task
 # Variable names (substrings) that AdamW leaves undecayed.
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
 # The run's backup folder (`ResumableBackup`'s weights and state).
-BACKUP = "backup"
 
 
 def build_model(config, data):
@@ -416,8 +421,7 @@ def open_run_directory(config, data, *, write):
     """Creates `train.output_dir` and returns its `RunDirectory`; when
     `write` (the chief), writes the tokenizer files, `run.json` and
     `config.json` into it."""
-    os.makedirs(config.train.output_dir, exist_ok=True)
-    run = RunDirectory(config.train.output_dir)
+    run = RunDirectory.create(config.train.output_dir)
     if write:
         get_task(config.task).save_preprocessing(config, data, run)
         run.write_config(config.to_dict())
@@ -501,7 +505,7 @@ def build_callbacks(config, state=None, *, write=True, schedule=None):
     train_config = config.train
     run = RunDirectory(train_config.output_dir)
     best = BestModel(
-        run.file("best.keras"),
+        run.file(BEST_MODEL),
         best=(state or {}).get("best_val_loss"),
         write=write,
     )
@@ -529,7 +533,7 @@ def build_callbacks(config, state=None, *, write=True, schedule=None):
         report,
     ]
     if write:
-        callbacks.append(keras.callbacks.TensorBoard(run.file("logs")))
+        callbacks.append(keras.callbacks.TensorBoard(run.file(LOGS)))
     return RunCallbacks(callbacks, budget, best, report, averaged)
 
 
@@ -609,7 +613,7 @@ def end_of_run_results(
 def save_final_model(model, run, *, write):
     """Saves `model` as the run's `model.keras` (atomically). Every worker
     takes part; only the chief (`write`) keeps the file."""
-    with save_target(run.file("model.keras"), write) as tmp:
+    with save_target(run.file(FINAL_MODEL), write) as tmp:
         model.save(tmp)
 
 
@@ -625,7 +629,7 @@ def write_report(run, report, results):
     """Writes the run's `metrics.json` (the `TrainingReport` and `results`)
     and its `training_curves.png`."""
     report.flush({"results": results})
-    plot_training_curves(report.report, run.file("training_curves.png"))
+    plot_training_curves(report.report, run.file(TRAINING_CURVES))
 
 
 __all__ = ["TrainResult", "build_dataset", "build_model", "compile_model", "train"]

@@ -26,6 +26,12 @@ MANIFEST = "run.json"
 CONFIG = "config.json"
 METRICS = "metrics.json"
 CHECKPOINTS = ("model.keras", "best.keras")
+FINAL_MODEL, BEST_MODEL = CHECKPOINTS
+# What training keeps beside the model: the preemption backup, TensorBoard's
+# logs and the plotted curves.
+BACKUP = "backup"
+LOGS = "logs"
+TRAINING_CURVES = "training_curves.png"
 
 
 def tokenizer_file(kind, role):
@@ -64,6 +70,12 @@ class RunDirectory:
     Raises:
         ValueError: `path` is not a directory.
     """
+
+    @classmethod
+    def create(cls, path):
+        """The run directory at `path`, made (with its parents) if needed."""
+        os.makedirs(path, exist_ok=True)
+        return cls(path)
 
     def __init__(self, path):
         if not isinstance(path, str | os.PathLike) or not os.path.isdir(path):
