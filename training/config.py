@@ -14,8 +14,8 @@ import types
 import typing
 from typing import Literal
 
-from tfformer.training.tasks import DEFAULT_TASK, TASK_NAMES, get_task
-from tfformer.training.tasks.base import positive
+from tfformer.training.tasks import DEFAULT_TASK, TASK_NAMES, task_schema
+from tfformer.training.tasks.base import check_positive
 
 
 @dataclasses.dataclass
@@ -214,7 +214,7 @@ def config_from_dict(values):
         raise ValueError(
             f"task must be one of {list(TASK_NAMES)}. Received: task={name!r}"
         )
-    task = get_task(name)
+    task = task_schema(name)
     config = Config(
         task=name,
         data=parse_section("data", task.DataConfig, values.get("data", {})),
@@ -279,11 +279,11 @@ def validate(config):
     naming the offending key."""
     t = config.train
     for name in ("batch_size", "epochs", "warmup_steps", "steps_per_execution"):
-        positive(f"train.{name}", getattr(t, name))
-    positive("train.learning_rate_scale", t.learning_rate_scale)
+        check_positive(f"train.{name}", getattr(t, name))
+    check_positive("train.learning_rate_scale", t.learning_rate_scale)
     if t.batch_tokens is not None:
-        positive("train.batch_tokens", t.batch_tokens)
-    positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
+        check_positive("train.batch_tokens", t.batch_tokens)
+    check_positive("train.checkpoint_every_steps", t.checkpoint_every_steps)
     if t.schedule == "paper" and (
         t.learning_rate is not None or t.schedule_steps is not None
     ):
@@ -304,14 +304,14 @@ def validate(config):
                 f"train.schedule={t.schedule!r} needs train.learning_rate (its "
                 "peak). Received: train.learning_rate=None"
             )
-        positive("train.learning_rate", t.learning_rate)
+        check_positive("train.learning_rate", t.learning_rate)
         if not 0.0 <= t.final_learning_rate_fraction <= 1.0:
             raise ValueError(
                 "train.final_learning_rate_fraction must be in [0, 1]. Received: "
                 f"{t.final_learning_rate_fraction}"
             )
         if t.schedule_steps is not None:
-            positive("train.schedule_steps", t.schedule_steps)
+            check_positive("train.schedule_steps", t.schedule_steps)
             if t.schedule_steps <= t.warmup_steps:
                 raise ValueError(
                     "train.schedule_steps must exceed train.warmup_steps. "
@@ -319,7 +319,7 @@ def validate(config):
                     f"train.warmup_steps={t.warmup_steps}"
                 )
     if t.steps_per_epoch is not None:
-        positive("train.steps_per_epoch", t.steps_per_epoch)
+        check_positive("train.steps_per_epoch", t.steps_per_epoch)
         if t.steps_per_epoch % t.steps_per_execution:
             raise ValueError(
                 "train.steps_per_epoch must be a multiple of "
@@ -329,7 +329,7 @@ def validate(config):
                 f"train.steps_per_execution={t.steps_per_execution}"
             )
     if t.clipnorm is not None:
-        positive("train.clipnorm", t.clipnorm)
+        check_positive("train.clipnorm", t.clipnorm)
     if t.ema_momentum is not None and not 0.0 < t.ema_momentum < 1.0:
         raise ValueError(
             "train.ema_momentum must be in (0, 1), or null for no averaging. "
@@ -355,7 +355,7 @@ def validate(config):
             f"train.time_budget_minutes={t.time_budget_minutes}"
         )
     if t.time_budget_minutes is not None:
-        positive("train.time_budget_minutes", t.time_budget_minutes)
+        check_positive("train.time_budget_minutes", t.time_budget_minutes)
         if t.strategy == "multi_worker":
             raise ValueError(
                 "train.time_budget_minutes is not supported with "
@@ -364,5 +364,5 @@ def validate(config):
             )
     if t.strategy == "tpu" and t.precision == "mixed_float16":
         raise ValueError("TPUs train in mixed_bfloat16, not mixed_float16.")
-    get_task(config.task).validate(config)
+    task_schema(config.task).validate(config)
     return config

@@ -41,7 +41,7 @@ from tfformer.training.distribution.strategy import (
 )
 from tfformer.training.plots import plot_training_curves
 from tfformer.training.schedules import TransformerSchedule, WarmupCosineSchedule
-from tfformer.training.tasks import get_task
+from tfformer.training.tasks import check_trainable, get_task
 
 # Variable names (substrings) that AdamW leaves undecayed.
 NO_WEIGHT_DECAY = ["bias", "gamma", "beta"]
@@ -160,6 +160,7 @@ def train(config, *, progress=print):
     """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a training Config. Received: {type(config)}")
+    check_trainable(config.task)  # a converted-only task: say what to do
     started = time.perf_counter()
     train_config = config.train
     strategy = build_strategy(

@@ -60,6 +60,8 @@ def test_every_task_has_a_predictor_and_only_trainable_ones_a_training_task():
     assert isinstance(schema, TaskSchema) and not isinstance(schema, TrainingTask)
     with pytest.raises(ValueError, match="made by tfformer-convert"):
         check_trainable("sentence_embedding")
+    with pytest.raises(ValueError, match="made by tfformer-convert"):
+        get_task("sentence_embedding")
     with pytest.raises(ValueError, match=r"task must be one of .*Received: 'nope'"):
         predictor_class("nope")
     with pytest.raises(ValueError, match=r"task must be one of .*Received: 'nope'"):
@@ -72,6 +74,15 @@ def test_train_refuses_a_task_that_cannot_train(tmp_path, capsys):
     assert train_cli.main(["--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert "made by tfformer-convert" in err and "model.init_from" in err
+    # From Python too, before anything is written.
+    from tfformer.training.config import load_config
+    from tfformer.training.trainer import train
+
+    out = tmp_path / "run"
+    parsed = load_config(str(config), [f"train.output_dir={out}"])
+    with pytest.raises(ValueError, match="made by tfformer-convert"):
+        train(parsed)
+    assert not out.exists()
 
 
 def test_a_task_loads_its_predictor_and_refuses_another_tasks_run():

@@ -54,15 +54,10 @@ def get_task(name):
     """The `TrainingTask` called `name`.
 
     Raises:
-        ValueError: `name` is no task a config may name.
+        ValueError: `name` is no task a config may name, or one that cannot
+            train (a converted-only task: the message says what to do).
     """
-    if name in _CONVERTED_ONLY:
-        # training/config.py parses every run's config.json through this
-        # function; until it asks `task_schema`, a converted-only task
-        # answers with its schema, which has no training methods
-        # (`check_trainable` says why). Then this becomes
-        # `check_trainable(name)`.
-        return task_schema(name)
+    check_trainable(name)
     if name not in _TRAINABLE:
         raise ValueError(
             f"task must be one of {list(TRAINABLE_TASKS)}. Received: {name!r}"

@@ -229,7 +229,7 @@ def check_initial_tokenizer(where, spec, data_config, what="tokenizer"):
         )
 
 
-def positive(where, value):
+def check_positive(where, value):
     """Raises ValueError naming `where` unless `value` > 0."""
     if value <= 0:
         raise ValueError(f"{where} must be positive. Received: {where}={value}")
@@ -278,7 +278,7 @@ class TaskSchema:
         """Cross-field checks of the task's sections (ValueError naming the key)."""
         d = config.data
         for name in ("max_length", "vocabulary_size", "vocabulary_sample_size"):
-            positive(f"data.{name}", getattr(d, name))
+            check_positive(f"data.{name}", getattr(d, name))
         if d.max_length < 4:
             raise ValueError(f"data.max_length must be >= 4. Received: {d.max_length}")
         buckets = d.bucket_lengths or (d.max_length,)

@@ -25,8 +25,8 @@ from tfformer.training.tasks.base import (
     check_holdout_fraction,
     check_initial_settings,
     check_model_recipe,
+    check_positive,
     initial_hidden_dropout,
-    positive,
 )
 
 
@@ -132,7 +132,7 @@ class ImageClassificationTask(TrainingTask):
             )
         if d.image_dir is not None and d.tfds_name is not None:
             raise ValueError(one_source_message(d))
-        positive("data.image_size", d.image_size)
+        check_positive("data.image_size", d.image_size)
         for key in ("crop_padding", "mixup_alpha", "cutmix_alpha"):
             if getattr(d, key) < 0:
                 raise ValueError(
@@ -157,7 +157,7 @@ class ImageClassificationTask(TrainingTask):
     def model_sizes(self, model_config):
         sizes = super().model_sizes(model_config)
         if model_config.patch_size is not None:
-            positive("model.patch_size", model_config.patch_size)
+            check_positive("model.patch_size", model_config.patch_size)
             sizes["patch_size"] = model_config.patch_size
         return sizes
 
