@@ -25,6 +25,8 @@ import json
 import os
 import tempfile
 
+import tfformer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
@@ -55,7 +57,7 @@ def main():
     )
     args = p.parse_args()
     task = get_task("text_classification")
-    loaded = task.load(args.checkpoint)
+    loaded = tfformer.load(args.checkpoint)
     splits = task.raw_splits(loaded.config.data)
     test = splits["test"]
     texts = [t for t, _ in test]

@@ -32,13 +32,14 @@ import sys
 import tempfile
 import zipfile
 
+import tfformer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import tensorflow as tf
 
 from bench import common
-from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
 
 MULTI30K = os.path.join(common.REPOSITORY, "..", "shared", "data", "multi30k")
@@ -103,8 +104,7 @@ def main():
          "--out", run],
     )  # fmt: skip
     texts = lines("test_2016_flickr.en.gz", args.sentences)
-    task = get_task("sentence_embedding")
-    loaded = task.load(run)
+    loaded = tfformer.load(run)
     tokenizer = loaded.tokenizers["text"]
     length = loaded.directory.manifest.max_length
 

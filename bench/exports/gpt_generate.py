@@ -50,8 +50,8 @@ from tfformer.export.tasks.causal_lm import read_run
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.config import load_config
+from tfformer.training.evaluation.language_model import score_text
 from tfformer.training.tasks import get_task
-from tfformer.training.tasks.causal_lm import score_text
 
 VARIANTS = ("none", "float16", "int8", "full_int8")
 

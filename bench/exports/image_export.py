@@ -28,6 +28,8 @@ import json
 import os
 import tempfile
 
+import tfformer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
@@ -36,8 +38,8 @@ import tensorflow as tf
 from bench import common
 from bench.exports.classifier_export import VARIANTS
 from tfformer.preprocessing.images import decode_pixels
+from tfformer.training.predictors.image_classification import class_probabilities
 from tfformer.training.sources.image_folders import list_split, resolve
-from tfformer.training.tasks import get_task
 
 
 def test_files(data_config):
@@ -58,8 +60,7 @@ def main():
     )
     p.add_argument("--latency-images", type=int, default=300)
     args = p.parse_args()
-    task = get_task("image_classification")
-    loaded = task.load(args.checkpoint)
+    loaded = tfformer.load(args.checkpoint)
     size = loaded.directory.manifest.image_size
     labels = loaded.directory.manifest.labels
     files, calibration_files = test_files(loaded.config.data)
@@ -69,7 +70,7 @@ def main():
     timing = range(min(args.latency_images, len(files)))
 
     forms = {}
-    keras_p = task.probabilities(loaded.model, pixels, batch_size=500)
+    keras_p = class_probabilities(loaded.model, pixels, batch_size=500)
     _, keras_time = common.latency_per_item(
         lambda i: loaded.model.predict_on_batch(pixels[i : i + 1].astype("float32")),
         timing,

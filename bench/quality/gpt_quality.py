@@ -28,12 +28,14 @@ import os
 import shutil
 import tempfile
 
+import tfformer
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench import common
 from tfformer.training.config import load_config
+from tfformer.training.evaluation.language_model import score_text
 from tfformer.training.tasks import get_task
-from tfformer.training.tasks.causal_lm import score_text
 from tfformer.training.trainer import train
 
 CONFIG = os.path.join("training", "configs", "shakespeare_gpt_10min.json")
@@ -70,7 +72,7 @@ def main():
     )
     result, seconds = common.timed(train, config)
     task = get_task(config.task)
-    run = task.load(config.train.output_dir)
+    run = tfformer.load(config.train.output_dir)
     tokenizer = run.tokenizers["text"]
     raw = task.raw_splits(config.data)
     scores = {

@@ -235,7 +235,7 @@ def test_score_equals_a_numpy_scorer_and_the_evaluation(served, run):
     # The evaluation's nats per token of the same stream (65 tokens: two
     # whole windows) equal the signature's.
     from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-    from tfformer.training.tasks.causal_lm import score_text
+    from tfformer.training.evaluation.language_model import score_text
 
     text = (LINE * 2)[:65]
     evaluated = score_text(

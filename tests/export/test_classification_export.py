@@ -14,6 +14,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tfformer
 from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
@@ -89,13 +90,13 @@ def case(request, tmp_path_factory):
     run_dir = train_classifier(root, request.param == "pairs")
     path = export_saved_model(run_dir, str(root / "serving"), progress=lambda *_: None)
     task = get_task("text_classification")
-    loaded = task.load(run_dir)
+    loaded = tfformer.load(run_dir)
     test = [text for text, _ in task.raw_splits(loaded.config.data)["test"]]
     return run_dir, loaded, path, tf.saved_model.load(path), test
 
 
 def keras_probabilities(loaded, texts):
-    return get_task("text_classification")._probabilities(loaded, texts)
+    return loaded.probabilities(texts)
 
 
 def call(served, name, texts, pairs=None):

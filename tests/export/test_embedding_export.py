@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfformer
 from tests.testing import run_python
 from tests.training.convert.huggingface.test_bert import (
     bert_tensors,
@@ -20,7 +21,6 @@ from tfformer.export.flatbuffer import ops, read_model
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
 from tfformer.training.convert import convert
-from tfformer.training.tasks import get_task
 
 pytest.importorskip("safetensors")
 TEXTS = [
@@ -47,16 +47,15 @@ def case(tmp_path_factory):
         sentence_transformers={"pooling": "mean", "normalize": True},
     )
     run = convert(str(source), str(root / "run"), progress=lambda *_: None)
-    task = get_task("sentence_embedding")
-    loaded = task.load(run)
+    loaded = tfformer.load(run)
     path = export_saved_model(run, str(root / "serving"), progress=lambda *_: None)
-    return root, run, task, loaded, tf.saved_model.load(path), path
+    return root, run, loaded, tf.saved_model.load(path), path
 
 
 def test_embed_equals_keras(case):
-    _, _, task, loaded, served, _ = case
+    _, _, loaded, served, _ = case
     out = served.signatures["embed"](text=tf.constant(TEXTS))
-    np.testing.assert_allclose(out["embedding"], task.embed(loaded, TEXTS), atol=1e-5)
+    np.testing.assert_allclose(out["embedding"], loaded.embed(TEXTS), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(out["embedding"], axis=1), 1, atol=1e-5)
     assert out["truncated"].numpy().tolist() == [False] * 5 + [True]
     assert out["num_tokens"].numpy()[-1] == 40  # before the cut to 16
@@ -66,7 +65,7 @@ def test_embed_equals_keras(case):
 
 
 def test_tokenize_equals_hugging_face_and_similarity_the_dot_product(case):
-    _, _, _, _, served, _ = case
+    _, _, _, served, _ = case
     ids = served.signatures["tokenize"](text=tf.constant(TEXTS[:5]))["token_ids"]
     reference = hf_tokenizer()
     for row, text in zip(ids.numpy(), TEXTS[:5], strict=True):
@@ -85,7 +84,7 @@ def test_tokenize_equals_hugging_face_and_similarity_the_dot_product(case):
 
 
 def test_loads_in_a_process_that_imports_only_tensorflow(case):
-    path = case[5]
+    path = case[4]
     script = f"""
 import sys
 sys.modules["keras"] = None  # any import of Keras fails
@@ -111,7 +110,7 @@ def runtime(out, path):
 
 @pytest.mark.parametrize("quantize", ["none", "int8"])
 def test_tflite_embedder_and_its_runtime(case, quantize):
-    root, run, task, loaded, _, _ = case
+    root, run, loaded, _, _ = case
     out = str(root / f"device_{quantize}")
     path = export_tflite(run, out, quantize=quantize, progress=lambda *_: None)
     files = ["embed.py", "text.json", "text_vocab.txt", "tokenizer.py"]
@@ -121,7 +120,7 @@ def test_tflite_embedder_and_its_runtime(case, quantize):
     assert "FlexDelegate" not in str(names) and not any("Flex" in n for n in names)
     module, embedder = runtime(out, path)
     reference = hf_tokenizer()
-    expected = task.embed(loaded, TEXTS)
+    expected = loaded.embed(TEXTS)
     got = np.array([embedder.embed(t) for t in TEXTS])
     for text in TEXTS[:5]:
         assert embedder.token_ids(text) == reference.encode(text).ids, text

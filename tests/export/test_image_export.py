@@ -15,6 +15,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tfformer
 from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
@@ -22,7 +23,6 @@ from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.images import decode_pixels
 from tfformer.training.config import load_config
-from tfformer.training.tasks import get_task
 from tfformer.training.trainer import train
 
 from ..training.test_image_classification import COLOURS, colour_images
@@ -60,7 +60,7 @@ def case(tmp_path_factory):
     train(config, progress=lambda *_: None)
     run_dir = str(root / "run")
     path = export_saved_model(run_dir, str(root / "serving"), progress=lambda *_: None)
-    loaded = get_task("image_classification").load(run_dir)
+    loaded = tfformer.load(run_dir)
     files = sorted(
         str(root / "data/test" / c / f)
         for c in COLOURS

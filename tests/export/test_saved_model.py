@@ -13,12 +13,13 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tfformer
 from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model, next_version
 from tfformer.export.tasks import translation as translation_exporter
-from tfformer.training.tasks.translation import TASK, Translator
+from tfformer.training.tasks.translation import Translator
 
 from .conftest import SENTENCES
 
@@ -81,7 +82,7 @@ def test_translations_equal_tfformer_translate(run_dir, loaded):
 
 
 def test_logits_and_ids_equal_keras(run_dir, loaded):
-    run = TASK.load(run_dir)
+    run = tfformer.load(run_dir)
     model, source = run.model, run.tokenizers["source"]
     rng = np.random.default_rng(0)
     vocabulary = model.backbone.encoder_embedding.vocabulary_size

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+import tfformer
 from tfformer.training.commands import train as train_cli
 from tfformer.training.predictors import PREDICTOR_TASKS, load, predictor_class
 from tfformer.training.predictors.base import Option, Predictor, as_flags
@@ -30,7 +31,7 @@ def public_methods(cls):
 
 
 def test_the_training_interface_is_what_the_trainer_calls():
-    assert public_methods(TaskSchema) == {"validate", "preset", "model_sizes", "load"}
+    assert public_methods(TaskSchema) == {"validate", "preset", "model_sizes"}
     assert public_methods(TrainingTask) - public_methods(TaskSchema) == {
         "raw_splits",
         "prepare",
@@ -87,7 +88,7 @@ def test_train_refuses_a_task_that_cannot_train(tmp_path, capsys):
 
 def test_a_task_loads_its_predictor_and_refuses_another_tasks_run():
     run = os.path.join(RUNS, "causal_lm_run")
-    predictor = get_task("causal_lm").load(run)
+    predictor = tfformer.load(run)
     assert type(predictor) is predictor_class("causal_lm")
     assert type(load(run)) is type(predictor)
     with pytest.raises(ValueError, match="holds a 'causal_lm' run, not 'translation'"):

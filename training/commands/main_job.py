@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from tfformer.runs import directory as runs
 from tfformer.runs.files import atomic_path, atomic_write_text
 from tfformer.training.commands.train import add_config_arguments
 from tfformer.training.config import load_config
@@ -226,12 +227,12 @@ def main_job(config, *, compare=200, show=5, progress=print):
         "examples."
     )
     paths = {
-        "model": os.path.join(out, "model.keras"),
+        "model": os.path.join(out, runs.FINAL_MODEL),
         "saved_model": exported["saved_model"],
         "tflite": exported["tflite"],
-        "tensorboard_logs": os.path.join(out, "logs"),
-        "training_metrics": os.path.join(out, "metrics.json"),
-        "training_curves": os.path.join(out, "training_curves.png"),
+        "tensorboard_logs": os.path.join(out, runs.LOGS),
+        "training_metrics": os.path.join(out, runs.METRICS),
+        "training_curves": os.path.join(out, runs.TRAINING_CURVES),
         "predictions": table,
         "summary": os.path.join(out, "main_job.json"),
     }

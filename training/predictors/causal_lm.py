@@ -203,9 +203,10 @@ class CausalLMPredictor(Predictor):
         summed negative log-likelihood of every token over their count), and
         bits per byte of the text those tokens cover; windows of `window`
         tokens (None: the training window, `data.max_length`), cut as in
-        training (`tfformer.training.tasks.causal_lm.score_text`)."""
+        training (`tfformer.training.evaluation.language_model.score_text`)."""
+        from tfformer.training.evaluation.language_model import score_text
         from tfformer.training.sources.text_files import read_text
-        from tfformer.training.tasks.causal_lm import TASK, score_text
+        from tfformer.training.tasks.causal_lm import TASK
 
         data = self.config.data
         if window is None:

@@ -334,13 +334,6 @@ class TaskSchema:
                 sizes["num_layers"] = model_config.num_layers
         return sizes
 
-    def load(self, run_dir, checkpoint="model.keras"):
-        """The predictor of `run_dir`, a run of this task (what
-        `tfformer.load` returns for it)."""
-        from tfformer.training.predictors import predictor_class
-
-        return predictor_class(self.name)(run_dir, checkpoint=checkpoint)
-
 
 class TrainingTask(TaskSchema):
     """One kind of training program: what `tfformer.training.trainer` needs.

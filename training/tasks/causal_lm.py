@@ -2,16 +2,14 @@
 
 Data: one text file; its last `holdout_fraction` is split into validation and
 test halves. Examples are non-overlapping windows of the token stream.
-`score_text` scores a text cut the same way (nats per token, bits per byte);
-the predictor (`tfformer.training.predictors.causal_lm`) continues prompts
-and evaluates with it.
+`tfformer.training.evaluation.language_model.score_text` scores a text cut
+the same way (nats per token, bits per byte); the predictor
+(`tfformer.training.predictors.causal_lm`) continues prompts and evaluates
+with it.
 """
 
 import dataclasses
-import math
 import re
-
-import numpy as np
 
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
@@ -220,38 +218,6 @@ class CausalLMTask(TrainingTask):
         backbone = type(source.backbone).from_config(backbone_config)
         backbone.set_weights(source.backbone.get_weights())
         return CausalLM(backbone, name=source.name)
-
-
-def score_text(model, tokenizer, text, window, *, limit=None, progress=print):
-    """Nats per token and bits per byte of `text`, cut into non-overlapping
-    `window`-token pieces as in training (each predicts its tokens after the
-    first from the ones before, within the window)."""
-    from keras import ops
-
-    from tfformer.training import pipeline
-
-    ids = tokenizer.tokenize([text]).flat_values.numpy()
-    examples = pipeline.language_model_examples(ids, sequence_length=window)
-    inputs = examples.features["token_ids"].to_tensor().numpy()
-    labels = examples.labels.to_tensor().numpy()
-    if limit:
-        inputs, labels = inputs[:limit], labels[:limit]
-    nats = 0.0
-    for start in range(0, len(inputs), 32):
-        logits = model({"token_ids": inputs[start : start + 32]}, training=False)
-        log_p = ops.convert_to_numpy(ops.log_softmax(logits, axis=-1))
-        picked = np.take_along_axis(log_p, labels[start : start + 32, :, None], axis=-1)
-        nats -= float(picked.sum())
-        progress(f"scored {min(start + 32, len(inputs))}/{len(inputs)} windows")
-    tokens = labels.size
-    # The bytes the scored tokens stand for (their detokenized text).
-    covered = tokenizer.detokenize(labels.reshape(1, -1)).numpy()[0]
-    return {
-        "tokens": int(tokens),
-        "bytes": len(covered),
-        "nats_per_token": round(nats / tokens, 4),
-        "bits_per_byte": round(nats / math.log(2) / max(len(covered), 1), 4),
-    }
 
 
 TASK = CausalLMTask()

@@ -318,15 +318,6 @@ class ImageClassificationTask(TrainingTask):
             "weighted_metrics": [keras.metrics.CategoricalAccuracy(name="accuracy")],
         }
 
-    def probabilities(self, model, pixels, batch_size=256):
-        """`predictors.image_classification.class_probabilities`, for
-        callers that ask the task."""
-        from tfformer.training.predictors.image_classification import (
-            class_probabilities,
-        )
-
-        return class_probabilities(model, pixels, batch_size)
-
 
 def vit_settings(model):
     """`ViTBackbone` keyword arguments of a ViT classifier's backbone (its

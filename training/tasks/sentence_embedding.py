@@ -47,9 +47,5 @@ class SentenceEmbeddingSchema(TaskSchema):
                 f"Received: {config.model.pooling!r}"
             )
 
-    def embed(self, predictor, texts):
-        """`predictor.embed(texts)`, for callers that ask the task."""
-        return predictor.embed(texts)
-
 
 TASK = SentenceEmbeddingSchema()

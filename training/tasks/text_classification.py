@@ -320,10 +320,6 @@ class TextClassificationTask(TrainingTask):
             ],
         }
 
-    def _probabilities(self, predictor, texts):
-        """`predictor.probabilities(texts)`, for callers that ask the task."""
-        return predictor.probabilities(texts)
-
 
 # The BertBackbone arguments a classifier takes from its initial run.
 INITIAL_ENCODER_KEYS = (

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 
+import tfformer
 from tests.testing import transformer_blocks
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.training.commands import predict as predict_cli
@@ -226,7 +227,7 @@ def converted(tmp_path_factory):
 
 def test_token_ids_equal_hugging_face_tokenizers(converted):
     _, run = converted
-    loaded = get_task("sentence_embedding").load(run)
+    loaded = tfformer.load(run)
     tokenizer = loaded.tokenizers["text"]
     ids, _ = batch(tokenizer, SENTENCES, 16)
     reference = hf_tokenizer()
@@ -249,7 +250,7 @@ def test_hidden_states_and_pooler_equal_keras_hub(tmp_path, monkeypatch, vocab_t
         tmp_path / "hf", np.random.default_rng(1), vocab_txt=vocab_txt
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    loaded = get_task("sentence_embedding").load(run)
+    loaded = tfformer.load(run)
     ids, segments = batch(loaded.tokenizers["text"], SENTENCES[:4], 12)
     segments[1, 4:] = 1  # a second segment somewhere
     ours = encoder_outputs(loaded.model)({"token_ids": ids, "segment_ids": segments})
@@ -278,15 +279,14 @@ def test_embeddings_follow_the_sentence_transformers_modules(
         sentence_transformers={"pooling": pooling, "normalize": normalize},
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    task = get_task("sentence_embedding")
-    loaded = task.load(run)
+    loaded = tfformer.load(run)
     assert loaded.directory.manifest.settings() == {
         "max_length": 16,
         "pooling": pooling,
         "normalize": normalize,
     }
     texts = SENTENCES[:4]
-    ours = task.embed(loaded, texts)
+    ours = loaded.embed(texts)
     ids, segments = batch(loaded.tokenizers["text"], texts, 16)
     hidden = np.asarray(
         keras_hub_backbone(source, monkeypatch)(
@@ -307,8 +307,7 @@ def test_embeddings_follow_the_sentence_transformers_modules(
 
 def test_predict_prints_embeddings_and_similarities(converted, capsys):
     _, run = converted
-    task = get_task("sentence_embedding")
-    vectors = task.embed(task.load(run), ["a man", "the dog"])
+    vectors = tfformer.load(run).embed(["a man", "the dog"])
     assert predict_cli.main(["--checkpoint", run, "a man", "the dog"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["text"] for x in lines] == ["a man", "the dog"]
@@ -357,7 +356,7 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     blocks = transformer_blocks(again)
     assert {(block.dropout, block.ffn.dropout) for block in blocks} == {(0.2, 0.05)}
     config.model.activation_dropout = None
-    loaded = get_task("sentence_embedding").load(run)
+    loaded = tfformer.load(run)
     assert loaded.config.model.activation_dropout == 0.0  # the run's config too
     mine, theirs = model.backbone, loaded.model.backbone
     for part in ("token_embedding", "pooler"):
@@ -376,7 +375,7 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     train(config, progress=quiet)
     manifest = json.loads((tmp_path / "classifier" / "run.json").read_text())
     assert manifest["tokenizers"]["text"]["special_tokens"]["start"] == "[CLS]"
-    loaded = task.load(str(tmp_path / "classifier"))
+    loaded = tfformer.load(str(tmp_path / "classifier"))
     assert loaded.tokenizers["text"].start_id == 4
 
 
@@ -421,7 +420,7 @@ def test_a_sequence_classifier_converts_to_a_classifier_run(
         tmp_path / "hf", np.random.default_rng(8)
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    loaded = get_task("text_classification").load(run)
+    loaded = tfformer.load(run)
     assert loaded.directory.manifest.labels == ("NEGATIVE", "NEUTRAL", "POSITIVE")
     ids, segments = batch(loaded.tokenizers["text"], SENTENCES[:4], 12)
     ours = np.asarray(loaded.model({"token_ids": ids, "segment_ids": segments}))
@@ -537,10 +536,9 @@ def test_evaluate_correlates_cosine_with_the_scores(converted, tmp_path, capsys)
     )
     assert code == 0
     results = json.loads(capsys.readouterr().out)
-    task = get_task("sentence_embedding")
-    loaded = task.load(run)
-    a = task.embed(loaded, [p[0] for p in pairs])
-    b = task.embed(loaded, [p[1] for p in pairs])
+    loaded = tfformer.load(run)
+    a = loaded.embed([p[0] for p in pairs])
+    b = loaded.embed([p[1] for p in pairs])
     cosines = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     scores = [p[2] for p in pairs]
     assert results["spearman"] == pytest.approx(
@@ -594,8 +592,7 @@ def test_prefixes_old_names_half_precision_and_shards_convert_alike(tmp_path):
         convert(str(other), str(tmp_path / "run_other"), progress=notes.append),
     ]
     assert any("classifier.weight" in n for n in notes)  # named, not converted
-    task = get_task("sentence_embedding")
-    mine, theirs = (task.load(r).model for r in runs)
+    mine, theirs = (tfformer.load(r).model for r in runs)
     for a, b in zip(mine.weights, theirs.weights, strict=True):
         np.testing.assert_array_equal(
             b.numpy(), a.numpy().astype(np.float16).astype(np.float32)

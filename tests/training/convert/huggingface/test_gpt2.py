@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 
+import tfformer
 from tests.testing import END_OF_TEXT, train_byte_level_bpe, transformer_blocks
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
@@ -122,7 +123,7 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, prefix, tie, buffers
         tmp_path / "hf", rng, tensors=tensors, config={"tie_word_embeddings": tie}
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("causal_lm").load(run).model
+    model = tfformer.load(run).model
     ids, mask = ragged_batch(rng)
     expected = keras_hub_logits(
         keras_hub, source, ids, mask, None if tie else tensors["lm_head.weight"]
@@ -141,7 +142,7 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
         config={"layer_norm_epsilon": 1e-6, "activation_function": "gelu"},
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    loaded = get_task("causal_lm").load(run)
+    loaded = tfformer.load(run)
     assert loaded.model.backbone.final_norm.epsilon == 1e-6
     block = loaded.model.backbone.decoder_blocks[0]
     assert block.ffn.activation.__name__ == "gelu"  # exact, as configured
@@ -231,7 +232,7 @@ def test_the_tokenizer_is_converted_into_graph_ops(tmp_path, bpe, files):
     source = with_tokenizer(tmp_path / "hf", bpe, files)
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
-    loaded = get_task("causal_lm").load(run)
+    loaded = tfformer.load(run)
     assert loaded.directory.tokenizer("text").kind == "bpe"
     assert any(f"byte-level BPE from {files}" in line for line in said)
     tokenizer = loaded.tokenizers["text"]
@@ -310,7 +311,7 @@ def test_added_tokens_and_tokenizer_config(tmp_path, bpe):
         config={"vocab_size": 301, "bos_token_id": 0, "eos_token_id": 0},
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    tokenizer = get_task("causal_lm").load(run).tokenizers["text"]
+    tokenizer = tfformer.load(run).tokenizers["text"]
     got = [i - 1 for i in tokenizer.tokenize(["cat[PAD]"])[0].numpy()]
     # add_prefix_space: "cat" is tokenized as " cat".
     assert got == [*bpe.encode(" cat").ids, 300]
@@ -551,7 +552,7 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     config = fine_tuning_config(tmp_path, run, "model.dropout=0.5")
     data = task.prepare(config, task.raw_splits(config.data), None, quiet)
     model = task.build_model(config, data)
-    original = task.load(run).model
+    original = tfformer.load(run).model
     ids = data.examples["train"].features["token_ids"].to_tensor().numpy()[:4]
     np.testing.assert_allclose(
         np.asarray(model({"token_ids": ids})),

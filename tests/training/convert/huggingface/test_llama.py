@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+import tfformer
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
@@ -103,7 +104,7 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
     rng = np.random.default_rng(0)
     source = write_checkpoint(tmp_path / "hf", rng, tie=tie)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("causal_lm").load(run).model
+    model = tfformer.load(run).model
     reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
     ids, mask = ragged_batch(rng)
     hidden = reference({"token_ids": ids, "padding_mask": mask})
@@ -129,7 +130,7 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     )
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
-    loaded = get_task("causal_lm").load(run)
+    loaded = tfformer.load(run)
     assert loaded.model.backbone.final_norm.epsilon == 1e-5
     assert loaded.model.backbone.rope_max_wavelength == 500.0
     block = loaded.model.backbone.decoder_blocks[1]
@@ -178,7 +179,7 @@ def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
         config={"bos_token_id": 0, "eos_token_id": 0},
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    tokenizer = get_task("causal_lm").load(run).tokenizers["text"]
+    tokenizer = tfformer.load(run).tokenizers["text"]
     assert (tokenizer.start_id, tokenizer.end_id, tokenizer.id_offset) == (1, 1, 1)
     assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "3", "0 5"]) == 0
     assert capsys.readouterr().out == "0 5\n"
@@ -343,7 +344,7 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
     x = data.examples["train"].features["token_ids"].to_tensor().numpy()[:4]
     np.testing.assert_allclose(
         np.asarray(model({"token_ids": x})),
-        np.asarray(task.load(run).model({"token_ids": x})),
+        np.asarray(tfformer.load(run).model({"token_ids": x})),
         atol=1e-6,
     )
     scored = ["--text", str(tmp_path / "ids.txt"), "--window", "16"]

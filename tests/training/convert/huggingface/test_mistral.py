@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+import tfformer
 from tests.training.convert.huggingface.test_llama import (
     llama_tensors,
     ragged_batch,
@@ -19,7 +20,6 @@ from tests.training.convert.huggingface.test_llama import (
 from tests.training.convert.huggingface.testing import assert_refused, quiet
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
-from tfformer.training.tasks import get_task
 
 pytest.importorskip("safetensors")
 
@@ -87,7 +87,7 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(
     rng = np.random.default_rng(0)
     source = write_checkpoint(tmp_path / "hf", rng, config=config, absent=absent)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("causal_lm").load(run).model
+    model = tfformer.load(run).model
     rewrite_config(source, **for_keras_hub)
     ids, mask = ragged_batch(rng)
     expected = keras_hub_logits(source, ids, mask)
@@ -105,7 +105,7 @@ def test_the_default_theta_is_transformers(tmp_path):
     rng = np.random.default_rng(0)
     source = write_checkpoint(tmp_path / "hf", rng, absent=("rope_theta",))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("causal_lm").load(run).model
+    model = tfformer.load(run).model
     rewrite_config(source, rope_theta=1e6)
     ids, mask = ragged_batch(rng)
     releases = keras_hub_logits(source, ids, mask)
@@ -122,7 +122,7 @@ def test_the_run_keeps_the_checkpoints_settings(tmp_path):
     )
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
-    loaded = get_task("causal_lm").load(run)
+    loaded = tfformer.load(run)
     backbone = loaded.model.backbone
     assert backbone.rope_max_wavelength == 1e4
     assert backbone.final_norm.epsilon == 1e-5

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 
+import tfformer
 from tests import numpy_reference as ref
 from tests.testing import transformer_blocks
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
@@ -19,7 +20,6 @@ from tests.training.test_image_data import write_image
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
 from tfformer.training.convert import convert
-from tfformer.training.tasks import get_task
 from tfformer.training.tasks.image_classification import (
     cubic_resize_matrix,
     initialized_vit,
@@ -142,7 +142,7 @@ def test_logits_and_hidden_states_equal_keras_hub(tmp_path):
     rng = np.random.default_rng(1)
     source = write_checkpoint(tmp_path / "hf", rng)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("image_classification").load(run).model
+    model = tfformer.load(run).model
     reference = keras_hub.models.ViTImageClassifier.from_preset(str(source))
     pixels = rng.integers(0, 256, (5, 8, 8, 3)).astype("float32")
     # tfformer's model takes raw pixels and normalizes them itself.
@@ -232,7 +232,7 @@ def test_logits_equal_a_numpy_forward_of_the_tensors(tmp_path, qkv_bias):
         tmp_path / "hf", rng, tensors=tensors, config={"qkv_bias": qkv_bias}
     )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    model = get_task("image_classification").load(run).model
+    model = tfformer.load(run).model
     pixels = rng.integers(0, 256, (3, 8, 8, 3)).astype("float32")
     np.testing.assert_allclose(
         model(pixels), numpy_vit(tensors, hugging_face_pixels(pixels)), atol=1e-5
@@ -245,7 +245,7 @@ def test_the_run_keeps_the_checkpoints_settings(converted):
         manifest = json.load(f)
     assert manifest["task"] == "image_classification"
     assert manifest["settings"] == {"image_size": 8, "labels": LABELS}
-    model = get_task("image_classification").load(run).model
+    model = tfformer.load(run).model
     norm = model.backbone.pixel_normalization
     np.testing.assert_allclose(np.ravel(norm.mean), 255 * np.array(MEAN), rtol=1e-6)
     np.testing.assert_allclose(
@@ -268,7 +268,7 @@ def test_hugging_face_defaults_and_repeated_labels(tmp_path):
     os.remove(source / "preprocessor_config.json")
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
-    loaded = get_task("image_classification").load(run)
+    loaded = tfformer.load(run)
     assert loaded.directory.manifest.labels == ("crane", "dog", "crane (2)", "cat")
     assert any("crane (2)" in line for line in said)
     norm = loaded.model.backbone.pixel_normalization
@@ -357,7 +357,7 @@ def finetune_config(root, run, *extra, out="finetuned"):
 
 def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     root, _, run = converted
-    loaded = get_task("image_classification").load(run)
+    loaded = tfformer.load(run)
     assert loaded.config.model.activation_dropout == 0.0  # HF's ViT: none
     source = loaded.model
     config = finetune_config(
@@ -399,7 +399,7 @@ def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     assert any("position table resized from 8x8 to 16x16" in line for line in said)
     # Chance is 1/3; the class is the strongest channel.
     assert result.metrics["test_accuracy"] > 0.9
-    loaded = get_task("image_classification").load(str(root / "finetuned"))
+    loaded = tfformer.load(str(root / "finetuned"))
     assert loaded.directory.manifest.labels == tuple(COLOURS)
     assert loaded.directory.manifest.image_size == 16
 
