@@ -38,3 +38,116 @@ def _reset_keras_state():
     yield
     keras.config.set_dtype_policy("float32")
     keras.backend.clear_session()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _learned_vocabularies_once(tmp_path_factory):
+    """Learns each WordPiece vocabulary once per test session.
+
+    Dozens of tests train tiny runs on the same seeded data, and
+    tensorflow-text's learner takes seconds each time (about a quarter of a
+    tiny translator run). `WordPieceTokenizer.learn` is deterministic in its
+    arguments, so the first call with a given set of arguments learns for
+    real and keeps the vocabulary in a folder both xdist workers share; a
+    later call with the same arguments reads it back.
+    """
+    if keras.backend.backend() != "tensorflow":
+        yield
+        return
+    import hashlib
+    import json
+
+    from tfformer.runs.files import atomic_write_text
+    from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+    # Each worker's base temporary folder sits in the session's shared one.
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    cache = root / "learned_vocabularies"
+    cache.mkdir(exist_ok=True)
+    learn = WordPieceTokenizer.learn.__func__
+
+    def learn_once(
+        cls, sentences, vocabulary_size, *, lower_case=False, extra_tokens=()
+    ):
+        sentences = list(sentences)
+        key = json.dumps(
+            [sentences, vocabulary_size, lower_case, list(extra_tokens)],
+            ensure_ascii=False,
+        )
+        path = cache / (hashlib.sha256(key.encode("utf-8")).hexdigest() + ".json")
+        if path.is_file():
+            return cls(json.loads(path.read_text("utf-8")), lower_case=lower_case)
+        tokenizer = learn(
+            cls,
+            sentences,
+            vocabulary_size,
+            lower_case=lower_case,
+            extra_tokens=extra_tokens,
+        )
+        atomic_write_text(str(path), json.dumps(list(tokenizer.vocabulary)))
+        return tokenizer
+
+    WordPieceTokenizer.learn = classmethod(learn_once)
+    yield
+    WordPieceTokenizer.learn = classmethod(learn)
+
+
+def _claim(path):
+    """True for the one process whose mkdir of `path` succeeds."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return False
+    return True
+
+
+def shared_build(tmp_path_factory, name, build, timeout=900):
+    """The folder `build(path)` fills, built once per test session.
+
+    Under pytest-xdist the workers share the session's temporary folder:
+    the first worker to ask builds into a staging folder and renames it to
+    `name` when `build` returns; a worker that asks meanwhile waits for the
+    rename and uses the same folder. Callers must not write into it (copy it
+    with `shutil.copytree` first); a build that failed fails every asker.
+    """
+    import shutil
+    import time
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    done, failed = root / "shared" / name, root / "shared" / f"{name}.failed"
+    done.parent.mkdir(exist_ok=True)
+    if not _claim(root / "shared" / f"{name}.lock"):
+        deadline = time.monotonic() + timeout
+        while not done.is_dir():
+            if failed.exists():
+                raise RuntimeError(f"building the shared {name!r} failed elsewhere")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the shared {name!r} took over {timeout} s")
+            time.sleep(0.5)
+        return str(done)
+    staging = root / "shared" / f"{name}.staging"
+    try:
+        build(staging)
+    except BaseException:
+        failed.touch()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    os.rename(staging, done)
+    return str(done)
+
+
+@pytest.fixture(scope="session")
+def tiny_translator_run(tmp_path_factory):
+    """A number-words translator trained for 30 steps (`tests/training/tiny.py`),
+    shared by every test that needs a finished run and does not write into it."""
+    from tests.training.tiny import train_tiny_translator
+
+    return shared_build(
+        tmp_path_factory,
+        "tiny_translator",
+        lambda path: train_tiny_translator(path, steps=30),
+    )

@@ -1,13 +1,11 @@
-"""A tiny trained translator run shared by the export tests (one per worker)."""
+"""The export tests' translator run: the session's shared tiny run."""
 
 import pytest
 
-from ..training.tiny import train_tiny_translator
-
 
 @pytest.fixture(scope="session")
-def run_dir(tmp_path_factory):
-    return train_tiny_translator(tmp_path_factory.mktemp("export_run"), steps=30)
+def run_dir(tiny_translator_run):
+    return tiny_translator_run
 
 
 SENTENCES = [

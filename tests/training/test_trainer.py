@@ -14,7 +14,7 @@ from tfformer.training.config import load_config
 from tfformer.training.tasks.translation import Translator
 from tfformer.training.trainer import build_dataset, build_model, compile_model, train
 
-from .tiny import TINY_NUMBER_WORDS
+from .tiny import TINY_NUMBER_WORDS, TWO_BUCKETS
 
 TINY = [
     *TINY_NUMBER_WORDS,
@@ -193,7 +193,7 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     """The TPU requirement, checked on CPU: with the bucketed static shapes the
     complete train step (forward, loss, gradients, Adam update) lowers to XLA
     HLO in one piece, with no op left outside the compiled cluster."""
-    config = tiny_config(tmp_path)
+    config = tiny_config(tmp_path, TWO_BUCKETS)
     data = build_dataset(config, None, progress=lambda *_: None)
     model = compile_model(build_model(config, data), config)
     stream = pipeline.training_stream(
@@ -284,6 +284,7 @@ def test_token_budget_batches_set_the_steps_of_an_epoch(tmp_path):
     batch, split over two mirrored replicas; an epoch is every full batch."""
     config = tiny_config(
         tmp_path,
+        TWO_BUCKETS,
         "train.batch_tokens=512",
         "train.steps_per_epoch=null",
         "train.epochs=1",
@@ -320,6 +321,7 @@ def test_bad_token_budgets_are_refused_before_training(tmp_path):
     # Two replicas need two rows of the 32-token bucket.
     with pytest.raises(ValueError, match=r"train.batch_tokens=40 .* at least 64"):
         run(
+            TWO_BUCKETS,
             "train.batch_tokens=40",
             "train.strategy=mirrored",
             "train.devices=/cpu:0,/cpu:1",

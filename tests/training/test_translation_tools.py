@@ -17,12 +17,10 @@ from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.tasks.base import PreparedData
 from tfformer.training.tasks.translation import TASK, Translator
 
-from .tiny import train_tiny_translator
-
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    return train_tiny_translator(tmp_path_factory.mktemp("tiny_run"), steps=6)
+def run_dir(tiny_translator_run):
+    return tiny_translator_run
 
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
