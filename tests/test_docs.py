@@ -198,3 +198,40 @@ def test_readme_opens_with_the_two_set_up_commands():
     assert [info for info, _ in blocks[:2]] == ["bash", "bash"]
     assert blocks[0][1] == INSTALL_AND_RUN
     assert blocks[1][1] == ci_command()
+
+
+NEW_TOKENS = re.compile(r"max[-_]new[-_]tokens[ =](\d+)")
+RUN = re.compile(r"runs/([a-z0-9_]+)")
+
+
+def config_context(name):
+    """data.max_length of training/configs/<name>.json or .yaml, or None."""
+    import json
+
+    import yaml
+
+    for extension, parse in ((".json", json.loads), (".yaml", yaml.safe_load)):
+        path = os.path.join(ROOT, "training", "configs", name + extension)
+        if os.path.isfile(path):
+            return parse(read(path)).get("data", {}).get("max_length")
+    return None
+
+
+@pytest.mark.parametrize("path", documents(), ids=relative)
+def test_generation_examples_fit_the_runs_context(path):
+    """A code block that generates from a run a shipped config writes asks
+    for fewer new tokens than that run's context (more is refused)."""
+    too_many = []
+    for _, body in split_fences(read(path))[1]:
+        contexts = {
+            name: config_context(name)
+            for name in RUN.findall(body)
+            if config_context(name) is not None
+        }
+        for count in map(int, NEW_TOKENS.findall(body)):
+            too_many += [
+                (name, count, context)
+                for name, context in contexts.items()
+                if count >= context
+            ]
+    assert not too_many, f"{relative(path)}: (run, new tokens, context) {too_many}"
