@@ -8,8 +8,13 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
+
+if keras.backend.backend() != "tensorflow":
+    # Runs are opened by the training code, which needs TensorFlow.
+    pytest.skip("tfformer.load needs the TensorFlow backend", allow_module_level=True)
 
 import tfformer
 from tfformer.decoding import Generator
