@@ -54,6 +54,7 @@ def _learned_vocabularies_once(tmp_path_factory):
     if keras.backend.backend() != "tensorflow":
         yield
         return
+    import functools
     import hashlib
     import json
 
@@ -68,6 +69,7 @@ def _learned_vocabularies_once(tmp_path_factory):
     cache.mkdir(exist_ok=True)
     learn = WordPieceTokenizer.learn.__func__
 
+    @functools.wraps(learn)
     def learn_once(
         cls, sentences, vocabulary_size, *, lower_case=False, extra_tokens=()
     ):

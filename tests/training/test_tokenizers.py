@@ -40,6 +40,20 @@ def test_learned_vocabulary_has_reserved_ids_and_round_trips(tmp_path):
     assert tok.detokenize(padded).numpy().tolist() == [b"a dog runs in the park."]
 
 
+def test_learning_twice_gives_the_same_vocabulary():
+    """The learner is deterministic in its arguments: what lets the test
+    session learn each vocabulary once (tests/conftest.py) and a resumed run
+    learn the vocabulary it started with. Calls the learner itself, not the
+    session's cache."""
+    learn = getattr(WordPieceTokenizer.learn.__func__, "__wrapped__", None)
+    learn = learn or WordPieceTokenizer.learn.__func__
+    sentences = [f"{s} {i} {i * 7 % 13}" for i, s in enumerate(SENTENCES * 4)]
+    first = learn(WordPieceTokenizer, sentences, 90, lower_case=True)
+    second = learn(WordPieceTokenizer, list(sentences), 90, lower_case=True)
+    assert first.vocabulary == second.vocabulary
+    assert first.vocabulary_size > len(RESERVED_TOKENS)
+
+
 def test_lower_case_folds_before_lookup():
     tok = WordPieceTokenizer.learn(SENTENCES, vocabulary_size=60, lower_case=True)
     np.testing.assert_array_equal(
