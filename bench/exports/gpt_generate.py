@@ -46,7 +46,7 @@ from bench import common
 from bench.peers import backbone_arguments
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.causal_lm import read_run
+from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.config import load_config
@@ -187,7 +187,7 @@ def main():
         "--output", default=os.path.join("bench", "results", "gpt_generate.json")
     )
     args = p.parse_args()
-    run = read_run(args.run)
+    run = EXPORTER.read(args.run)
     if run.text.kind != "byte":
         p.error(f"--run must be a byte-level run. Received: {run.text.kind!r}")
     length = args.prompt_length + args.new_tokens

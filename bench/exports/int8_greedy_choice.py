@@ -25,13 +25,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
+import tfformer
 from bench import common
 from bench.exports.translator_export import summary
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tflite import tflite_file_name
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
-from tfformer.training.tasks.translation import TASK, Translator
+from tfformer.training.tasks.translation import TASK
 
 # Runs `python -m tfformer.export ...` with the greedy choice of bcdd058..a1497be.
 OLD_CHOICE = """
@@ -80,8 +81,8 @@ def main():
     splits = TASK.raw_splits(config.data)
     pairs = splits["test"][: args.limit]
     sources = [s for s, _ in pairs]
-    keras_translator = Translator.from_run(
-        args.checkpoint, search="greedy", batch_size=1
+    keras_translator = tfformer.load(args.checkpoint).translator(
+        search="greedy", batch_size=1
     )
     keras_out, seconds = common.timed_each(
         lambda s: keras_translator.translate([s])[0], sources, warmup=True

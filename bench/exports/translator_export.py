@@ -5,7 +5,7 @@ TFLite variants (float32, float16, dynamic-range int8, full int8 calibrated
 on 200 training sources), then translates the run's test split one sentence at
 a time with each:
 
-- Keras: `tfformer.training.tasks.translation.Translator` (greedy, graph mode, batch 1);
+- Keras: `tfformer.load(RUN).translator(search="greedy")` (graph mode, batch 1);
 - SavedModel: `serving_default` (strings in, strings out);
 - TFLite: the runtime the export ships, `translate.py` (the `ai_edge_litert`
   Interpreter with the plain-Python device tokenizer), as an app would.
@@ -28,13 +28,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
+import tfformer
 from bench import common
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import QUANTIZATIONS, tflite_file_name
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.config import config_from_dict
 from tfformer.training.evaluation.translation import score_translations
-from tfformer.training.tasks.translation import TASK, Translator
+from tfformer.training.tasks.translation import TASK
 
 
 def summary(name, outputs, seconds, pairs, keras_outputs, size):
@@ -73,11 +74,8 @@ def main():
     parser.add_argument("--output", default="bench/results/export.json")
     args = parser.parse_args()
 
-    keras_translator = Translator.from_run(
-        args.checkpoint,
-        checkpoint=args.checkpoint_file,
-        search="greedy",
-        batch_size=1,
+    keras_translator = tfformer.load(args.checkpoint, args.checkpoint_file).translator(
+        search="greedy", batch_size=1
     )
     config = config_from_dict(RunDirectory(args.checkpoint).read_json("config.json"))
     splits = TASK.raw_splits(config.data)

@@ -339,4 +339,3 @@ class TranslationExporter(Exporter):
 
 EXPORTER = TranslationExporter()
 # A translation run as a `TranslationRun`, for scripts and tests.
-read_run = EXPORTER.read

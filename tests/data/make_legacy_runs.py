@@ -3,10 +3,11 @@ tfformer before its models became backbones and tasks (commit ada60da,
 where every model was a plain functional `keras.Model` whose parts were
 found by layer name).
 
-The files are committed; `tests/tfformer/models/test_legacy_models.py` and
-`tests/training/test_legacy_runs.py` check that today's code still loads
-them and gives the outputs recorded here. Run from the repository root at
-that commit (the builders it calls no longer exist in this form):
+The files are committed; `tests/tfformer/models/test_legacy_models.py`,
+`tests/tfformer/test_api.py` and `tests/training/test_predictors.py` check
+that today's code still loads them and gives the outputs recorded here.
+Run from the repository root at that commit (the builders it calls no
+longer exist in this form):
 
     git worktree add /tmp/old ada60da && cd /tmp/old && \
         python tests/data/make_legacy_runs.py /path/to/tests/data/legacy_runs

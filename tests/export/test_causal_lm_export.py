@@ -21,7 +21,7 @@ from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.flatbuffer import constant_buffers, ops, read_model
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.causal_lm import read_run
+from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.export.tflite import export_tflite
 
 from ..training.tiny import train_tiny_gpt
@@ -42,7 +42,7 @@ def run_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(run_dir):
-    return read_run(run_dir)
+    return EXPORTER.read(run_dir)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from tfformer.export.flatbuffer import (
     read_model,
     signature_types,
 )
-from tfformer.export.tasks.translation import read_run
+from tfformer.export.tasks.translation import EXPORTER
 from tfformer.export.tflite import (
     PER_CHANNEL_SWITCH,
     QUANTIZATIONS,
@@ -65,7 +65,7 @@ def full_int8_model(run_dir, tmp_path_factory):
 
 
 def test_int8_stores_each_weight_matrix_once(run_dir, int8_model):
-    model = read_run(run_dir).model
+    model = EXPORTER.read(run_dir).model
     tied = model.backbone.decoder_embedding
     assert tied.tie_weights  # the output projection reads this embedding
     embedding_shape = tuple(tied.token_embeddings.shape)

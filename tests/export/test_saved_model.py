@@ -19,7 +19,6 @@ from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model, next_version
 from tfformer.export.tasks import translation as translation_exporter
-from tfformer.training.tasks.translation import Translator
 
 from .conftest import SENTENCES
 
@@ -72,7 +71,9 @@ def test_signatures(loaded):
 
 
 def test_translations_equal_tfformer_translate(run_dir, loaded):
-    translator = Translator.from_run(run_dir, search="beam", beam_width=4, batch_size=8)
+    translator = tfformer.load(run_dir).translator(
+        search="beam", beam_width=4, batch_size=8
+    )
     expected = translator.translate(SENTENCES)
     out = loaded.signatures["serving_default"](text=tf.constant(SENTENCES))
     assert [t.decode() for t in out["translation"].numpy()] == expected

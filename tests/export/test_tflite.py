@@ -14,12 +14,13 @@ import pytest
 import tensorflow as tf
 from ai_edge_litert.interpreter import Interpreter
 
+import tfformer
 from tfformer.decoding import Generator
 from tfformer.export import cli
 from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.runtimes.translate import Translator
 from tfformer.export.saved_model import export_saved_model
-from tfformer.export.tasks.translation import read_run
+from tfformer.export.tasks.translation import EXPORTER
 from tfformer.export.tflite import convert, export_tflite
 from tfformer.runs.directory import RunDirectory
 
@@ -59,7 +60,7 @@ def test_builtin_ops_only_with_the_loop_inside(exported):
 def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
     tokenizer = DeviceTokenizer(os.path.dirname(exported))
     litert = Translator(exported)
-    run = read_run(run_dir)
+    run = EXPORTER.read(run_dir)
     greedy = Generator(run.model, max_length=32, search="greedy")
     serving = tf.saved_model.load(
         export_saved_model(
@@ -80,7 +81,7 @@ def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
 
 
 def test_logits_equal_keras_and_saved_model(run_dir, tmp_path):
-    run = read_run(run_dir)
+    run = EXPORTER.read(run_dir)
     rng = np.random.default_rng(0)
     source_vocabulary = run.model.backbone.encoder_vocabulary_size
     encoder = rng.integers(4, source_vocabulary, (1, 32)).astype("int32")
@@ -254,10 +255,8 @@ def scrambled(run_dir, tmp_path_factory):
 
 
 def test_translate_py_translates_as_keras_greedy_does(scrambled):
-    from tfformer.training.tasks.translation import Translator as KerasTranslator
-
     run, path = scrambled
-    expected = KerasTranslator.from_run(run, search="greedy").translate(SENTENCES)
+    expected = tfformer.load(run).translator(search="greedy").translate(SENTENCES)
     assert len({t for t in expected if t}) >= 3, expected  # real text to compare
     runtime = Translator(path)
     assert runtime.translate(SENTENCES) == expected

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import tfformer
 from tfformer.training import pipeline
 from tfformer.training.callbacks import restore_backup
 from tfformer.training.config import load_config
-from tfformer.training.tasks.translation import Translator
 from tfformer.training.trainer import build_dataset, build_model, compile_model, train
 
 from .tiny import TINY_NUMBER_WORDS, TWO_BUCKETS
@@ -74,7 +74,7 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     assert report["epochs"][1]["real_tokens"] > 4 * 16
     # The end-of-run exact match is the saved model's greedy translations of
     # the test split, against references as the tokenizer writes them.
-    translator = Translator.from_run(out, search="greedy")
+    translator = tfformer.load(out).translator(search="greedy")
     pairs = result.data.raw["test"][:16]
     target = result.data.tokenizers["target"]
     references = [

@@ -15,7 +15,7 @@ from tfformer.training.config import config_from_dict
 from tfformer.training.evaluation.attention_maps import cross_attention_weights
 from tfformer.training.evaluation.translation import score_translations
 from tfformer.training.tasks.base import PreparedData
-from tfformer.training.tasks.translation import TASK, Translator
+from tfformer.training.tasks.translation import TASK
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def run_dir(tiny_translator_run):
 
 
 def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
-    translator = Translator.from_run(run_dir, search="greedy", batch_size=8)
+    translator = tfformer.load(run_dir).translator(search="greedy", batch_size=8)
     loaded = tfformer.load(run_dir)
     model = loaded.model
     pairs = [
@@ -50,7 +50,9 @@ def test_greedy_translator_agrees_with_the_training_exact_match(run_dir):
 
 
 def test_beam_translator_returns_one_translation_per_sentence(run_dir):
-    translator = Translator.from_run(run_dir, search="beam", beam_width=3, batch_size=4)
+    translator = tfformer.load(run_dir).translator(
+        search="beam", beam_width=3, batch_size=4
+    )
     out = translator.translate(["one", "two hundred", "three thousand", "four", "five"])
     assert len(out) == 5
     assert translator.stats["sentences"] == 5

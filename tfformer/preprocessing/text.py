@@ -16,7 +16,6 @@ SUFFIX = "##"
 # starts with RESERVED_TOKENS; one converted from a checkpoint names its own
 # (BERT's: [PAD] [UNK] [CLS] [SEP] [MASK], at ids 0, 100, 101, 102, 103).
 SPECIAL_ROLES = ("pad", "unk", "start", "end", "mask")
-DEFAULT_SPECIAL_TOKENS = {"pad": PAD, "unk": UNK, "start": START, "end": END}
 
 
 def special_token_ids(vocabulary, special_tokens=None):

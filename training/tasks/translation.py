@@ -22,8 +22,6 @@ from tfformer.training.tasks.base import (
     tokenizer_entries,
 )
 
-CORPORA = ("number_words", "parallel_text", "tfds")
-
 
 @dataclasses.dataclass
 class TranslationData(TextDataConfig):
@@ -110,14 +108,6 @@ class Translator:
         )
         self._decode = self.generator.compiled(jit_compile=False)
         self.stats = {"sentences": 0, "tokens": 0, "seconds": 0.0}
-
-    @classmethod
-    def from_run(cls, run_dir, *, checkpoint="model.keras", max_length=None, **kwargs):
-        """A translator of a finished translation run directory."""
-        from tfformer.training.predictors.translation import TranslationPredictor
-
-        predictor = TranslationPredictor(run_dir, checkpoint=checkpoint)
-        return predictor.translator(max_length=max_length, **kwargs)
 
     def source_ids(self, sentences):
         """`(batch_size, source_length)` padded ids (rows beyond the batch are 0)."""

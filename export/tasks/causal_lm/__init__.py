@@ -60,6 +60,5 @@ from tfformer.export.tasks.causal_lm.exporter import EXPORTER
 from tfformer.export.tasks.causal_lm.run import CausalLMRun
 
 # A causal-LM run as a `CausalLMRun`, for scripts and tests.
-read_run = EXPORTER.read
 
-__all__ = ["EXPORTER", "CausalLMRun", "read_run"]
+__all__ = ["EXPORTER", "CausalLMRun"]

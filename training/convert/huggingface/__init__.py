@@ -131,7 +131,7 @@ def convert(source, out, *, progress=print):
     os.chmod(staging, 0o777 & ~umask)
     try:
         training_config = known[model_type].convert(source, config, staging, progress)
-        config_from_dict(training_config)  # what Task.load will read back
+        config_from_dict(training_config)  # what tfformer.load will read back
         RunDirectory(staging).write_config(training_config)
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
