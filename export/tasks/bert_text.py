@@ -46,6 +46,22 @@ class BertTextRun(ExportRun):
     pairs: bool = False  # the model reads sentence pairs
 
 
+def checked_pairs(text, text_b, signature):
+    """`text_b`, once the graph has checked it holds as many strings as
+    `text` (one pair per row); the error names `signature`."""
+    with tf.control_dependencies(
+        [
+            tf.debugging.assert_equal(
+                tf.size(text),
+                tf.size(text_b),
+                message=f"{signature}: text and text_b must hold as many "
+                "strings (one pair per row)",
+            )
+        ]
+    ):
+        return tf.identity(text_b)
+
+
 def pair_lengths(first, second, budget):
     """Token counts kept of a pair, as BERT's longest-first loop keeps them
     (the longer text loses a token until both fit `budget`; on a tie the
@@ -112,17 +128,7 @@ class BertInputs(tf.Module):
             segments = [tf.zeros_like(p) for p in pieces]
             counts = count_a
         else:
-            with tf.control_dependencies(
-                [
-                    tf.debugging.assert_equal(
-                        tf.size(text),
-                        tf.size(text_b),
-                        message="classify: text and text_b must hold as many "
-                        "strings (one pair per row)",
-                    )
-                ]
-            ):
-                text_b = tf.identity(text_b)
+            text_b = checked_pairs(text, text_b, "classify")
             second, cut_b = self._ids(text_b)
             cut = cut | cut_b
             count_b = tf.cast(second.row_lengths(), tf.int32)

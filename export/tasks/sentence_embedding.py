@@ -29,7 +29,12 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from tfformer.export.tasks.bert_text import BertInputs, BertTextExporter, BertTextRun
+from tfformer.export.tasks.bert_text import (
+    BertInputs,
+    BertTextExporter,
+    BertTextRun,
+    checked_pairs,
+)
 from tfformer.export.tasks.text import MAX_INPUT_BYTES, clamp_ids, special_ids
 
 
@@ -78,17 +83,7 @@ class EmbedderGraph(BertInputs):
         }
 
     def similarity(self, text, text_b):
-        with tf.control_dependencies(
-            [
-                tf.debugging.assert_equal(
-                    tf.size(text),
-                    tf.size(text_b),
-                    message="similarity: text and text_b must hold as many "
-                    "strings (one pair per row)",
-                )
-            ]
-        ):
-            text_b = tf.identity(text_b)
+        text_b = checked_pairs(text, text_b, "similarity")
         a = tf.math.l2_normalize(self.embed(text)["embedding"], axis=-1)
         b = tf.math.l2_normalize(self.embed(text_b)["embedding"], axis=-1)
         return {"cosine": tf.reduce_sum(a * b, axis=-1)}
