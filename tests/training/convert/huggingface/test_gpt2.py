@@ -14,7 +14,12 @@ import pytest
 
 import tfformer
 from tests.testing import END_OF_TEXT, train_byte_level_bpe, transformer_blocks
-from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
+from tests.training.convert.huggingface.testing import (
+    assert_refused,
+    changed,
+    quiet,
+    served_greedy,
+)
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
@@ -343,14 +348,7 @@ def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
     printed = capsys.readouterr().out[:-1]
     path = export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
     served = tf.saved_model.load(path)
-    out = served.signatures["generate"](
-        prompt=tf.constant([prompt, f"{END_OF_TEXT}the"]),
-        max_new_tokens=tf.constant([6, 3]),
-        temperature=tf.constant([1.0, 1.0]),
-        top_k=tf.constant([1, 1]),
-        top_p=tf.constant([1.0, 1.0]),
-        seed=tf.constant([0, 0]),
-    )
+    out = served_greedy(served, [prompt, f"{END_OF_TEXT}the"], [6, 3])
     assert prompt + out["text"].numpy()[0].decode() == printed
     assert END_OF_TEXT not in out["text"].numpy()[1].decode()
     ids = served.signatures["tokenize"](text=tf.constant([prompt]))["token_ids"]
@@ -448,14 +446,7 @@ def test_the_saved_model_stops_at_the_end_token(tmp_path, bpe):
     served = tf.saved_model.load(
         export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
     )
-    out = served.signatures["generate"](
-        prompt=tf.constant(["the cat"]),
-        max_new_tokens=tf.constant([4]),
-        temperature=tf.constant([1.0]),
-        top_k=tf.constant([1]),
-        top_p=tf.constant([1.0]),
-        seed=tf.constant([0]),
-    )
+    out = served_greedy(served, ["the cat"], [4])
     assert out["num_tokens"].numpy().tolist() == [1]
     assert out["token_ids"].numpy().tolist() == [[1]]  # the end token, shifted
     assert out["text"].numpy().tolist() == [b""]

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 import tfformer
-from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
+from tests.training.convert.huggingface.testing import (
+    assert_refused,
+    changed,
+    quiet,
+    served_greedy,
+)
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
@@ -198,14 +203,7 @@ def test_the_saved_model_generates_the_ids_predict_does(tmp_path, capsys):
     served = tf.saved_model.load(
         export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
     )
-    out = served.signatures["generate"](
-        prompt=tf.constant(["1 0 9"]),
-        max_new_tokens=tf.constant([5]),
-        temperature=tf.constant([1.0]),
-        top_k=tf.constant([1]),
-        top_p=tf.constant([1.0]),
-        seed=tf.constant([0]),
-    )
+    out = served_greedy(served, ["1 0 9"], [5])
     new = out["text"].numpy()[0].decode().split()
     assert ["1", "0", "9", *new] == printed.split()
     # An id the checkpoint does not have fails the call, naming the range.

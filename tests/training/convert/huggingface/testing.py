@@ -33,3 +33,19 @@ def assert_refused(tmp_path, source, message):
     with pytest.raises(ValueError, match=message):
         convert(str(source), str(tmp_path / "run"), progress=quiet)
     assert nothing_written(tmp_path)
+
+
+def served_greedy(served, prompts, max_new_tokens):
+    """The SavedModel `served`'s `generate` signature, greedy (top_k 1), on
+    `prompts` with `max_new_tokens` new tokens each (lists, one per row)."""
+    import tensorflow as tf
+
+    rows = len(prompts)
+    return served.signatures["generate"](
+        prompt=tf.constant(prompts),
+        max_new_tokens=tf.constant(max_new_tokens),
+        temperature=tf.constant([1.0] * rows),
+        top_k=tf.constant([1] * rows),
+        top_p=tf.constant([1.0] * rows),
+        seed=tf.constant([0] * rows),
+    )
