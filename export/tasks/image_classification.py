@@ -104,7 +104,8 @@ class ImageClassifierGraph(tf.Module):
         pixels = [
             tf.TensorSpec([None, self.size, self.size, 3], tf.uint8, name="pixels")
         ]
-        archive.add_endpoint("serving_default", self.classify, images)
+        # The first endpoint is also `serving_default` (ExportArchive.write_out
+        # aliases it): one trace instead of two.
         archive.add_endpoint("classify", self.classify, images)
         archive.add_endpoint("classify_pixels", self.classify_pixels, pixels)
         archive.write_out(path, verbose=False)

@@ -97,7 +97,8 @@ class EmbedderGraph(BertInputs):
         archive.track(self.model)
         archive.track(self.tokenizer)
         text = tf.TensorSpec([None], tf.string, name="text")
-        archive.add_endpoint("serving_default", self.embed, [text])
+        # The first endpoint is also `serving_default` (ExportArchive.write_out
+        # aliases it): one trace instead of two.
         archive.add_endpoint("embed", self.embed, [text])
         archive.add_endpoint(
             "similarity",

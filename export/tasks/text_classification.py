@@ -112,7 +112,8 @@ class ClassifierGraph(BertInputs):
         inputs = [tf.TensorSpec([None], tf.string, name="text")]
         if self.pairs:
             inputs.append(tf.TensorSpec([None], tf.string, name="text_b"))
-        archive.add_endpoint("serving_default", self.classify, inputs)
+        # The first endpoint is also `serving_default` (ExportArchive.write_out
+        # aliases it): one trace instead of two.
         archive.add_endpoint("classify", self.classify, inputs)
         archive.add_endpoint("embed", self.embed, inputs)
         archive.add_endpoint("tokenize", self.tokenize, inputs)

@@ -297,7 +297,8 @@ class GeneratorGraph(tf.Module):
             rows(tf.float32, "top_p"),
             rows(tf.int32, "seed"),
         ]
-        archive.add_endpoint("serving_default", self.generate, generate_inputs)
+        # The first endpoint is also `serving_default` (ExportArchive.write_out
+        # aliases it): one trace of the search instead of two.
         archive.add_endpoint("generate", self.generate, generate_inputs)
         text = rows(tf.string, "text")
         archive.add_endpoint("score", self.score, [text])
