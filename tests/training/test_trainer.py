@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -37,9 +38,15 @@ def tiny_config(tmp_path, *extra):
     )
 
 
-def test_train_writes_a_complete_run_directory(tmp_path):
-    config = tiny_config(tmp_path)
-    result = train(config, progress=lambda *_: None)
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run: (its config, its TrainResult)."""
+    config = tiny_config(tmp_path_factory.mktemp("finished"))
+    return config, train(config, progress=lambda *_: None)
+
+
+def test_train_writes_a_complete_run_directory(finished):
+    config, result = finished
     out = config.train.output_dir
     for name in (
         "config.json",
@@ -101,9 +108,10 @@ def test_train_writes_a_complete_run_directory(tmp_path):
     )
 
 
-def test_rerunning_a_finished_run_resumes_instead_of_restarting(tmp_path):
+def test_rerunning_a_finished_run_resumes_instead_of_restarting(finished, tmp_path):
+    original, first = finished
+    shutil.copytree(original.train.output_dir, tmp_path / "run")
     config = tiny_config(tmp_path)
-    first = train(config, progress=lambda *_: None)
     messages = []
     again = train(config, progress=messages.append)
     assert any("Resuming from step 8" in m for m in messages)
@@ -210,11 +218,10 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     assert set(by_shape) == {(16, 16), (16, 32)}
     model.optimizer.build(model.trainable_variables)
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
+    # Lowering is the check; running an XLA step is test_steps_per_execution_and_jit's.
     for features, labels in by_shape.values():
         hlo = step.experimental_get_compiler_ir(features, labels)(stage="hlo")
         assert "ENTRY" in hlo
-        logs = step(features, labels)
-        assert np.isfinite(float(logs["loss"]))
 
 
 def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
