@@ -17,10 +17,10 @@ import dataclasses
 import os
 from typing import ClassVar
 
-import keras
 import tensorflow as tf
 
 from tfformer.export import runtimes
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
     MAX_INPUT_BYTES,
@@ -183,14 +183,14 @@ class BertTextExporter(Exporter):
         `max_length`, for every quantization."""
         del quantize
         path = os.path.join(staging, self.task)
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(run.model)
         archive.add_endpoint(
             "serving_default",
             self.device_function(run),
             [tf.TensorSpec([1, None], tf.int32, name=n) for n in self.model_inputs],
         )
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
         return [
             TFLiteSource("model", path, per_channel_weights=self.per_channel_weights)
         ]

@@ -25,11 +25,11 @@ runtime.
 import dataclasses
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from tfformer.export import runtimes
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.exporter import CALIBRATED, Exporter, ExportRun, TFLiteSource
 from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels, is_image
 
@@ -98,17 +98,17 @@ class ImageClassifierGraph(tf.Module):
         return self.classify_pixels(self.decode(image_bytes))
 
     def write(self, path):
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(self.model)
         images = [tf.TensorSpec([None], tf.string, name="image_bytes")]
         pixels = [
             tf.TensorSpec([None, self.size, self.size, 3], tf.uint8, name="pixels")
         ]
-        # The first endpoint is also `serving_default` (ExportArchive.write_out
-        # aliases it): one trace instead of two.
+        # The first endpoint is also `serving_default` (the archive aliases
+        # it): one trace instead of two.
         archive.add_endpoint("classify", self.classify, images)
         archive.add_endpoint("classify_pixels", self.classify_pixels, pixels)
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
 
 
 class ImageClassificationExporter(Exporter):
@@ -138,7 +138,7 @@ class ImageClassificationExporter(Exporter):
         calibration on real images), so no float op is left at the input.
         The weights keep per-channel int8 scales (no tied embedding)."""
         path = os.path.join(staging, "image_classifier")
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(run.model)
         calibrated = quantize in CALIBRATED
 
@@ -153,7 +153,7 @@ class ImageClassificationExporter(Exporter):
             probabilities,
             [tf.TensorSpec(shape, dtype, name="pixels")],
         )
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
         return [
             TFLiteSource(
                 "model",

@@ -26,9 +26,9 @@ Tokenization, input packing, calibration and the device files are
 
 import dataclasses
 
-import keras
 import tensorflow as tf
 
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.bert_text import (
     BertInputs,
     BertTextExporter,
@@ -93,12 +93,12 @@ class EmbedderGraph(BertInputs):
         return {"token_ids": ids, "num_tokens": counts}
 
     def write(self, path):
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(self.model)
         archive.track(self.tokenizer)
         text = tf.TensorSpec([None], tf.string, name="text")
-        # The first endpoint is also `serving_default` (ExportArchive.write_out
-        # aliases it): one trace instead of two.
+        # The first endpoint is also `serving_default` (the archive aliases
+        # it): one trace instead of two.
         archive.add_endpoint("embed", self.embed, [text])
         archive.add_endpoint(
             "similarity",
@@ -106,7 +106,7 @@ class EmbedderGraph(BertInputs):
             [text, tf.TensorSpec([None], tf.string, name="text_b")],
         )
         archive.add_endpoint("tokenize", self.tokenize, [text])
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
 
 
 class SentenceEmbeddingExporter(BertTextExporter):

@@ -34,9 +34,9 @@ Tokenization, input packing, calibration and the device files are
 
 import dataclasses
 
-import keras
 import tensorflow as tf
 
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.bert_text import BertInputs, BertTextExporter, BertTextRun
 from tfformer.export.tasks.text import MAX_INPUT_BYTES, clamp_ids, special_ids
 
@@ -106,18 +106,18 @@ class ClassifierGraph(BertInputs):
         return {"token_ids": ids, "segment_ids": segments, "num_tokens": counts}
 
     def write(self, path):
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(self.model)
         archive.track(self.tokenizer)
         inputs = [tf.TensorSpec([None], tf.string, name="text")]
         if self.pairs:
             inputs.append(tf.TensorSpec([None], tf.string, name="text_b"))
-        # The first endpoint is also `serving_default` (ExportArchive.write_out
-        # aliases it): one trace instead of two.
+        # The first endpoint is also `serving_default` (the archive aliases
+        # it): one trace instead of two.
         archive.add_endpoint("classify", self.classify, inputs)
         archive.add_endpoint("embed", self.embed, inputs)
         archive.add_endpoint("tokenize", self.tokenize, inputs)
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
 
 
 class TextClassificationExporter(BertTextExporter):

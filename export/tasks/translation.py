@@ -29,12 +29,12 @@ by the interpreter with a ValueError, never a crash.
 import dataclasses
 import os
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
 from tfformer.export import runtimes
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
     MAX_INPUT_BYTES,
@@ -181,7 +181,7 @@ class TranslatorGraph(tf.Module):
 
     def write(self, path):
         """Writes the signatures as a SavedModel at `path` (no atomicity)."""
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(self.model)
         archive.track(self.source)
         archive.track(self.target)
@@ -208,7 +208,7 @@ class TranslatorGraph(tf.Module):
             self.detokenize,
             [tf.TensorSpec([None, None], tf.int32, name="token_ids")],
         )
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
 
 
 def decoding_function(run, max_length=None):
@@ -305,14 +305,14 @@ class TranslationExporter(Exporter):
         quantization."""
         del quantize
         path = os.path.join(staging, "translator")
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(run.model)
         archive.add_endpoint(
             "serving_default",
             decoding_function(run, max_length),
             [tf.TensorSpec([1, run.source_length], tf.int32, name="source_ids")],
         )
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
         return [TFLiteSource("model", path)]
 
     def calibration(self, run, sentences, quantize, max_length=None):

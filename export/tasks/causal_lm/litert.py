@@ -3,11 +3,11 @@ generative models: `prefill`/`decode` signatures over per-layer caches
 (`model.tflite`), the greedy loop model (`model_loop.tflite`), and the
 full-int8 calibration samples of both."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.causal_lm.run import core_tokenizer, stray_id
 from tfformer.export.tasks.text import clamp_ids
 from tfformer.models.cached_decoder import CachedDecoder
@@ -110,7 +110,7 @@ def write_device_saved_model(run, path, prefill_lengths=None):
     signature keys."""
     lengths = check_prefill_lengths(prefill_lengths, run.context)
     signatures = DeviceSignatures(run)
-    archive = keras.export.ExportArchive()
+    archive = SignatureArchive()
     archive.track(run.model)
     caches = signatures.cache_specs()
     archive.add_endpoint(
@@ -135,7 +135,7 @@ def write_device_saved_model(run, path, prefill_lengths=None):
             ],
         )
         keys.append(name)
-    archive.write_out(path, verbose=False)
+    archive.write_out(path)
     return keys
 
 
@@ -168,7 +168,7 @@ def loop_function(run):
 
 def write_loop_saved_model(run, path):
     """The SavedModel the converter reads for `model_loop.tflite`."""
-    archive = keras.export.ExportArchive()
+    archive = SignatureArchive()
     archive.track(run.model)
     archive.add_endpoint(
         "serving_default",
@@ -178,7 +178,7 @@ def write_loop_saved_model(run, path):
             tf.TensorSpec([1], tf.int32, name="max_new_tokens"),
         ],
     )
-    archive.write_out(path, verbose=False)
+    archive.write_out(path)
 
 
 def calibration_samples(run, texts, lengths):

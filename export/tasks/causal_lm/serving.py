@@ -2,10 +2,10 @@
 `logits`, `tokenize` and `detokenize`, core ops only (the signatures are
 described in the package's docstring and in `SIGNATURES`)."""
 
-import keras
 import tensorflow as tf
 
 from tfformer.decoding import Generator
+from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.causal_lm.run import core_tokenizer
 from tfformer.export.tasks.text import MAX_INPUT_BYTES, clamp_ids, valid_utf8
 from tfformer.export.wordpiece import probe_character_classes
@@ -285,7 +285,7 @@ class GeneratorGraph(tf.Module):
 
     def write(self, path):
         """Writes the signatures as a SavedModel at `path` (no atomicity)."""
-        archive = keras.export.ExportArchive()
+        archive = SignatureArchive()
         archive.track(self.model)
         archive.track(self.tokenizer)
         rows = lambda dtype, name: tf.TensorSpec([None], dtype, name=name)  # noqa: E731
@@ -297,8 +297,8 @@ class GeneratorGraph(tf.Module):
             rows(tf.float32, "top_p"),
             rows(tf.int32, "seed"),
         ]
-        # The first endpoint is also `serving_default` (ExportArchive.write_out
-        # aliases it): one trace of the search instead of two.
+        # The first endpoint is also `serving_default` (the archive aliases
+        # it): one trace of the search instead of two.
         archive.add_endpoint("generate", self.generate, generate_inputs)
         text = rows(tf.string, "text")
         archive.add_endpoint("score", self.score, [text])
@@ -313,4 +313,4 @@ class GeneratorGraph(tf.Module):
             self.detokenize,
             [tf.TensorSpec([None, None], tf.int32, name="token_ids")],
         )
-        archive.write_out(path, verbose=False)
+        archive.write_out(path)
