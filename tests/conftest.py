@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import gc
+
 import keras
 import pytest
 
@@ -28,6 +30,40 @@ if keras.backend.backend() == "tensorflow":
         )
     except RuntimeError:  # devices were initialized already
         pass
+
+
+# What the imports made lives for the whole session: Python's automatic full
+# collections (the tests no longer force one each) then walk only what the
+# tests made.
+gc.freeze()
+
+# The files that take longest, run first: xdist hands whole files to the
+# workers in collection order, and a long file picked up last keeps one
+# worker busy while the other idles.
+LONGEST_FIRST = (
+    "training/test_trainer.py",
+    "export/test_causal_lm_export.py",
+    "export/test_classification_export.py",
+    "training/test_masked_lm.py",
+    "training/test_resume_faults.py",
+    "training/convert/huggingface/test_gpt2.py",
+    "export/test_saved_model.py",
+    "export/test_tflite.py",
+    "training/test_main_job.py",
+    "tfformer/decoding/test_generator.py",
+    "export/test_embedding_export.py",
+    "export/test_image_export.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        path = item.nodeid.split("::")[0].removeprefix("tests/")
+        return (
+            LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+        )
+
+    items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)
