@@ -4,8 +4,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import gc
-
 import keras
 import pytest
 
@@ -31,11 +29,6 @@ if keras.backend.backend() == "tensorflow":
     except RuntimeError:  # devices were initialized already
         pass
 
-
-# What the imports made lives for the whole session: Python's automatic full
-# collections (the tests no longer force one each) then walk only what the
-# tests made.
-gc.freeze()
 
 # The files that take longest, run first: xdist hands whole files to the
 # workers in collection order, and a long file picked up last keeps one
