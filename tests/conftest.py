@@ -30,35 +30,6 @@ if keras.backend.backend() == "tensorflow":
         pass
 
 
-# The files that take longest, run first: xdist hands whole files to the
-# workers in collection order, and a long file picked up last keeps one
-# worker busy while the other idles.
-LONGEST_FIRST = (
-    "training/test_trainer.py",
-    "export/test_causal_lm_export.py",
-    "export/test_classification_export.py",
-    "training/test_masked_lm.py",
-    "training/test_resume_faults.py",
-    "training/convert/huggingface/test_gpt2.py",
-    "export/test_saved_model.py",
-    "export/test_tflite.py",
-    "training/test_main_job.py",
-    "tfformer/decoding/test_generator.py",
-    "export/test_embedding_export.py",
-    "export/test_image_export.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    def rank(item):
-        path = item.nodeid.split("::")[0].removeprefix("tests/")
-        return (
-            LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
-        )
-
-    items.sort(key=rank)  # stable: the rest keep their order
-
-
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Each test starts from float32, a fixed seed and a fresh Keras session.

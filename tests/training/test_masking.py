@@ -14,8 +14,13 @@ from tfformer.training.text.masking import mask_tokens
 MASK_ID, FIRST, VOCABULARY = 4, 5, 1000
 
 
+# Traced once per shape and setting, as the data pipeline runs it (inside
+# Dataset.map): hundreds of eager calls were most of this file's time.
+graph_mask_tokens = tf.function(mask_tokens)
+
+
 def masked(ids, seed, slots, **kwargs):
-    out = mask_tokens(
+    out = graph_mask_tokens(
         np.asarray(ids, np.int32),
         tf.constant(seed, tf.int64),
         num_predictions=slots,
