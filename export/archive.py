@@ -14,7 +14,13 @@ signatures and as attributes, which the save does not trace again.
 
 As with ExportArchive, the first endpoint is also `serving_default` unless
 one is named so, and lookup tables of tracked modules (the tokenizers) are
-saved with the model.
+saved with the model. Signatures (what TF Serving, `saved_model_cli` and
+`loaded.signatures[...]` see) are the same as ExportArchive's. Unlike it:
+only variables an endpoint uses are saved, the loaded object has no
+`variables` lists, its endpoint attributes take the signature's input names
+as keywords, and a tracked Keras layer is not searched for lookup tables (no
+tfformer layer holds one; a table an endpoint uses but nothing tracks makes
+the save fail, naming it).
 """
 
 import keras
