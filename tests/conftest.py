@@ -36,7 +36,8 @@ def _reset_keras_state():
 
     The session is cleared without Keras's forced full garbage collection:
     with a worker's heap full of traced graphs that collection took a third
-    of a second per test (over 6 minutes of a default run); Python's own
+    of a second per test (389 s of a default run, summed over both workers);
+    Python's own
     collector still runs as objects pile up.
     """
     keras.config.set_dtype_policy("float32")
