@@ -37,8 +37,7 @@ def _reset_keras_state():
     The session is cleared without Keras's forced full garbage collection:
     with a worker's heap full of traced graphs that collection took a third
     of a second per test (389 s of a default run, summed over both workers);
-    Python's own
-    collector still runs as objects pile up.
+    Python's own collector still runs as objects pile up.
     """
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
