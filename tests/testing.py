@@ -45,6 +45,11 @@ def fit_one_step(model, inputs, targets, optimizer, loss):
     Asserts a finite loss; returns the fraction of trainable weights it moved.
     """
     model.compile(optimizer=optimizer, loss=loss, jit_compile=True)
+    # Built here, as `fit` builds it under a distribution strategy (the
+    # trainer's case). Without one, Keras builds the optimizer inside the
+    # step's first trace, and `tf.function` traces a step that created
+    # variables a second time: twice the tracing of every contract's step.
+    model.optimizer.build(model.trainable_variables)
     before = [keras.ops.convert_to_numpy(w) for w in model.trainable_weights]
     history = model.fit(inputs, targets, batch_size=len(targets), epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
