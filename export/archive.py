@@ -27,6 +27,17 @@ import keras
 import tensorflow as tf
 
 
+def traced_once(fn, *input_signature):
+    """`fn` as a `tf.function` of `input_signature` (`tf.TensorSpec`s), for a
+    piece several endpoints call (a tokenizer, a decoding loop): traced once
+    and called from each endpoint's graph, instead of traced into each.
+
+    Keep it off tracked modules (a `tf.function` attribute of a saved
+    module would be saved as one more function of the SavedModel).
+    """
+    return tf.function(fn, input_signature=list(input_signature), autograph=False)
+
+
 class SignatureArchive:
     """Endpoints over tracked models and modules, written as one SavedModel."""
 

@@ -119,6 +119,10 @@ def compile_model(model, config, total_steps=None, schedule=None):
         steps_per_execution=train_config.steps_per_execution,
         **get_task(config.task).compile_arguments(config),
     )
+    # Built now, in the caller's strategy scope. Keras builds it inside the
+    # train step's first trace when no strategy is set, and `tf.function`
+    # then traces the whole step a second time (variables were created).
+    model.optimizer.build(model.trainable_variables)
     return model
 
 

@@ -20,7 +20,7 @@ from typing import ClassVar
 import tensorflow as tf
 
 from tfformer.export import runtimes
-from tfformer.export.archive import SignatureArchive
+from tfformer.export.archive import SignatureArchive, traced_once
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
     MAX_INPUT_BYTES,
@@ -102,9 +102,7 @@ class BertInputs(tf.Module):
         self.vocabulary_size = vocabulary_size
         # Traced once and called by every signature, for both texts of a
         # pair: the in-graph WordPiece is most of an export's tracing.
-        self._traced_ids = tf.function(
-            self._ids, input_signature=[tf.TensorSpec([None], tf.string)]
-        )
+        self._traced_ids = traced_once(self._ids, tf.TensorSpec([None], tf.string))
 
     def _ids(self, text):
         """Ragged ids of each text's first 16 KiB (then made valid UTF-8),

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from tfformer.decoding import Generator
 from tfformer.export import runtimes
-from tfformer.export.archive import SignatureArchive
+from tfformer.export.archive import SignatureArchive, traced_once
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
     MAX_INPUT_BYTES,
@@ -144,6 +144,14 @@ class TranslatorGraph(tf.Module):
             "lower_case": run.lower_case,
             "signatures": SIGNATURES,
         }
+        # Traced once each, though two signatures call each of them.
+        self._tokenize = traced_once(self.tokenize, tf.TensorSpec([None], tf.string))
+        self._translate_ids = traced_once(
+            self.translate_ids, tf.TensorSpec([None, None], tf.int32)
+        )
+        self._detokenize = traced_once(
+            self.detokenize, tf.TensorSpec([None, None], tf.int32)
+        )
 
     def clamp_source(self, ids):
         """Ids `(batch, any length)` to `(batch, source_length)`: cut or padded
@@ -162,8 +170,8 @@ class TranslatorGraph(tf.Module):
         return {"token_ids": out["token_ids"], "score": out["scores"]}
 
     def translate(self, text):
-        out = self.translate_ids(self.tokenize(text))
-        out["translation"] = self.target.detokenize(out["token_ids"])
+        out = dict(self._translate_ids(self._tokenize(text)))
+        out["translation"] = self._detokenize(out["token_ids"])["text"]
         return out
 
     def logits(self, encoder_token_ids, decoder_token_ids):
@@ -189,7 +197,7 @@ class TranslatorGraph(tf.Module):
         archive.add_endpoint("serving_default", self.translate, [text])
         archive.add_endpoint(
             "translate_ids",
-            self.translate_ids,
+            self._translate_ids,
             [tf.TensorSpec([None, None], tf.int32, name="source_ids")],
         )
         archive.add_endpoint(
@@ -201,11 +209,11 @@ class TranslatorGraph(tf.Module):
             ],
         )
         archive.add_endpoint(
-            "tokenize", lambda t: {"token_ids": self.tokenize(t)}, [text]
+            "tokenize", lambda t: {"token_ids": self._tokenize(t)}, [text]
         )
         archive.add_endpoint(
             "detokenize",
-            self.detokenize,
+            self._detokenize,
             [tf.TensorSpec([None, None], tf.int32, name="token_ids")],
         )
         archive.write_out(path)
