@@ -36,7 +36,7 @@ def _reset_keras_state():
 
     The session is cleared without Keras's forced full garbage collection:
     with a worker's heap full of traced graphs that collection took a third
-    of a second per test (389 s of a default run, summed over both workers);
+    of a second per test (389 s of a default run, summed over the workers);
     Python's own collector still runs as objects pile up.
     """
     keras.config.set_dtype_policy("float32")
@@ -54,7 +54,7 @@ def _learned_vocabularies_once(tmp_path_factory):
     tensorflow-text's learner takes seconds each time (about a quarter of a
     tiny translator run). `WordPieceTokenizer.learn` is deterministic in its
     arguments, so the first call with a given set of arguments learns for
-    real and keeps the vocabulary in a folder both xdist workers share; a
+    real and keeps the vocabulary in a folder the xdist workers share; a
     later call with the same arguments reads it back.
     """
     if keras.backend.backend() != "tensorflow":
