@@ -168,7 +168,8 @@ class LiteRTGenerator:
             for name, detail in details.items()
             if name.startswith("kv_cache_")
         }
-        self.context = next(iter(self.cache_shapes.values()))[1]
+        # Caches are (1, kv_heads, context, head_dim).
+        self.context = next(iter(self.cache_shapes.values()))[2]
         self.prefills = {}
         for key in signatures:
             if key == "prefill" or key.startswith("prefill_"):

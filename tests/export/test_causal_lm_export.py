@@ -341,8 +341,9 @@ def test_device_files_and_signatures(device, run):
     )
     assert sorted(signatures["decode"]["outputs"]) == sorted(["logits", *caches])
     assert sorted(signatures["prefill"]["outputs"]) == sorted(caches)
-    # BTNH caches: (1, context, kv_heads, head_dim).
-    assert runtime.cache_shapes["kv_cache_k_0"] == (1, CONTEXT, 2, 16)
+    # Caches (1, kv_heads, context, head_dim): LiteRT-LM reads the cache
+    # length from dimension 2.
+    assert runtime.cache_shapes["kv_cache_k_0"] == (1, 2, CONTEXT, 16)
     with open(path, "rb") as f:
         model = read_model(f.read())
     names = {op.name for op in ops(model)}
@@ -423,8 +424,8 @@ def test_the_loop_model_generates_greedily(device, run):
 def test_a_wrong_cache_is_refused_naming_the_tensor(device):
     _, _, runtime = device
     cache = runtime.new_cache()
-    cache["kv_cache_v_1"] = np.zeros((1, CONTEXT, 2, 8), np.float32)
-    with pytest.raises(ValueError, match=r"kv_cache_v_1.*\(1, 32, 2, 16\)"):
+    cache["kv_cache_v_1"] = np.zeros((1, 2, CONTEXT, 8), np.float32)
+    with pytest.raises(ValueError, match=r"kv_cache_v_1.*\(1, 2, 32, 16\)"):
         runtime.decode(5, 0, cache)
     del cache["kv_cache_v_1"]
     with pytest.raises(ValueError, match="lacks 'kv_cache_v_1'"):

@@ -29,12 +29,13 @@ generative models so that an app owns the loop and the sampling:
   `prefill` (`tokens` int32 `(1, N)`, `input_pos` int32 `(N,)`, the caches)
   -> the caches, and `decode` (`tokens` `(1, 1)`, `input_pos` `(1,)`, the
   caches) -> `logits` `(1, 1, vocab)` and the caches. The caches are
-  `kv_cache_k_{i}` / `kv_cache_v_{i}`, float32 `(1, context, kv_heads,
-  head_dim)` per layer (ai-edge-torch's BTNH layout), the same names in and
-  out; positions must be contiguous from `input_pos[0]`. Like ai-edge-torch,
-  `prefill` returns no logits: the app prefills the prompt and then decodes
-  its last token again. With `prefill_lengths` of more than one length the
-  signatures are `prefill_{N}`, as ai-edge-torch names them.
+  `kv_cache_k_{i}` / `kv_cache_v_{i}`, float32 `(1, kv_heads, context,
+  head_dim)` per layer (the layout LiteRT-LM reads the cache length from),
+  the same names in and out; positions must be contiguous from
+  `input_pos[0]`. Like ai-edge-torch, `prefill` returns no logits: the app
+  prefills the prompt and then decodes its last token again. With
+  `prefill_lengths` of more than one length the signatures are
+  `prefill_{N}`, as ai-edge-torch names them.
 - `model_loop.tflite`: the convenience form, `token_ids` `(1, context)`
   (the prompt, right-padded with 0) and `max_new_tokens` `(1,)` in,
   `token_ids` `(1, context)` out, the greedy KV-cached loop inside (one

@@ -1,5 +1,5 @@
-"""The causal LM's LiteRT models, in the shape of ai-edge-torch's
-generative models: `prefill`/`decode` signatures over per-layer caches
+"""The causal LM's LiteRT models, in the shape LiteRT-LM runs:
+`prefill`/`decode` signatures over per-layer caches
 (`model.tflite`), the greedy loop model (`model_loop.tflite`), and the
 full-int8 calibration samples of both."""
 
@@ -15,11 +15,14 @@ from tfformer.preprocessing.text import PAD_ID
 
 
 class DeviceSignatures:
-    """`prefill` and `decode` over per-layer caches in ai-edge-torch's layout.
+    """`prefill` and `decode` over per-layer caches, as LiteRT-LM runs them.
 
     The model's own cache is `(batch, 2, kv_heads, length, head_dim)` per
-    layer; at the signature boundary it is split into k and v and transposed
-    to `(1, length, kv_heads, head_dim)`.
+    layer; at the signature boundary it is split into k and v, each `(1,
+    kv_heads, length, head_dim)`. That is the layout LiteRT-LM reads: a
+    model without a mask input has its cache length read from dimension 2
+    of `kv_cache_k_0` (ai-edge-torch's `(1, length, kv_heads, head_dim)`
+    made it read the number of heads as the length).
     """
 
     def __init__(self, run):
@@ -37,14 +40,14 @@ class DeviceSignatures:
         for i in range(self.layers):
             shapes[f"kv_cache_k_{i}"] = (
                 1,
-                self.run.context,
                 self.kv_heads,
+                self.run.context,
                 self.key_dim,
             )
             shapes[f"kv_cache_v_{i}"] = (
                 1,
-                self.run.context,
                 self.kv_heads,
+                self.run.context,
                 self.value_dim,
             )
         return shapes
@@ -57,21 +60,15 @@ class DeviceSignatures:
 
     def _run(self, tokens, input_pos, caches):
         cache = tuple(
-            tf.stack(
-                [
-                    tf.transpose(caches[2 * i], [0, 2, 1, 3]),
-                    tf.transpose(caches[2 * i + 1], [0, 2, 1, 3]),
-                ],
-                axis=1,
-            )
+            tf.stack([caches[2 * i], caches[2 * i + 1]], axis=1)
             for i in range(self.layers)
         )
         tokens = clamp_ids(tokens, self.run.vocabulary_size, stray_id(self.run))
         logits, cache, _ = self.decoder.step(tokens, cache, input_pos[0])
         out = {}
         for i, layer in enumerate(cache):
-            out[f"kv_cache_k_{i}"] = tf.transpose(layer[:, 0], [0, 2, 1, 3])
-            out[f"kv_cache_v_{i}"] = tf.transpose(layer[:, 1], [0, 2, 1, 3])
+            out[f"kv_cache_k_{i}"] = layer[:, 0]
+            out[f"kv_cache_v_{i}"] = layer[:, 1]
         return logits, out
 
     def decode(self, tokens, input_pos, *caches):
