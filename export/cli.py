@@ -7,6 +7,8 @@ Examples:
         --quantize int8 --out device/
     tfformer-export --checkpoint runs/shakespeare_gpt_10min --format tflite \\
         --prefill-lengths 16,64 --out device/gpt
+    tfformer-export --checkpoint runs/shakespeare_gpt_10min --format litertlm \\
+        --out device/gpt
 
 The run's task adds its own options (`--help` with `--checkpoint` lists
 them). `--result-json FILE` writes `{"path": ...}` of the export, for
@@ -21,7 +23,7 @@ import sys
 
 from tfformer.runs.files import atomic_write_text
 
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", "litertlm")
 
 
 def read_sentences(path):
@@ -41,7 +43,12 @@ def parser():
         prog="tfformer-export", description=__doc__.split("\n")[0]
     )
     p.add_argument("--checkpoint", required=True, help="a tfformer-train run directory")
-    p.add_argument("--format", required=True, help="saved_model or tflite")
+    p.add_argument(
+        "--format",
+        required=True,
+        help="saved_model, tflite or litertlm (causal-LM runs on bytes: a "
+        "bundle for Google's LiteRT-LM runtime)",
+    )
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument(
         "--quantize",
@@ -117,6 +124,17 @@ def export(args, exporter):
             version=args.version,
             checkpoint=args.checkpoint_file,
             **exporter.saved_model_options(args),
+        )
+    if args.format == "litertlm":
+        if args.quantize != "none":
+            raise ValueError(
+                "--format litertlm bundles the float32 model. Received: "
+                f"--quantize {args.quantize!r}"
+            )
+        from tfformer.export.litertlm import export_litertlm
+
+        return export_litertlm(
+            args.checkpoint, args.out, checkpoint=args.checkpoint_file
         )
     from tfformer.export.tflite import export_tflite
 
