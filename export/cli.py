@@ -1,4 +1,4 @@
-"""`tfformer-export`: a training run to a TF Serving SavedModel or a TFLite model.
+"""`tfformer-export`: a training run to a SavedModel, TFLite model or LiteRT-LM bundle.
 
 Examples:
     tfformer-export --checkpoint runs/number_words --format saved_model \\
@@ -130,6 +130,11 @@ def export(args, exporter):
             raise ValueError(
                 "--format litertlm bundles the float32 model. Received: "
                 f"--quantize {args.quantize!r}"
+            )
+        if getattr(args, "prefill_lengths", None):
+            raise ValueError(
+                "--format litertlm bundles one prefill of the whole context. "
+                f"Received: --prefill-lengths {args.prefill_lengths!r}"
             )
         from tfformer.export.litertlm import export_litertlm
 

@@ -7,13 +7,16 @@ A bundle, written with `litert-lm-builder`, holds:
 - an `LlmMetadata` record: the start token, the stop token, the context as
   `max_num_tokens`, and the `GenericModel` type.
 
-Before the bundle is written, LiteRT-LM loads it and decodes greedily from a
-fixed prompt, and its tokens are compared with `generate.py`'s (the
-reference runtime) on the same TFLite model. A bundle the runtime cannot
-run, or runs differently, is not written.
+Before the bundle is written, LiteRT-LM (its Python package, on this
+machine's CPU) loads it and decodes greedily from a fixed prompt, and the
+text it returns must be the text of `generate.py`'s greedy tokens (the
+reference runtime, on the same TFLite model), to the last byte and the
+same stopping point. A bundle the runtime cannot run, or runs differently,
+is not written. The check sets LiteRT-LM's process-wide log level to ERROR.
 
 Supported: runs trained on bytes (`data.tokenizer=byte`). Runs on WordPiece
-and converted checkpoints (GPT-2's BPE, token ids) are refused by name.
+and converted checkpoints (GPT-2's BPE, token ids) are refused, naming
+their tokenizer.
 """
 
 import json
@@ -22,12 +25,11 @@ import tempfile
 
 from tfformer.export.tasks import get_exporter
 from tfformer.export.tflite import export_tflite
-from tfformer.preprocessing.text import END_ID, START_ID
+from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_copy
 
 BUNDLE = "model.litertlm"
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[START]", "[END]")
 # The runtime check's prompt and length.
 CHECK_PROMPT = "ROMEO:"
 CHECK_TOKENS = 8
@@ -54,9 +56,11 @@ def byte_level_alphabet():
 def byte_tokenizer_json():
     """tfformer's byte tokenizer (ids 0-3 reserved, byte b is id b + 4) as a
     Hugging Face `tokenizer.json`: a byte-level BPE without merges, so each
-    byte is one token."""
+    byte is one token. The reserved tokens are in the vocabulary but not
+    "added tokens", which Hugging Face would match in the text itself: a
+    prompt holding "[END]" is five bytes, as in tfformer."""
     alphabet = byte_level_alphabet()
-    vocabulary = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
+    vocabulary = {token: i for i, token in enumerate(RESERVED_TOKENS)}
     vocabulary.update({alphabet[b]: b + 4 for b in range(256)})
     byte_level = {
         "type": "ByteLevel",
@@ -68,18 +72,7 @@ def byte_tokenizer_json():
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {
-                "id": i,
-                "content": token,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": True,
-            }
-            for i, token in enumerate(SPECIAL_TOKENS)
-        ],
+        "added_tokens": [],
         "normalizer": None,
         "pre_tokenizer": byte_level,
         "post_processor": None,
@@ -109,15 +102,23 @@ def llm_metadata(start_id, end_id, context):
     )
 
 
+def require_packages():
+    """`litertlm_builder` and `litert_lm`; ValueError naming the extra when
+    either is missing."""
+    try:
+        import litert_lm
+        from litert_lm_builder import litertlm_builder as builder
+    except ImportError as e:
+        raise ValueError(
+            f"--format litertlm needs litert-lm-builder and litert-lm-api ({e}): "
+            'pip install "tfformer[litertlm]"'
+        ) from None
+    return builder, litert_lm
+
+
 def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path):
     """Writes the `.litertlm` file with `litert-lm-builder`."""
-    try:
-        from litert_lm_builder import litertlm_builder as builder
-    except ImportError:
-        raise ValueError(
-            "--format litertlm needs litert-lm-builder: pip install "
-            '"tfformer[litertlm]"'
-        ) from None
+    builder, _ = require_packages()
     bundle = builder.LitertLmFileBuilder()
     bundle.add_llm_metadata(metadata_path)
     bundle.add_tflite_model(tflite_path, builder.TfLiteModelType.PREFILL_DECODE)
@@ -127,15 +128,9 @@ def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path):
 
 
 def litert_lm_greedy(bundle_path, prompt, max_tokens):
-    """The token ids LiteRT-LM decodes greedily from `prompt` (no prompt
-    template; at most `max_tokens`)."""
-    try:
-        import litert_lm
-    except ImportError:
-        raise ValueError(
-            "--format litertlm checks each bundle in LiteRT-LM, which needs "
-            'litert-lm-api: pip install "tfformer[litertlm]"'
-        ) from None
+    """The text LiteRT-LM decodes greedily (top-k 1) from `prompt`: no
+    prompt template, at most `max_tokens` tokens, up to the stop token."""
+    _, litert_lm = require_packages()
     litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
     with litert_lm.Engine(bundle_path) as engine:
         session = engine.create_session(
@@ -145,42 +140,43 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
         )
         try:
             session.run_prefill([prompt])
-            text = session.run_decode().texts[0]
+            return session.run_decode().texts[0]
         finally:
             session.close()
-        return engine.tokenize(text) if text else []
 
 
-def check_bundle(bundle_path, tflite_dir, prompt=CHECK_PROMPT, max_tokens=CHECK_TOKENS):
-    """Raises ValueError unless LiteRT-LM's greedy tokens from `prompt` are
-    those of the reference runtime (`generate.py`) on the bundled model."""
-    import sys
+def reference_greedy(tflite_path, prompt, max_tokens):
+    """The text `generate.py`'s greedy search decodes from [START] and the
+    bytes of `prompt`: at most `max_tokens` tokens, up to [END]."""
+    from tfformer.export.runtimes.generate import LiteRTGenerator
 
-    sys.path.insert(0, tflite_dir)
-    try:
-        import generate
+    ids = [START_ID, *(b + 4 for b in prompt.encode("utf-8"))]
+    tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
+    if END_ID in tokens:
+        tokens = tokens[: tokens.index(END_ID)]
+    return bytes(t - 4 for t in tokens if t >= 4).decode("utf-8", errors="replace")
 
-        reference = generate.LiteRTGenerator(os.path.join(tflite_dir, "model.tflite"))
-    finally:
-        sys.path.remove(tflite_dir)
-        sys.modules.pop("generate", None)
-        sys.modules.pop("tokenizer", None)
+
+def check_bundle(
+    bundle_path, tflite_path, prompt=CHECK_PROMPT, max_tokens=CHECK_TOKENS
+):
+    """Raises ValueError unless LiteRT-LM's greedy text from `prompt` is the
+    reference runtime's (`generate.py`) on the bundled model."""
     try:
         got = litert_lm_greedy(bundle_path, prompt, max_tokens)
     except RuntimeError as e:
         raise ValueError(f"LiteRT-LM could not run the bundle: {e}") from None
-    prompt_ids = [START_ID, *(b + 4 for b in prompt.encode("utf-8"))]
-    expected, _ = reference.generate(prompt_ids, len(got) or 1, greedy=True)
-    expected = [t for t in expected if t != END_ID][: len(got)]
+    expected = reference_greedy(tflite_path, prompt, max_tokens)
     if got != expected:
         raise ValueError(
-            f"LiteRT-LM decoded {got} from {prompt!r}; the reference runtime "
-            f"decodes {expected}. The bundle is not written."
+            f"LiteRT-LM decoded {got!r} from {prompt!r}; the reference runtime "
+            f"decodes {expected!r}. The bundle is not written."
         )
 
 
 def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=print):
     """Writes `<out_dir>/model.litertlm` for a causal-LM run; returns its path."""
+    require_packages()
     run = RunDirectory(run_dir)
     if run.task != "causal_lm":
         raise ValueError(
@@ -195,10 +191,11 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             "--format litertlm supports runs trained on bytes "
             f"(data.tokenizer=byte). Received: a run with the {kind!r} tokenizer"
         )
+    progress(f"Converting {run.path} to the bundle's TFLite model...")
     with tempfile.TemporaryDirectory() as staging:
         tflite_dir = os.path.join(staging, "tflite")
         tflite = export_tflite(
-            run.path, tflite_dir, checkpoint=checkpoint, progress=progress
+            run.path, tflite_dir, checkpoint=checkpoint, progress=lambda *_: None
         )
         tokenizer = os.path.join(staging, "tokenizer.json")
         with open(tokenizer, "w", encoding="utf-8") as f:
@@ -209,7 +206,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
         bundle = os.path.join(staging, BUNDLE)
         build_bundle(tflite, tokenizer, metadata, bundle)
         progress("Checking the bundle in LiteRT-LM...")
-        check_bundle(bundle, tflite_dir)
+        check_bundle(bundle, tflite)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, BUNDLE)
         atomic_copy(bundle, path)

@@ -182,9 +182,19 @@ class LiteRTGenerator:
         settings = os.path.join(self.directory, "text.json")
         if os.path.isfile(settings):
             with open(settings, encoding="utf-8") as f:
-                special = json.load(f).get("special_ids") or {}
+                written = json.load(f)
+            special = written.get("special_ids") or {}
             self.start_id = special.get("start", START)
             self.end_id = special.get("end", END)
+            # A model of the older (1, context, kv_heads, head_dim) layout
+            # would read its head count as the context here.
+            if written.get("context", self.context) != self.context:
+                raise ValueError(
+                    f"{path}'s caches are {next(iter(self.cache_shapes.values()))}, "
+                    f"(1, kv_heads, context, head_dim) for a context of "
+                    f"{self.context}, but text.json says the context is "
+                    f"{written['context']}: export the run again."
+                )
 
     # -- the two signatures --------------------------------------------------------
 

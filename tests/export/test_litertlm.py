@@ -12,12 +12,13 @@ from tfformer.export import litertlm
 from tfformer.export.cli import main as export_main
 from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+from tfformer.preprocessing.text import RESERVED_TOKENS
 
 from ..training.tiny import train_tiny_gpt
 
 CONTEXT = 32
 LINE = "to be or not to be, that is the question.\n"
-START = 2
+START, END = 2, 3
 
 try:
     import litert_lm  # noqa: F401
@@ -34,6 +35,7 @@ TEXTS = [
     "naïve café Straße 日本語 😀",
     "nul\x00byte",
     "\u2028 line separator, \ufeff BOM",
+    "[END] and [START] are text here",
 ]
 
 
@@ -54,7 +56,7 @@ def test_the_byte_tokenizer_json_tokenizes_as_tfformer_does():
     # Each of the 256 bytes is one token (id b + 4); the 4 reserved tokens
     # are special.
     assert hf.get_vocab_size() == 260
-    assert [hf.token_to_id(t) for t in litertlm.SPECIAL_TOKENS] == [0, 1, 2, 3]
+    assert [hf.token_to_id(t) for t in RESERVED_TOKENS] == [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
@@ -86,30 +88,45 @@ def keras_greedy(run_dir, ids, new):
 
 
 @needs_runtime
+def test_the_bundle_names_its_start_and_stop_tokens(bundle):
+    import litert_lm
+
+    with litert_lm.Engine(bundle) as engine:
+        assert engine.bos_token_id == START
+        assert engine.eos_token_ids == [[END]]
+        assert engine.tokenize("[END]é") == [b + 4 for b in "[END]é".encode()]
+
+
+@needs_runtime
 @pytest.mark.parametrize("prompt", ["to be or", "ROMEO:", "x"])
 def test_litert_lm_decodes_what_the_keras_generator_decodes(bundle, run_dir, prompt):
     """LiteRT-LM starts the prompt with the bundle's start token and decodes
-    greedily; the Keras generator, given the same ids, picks the same tokens."""
+    greedily; the Keras generator, given the same ids, picks the same
+    tokens, and stops at the same point."""
     new = 12
     got = litertlm.litert_lm_greedy(bundle, prompt, new)
     ids = [START, *(b + 4 for b in prompt.encode("utf-8"))]
     expected = keras_greedy(run_dir, ids, new)
+    if END in expected:
+        expected = expected[: expected.index(END)]
     assert got, "LiteRT-LM decoded nothing"
-    assert got == expected[: len(got)]
-    # It stops only at the end token or after `new` tokens.
-    assert len(got) == new or expected[len(got)] == 3
+    assert got.encode("utf-8") == bytes(t - 4 for t in expected)
 
 
 @needs_runtime
+@pytest.mark.parametrize("decoded", ["", "zz"])
 def test_a_bundle_that_fails_its_runtime_check_is_not_written(
-    run_dir, tmp_path, monkeypatch
+    run_dir, tmp_path, monkeypatch, decoded
 ):
-    monkeypatch.setattr(litertlm, "litert_lm_greedy", lambda *_: [4, 5, 6])
+    """Nothing decoded counts as a failure too; an earlier bundle in the
+    folder is left as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.litertlm").write_bytes(b"an earlier bundle")
+    monkeypatch.setattr(litertlm, "litert_lm_greedy", lambda *_: decoded)
     with pytest.raises(ValueError, match=r"LiteRT-LM decoded .* not written"):
-        litertlm.export_litertlm(
-            run_dir, str(tmp_path / "out"), progress=lambda *_: None
-        )
-    assert not os.path.exists(tmp_path / "out" / "model.litertlm")
+        litertlm.export_litertlm(run_dir, str(out), progress=lambda *_: None)
+    assert (out / "model.litertlm").read_bytes() == b"an earlier bundle"
 
 
 def test_runs_it_cannot_bundle_are_refused_naming_them(
@@ -125,4 +142,6 @@ def test_runs_it_cannot_bundle_are_refused_naming_them(
     argv = ["--checkpoint", run_dir, "--format", "litertlm", "--out", out]
     assert export_main([*argv, "--quantize", "int8"]) == 2
     assert "--quantize 'int8'" in capsys.readouterr().err
+    assert export_main([*argv, "--prefill-lengths", "8,16"]) == 2
+    assert "--prefill-lengths '8,16'" in capsys.readouterr().err
     assert not os.path.exists(out)

@@ -24,7 +24,8 @@ SavedModel (TF Serving), core ops only, loadable with TensorFlow alone:
 - `tokenize` / `detokenize`.
 
 TFLite (LiteRT), builtin ops only, in the shape of ai-edge-torch's
-generative models so that an app owns the loop and the sampling:
+generative models (but for the caches' layout, which is LiteRT-LM's) so
+that an app owns the loop and the sampling:
 - `model.tflite` (or `model_<quantize>.tflite`) with two signatures:
   `prefill` (`tokens` int32 `(1, N)`, `input_pos` int32 `(N,)`, the caches)
   -> the caches, and `decode` (`tokens` `(1, 1)`, `input_pos` `(1,)`, the
