@@ -23,8 +23,8 @@ import json
 import os
 import tempfile
 
-from tfformer.export.tasks import get_exporter
 from tfformer.export.tflite import export_tflite
+from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_copy
@@ -61,7 +61,7 @@ def byte_tokenizer_json():
     prompt holding "[END]" is five bytes, as in tfformer."""
     alphabet = byte_level_alphabet()
     vocabulary = {token: i for i, token in enumerate(RESERVED_TOKENS)}
-    vocabulary.update({alphabet[b]: b + 4 for b in range(256)})
+    vocabulary.update({alphabet[b]: b + ByteTokenizer.offset for b in range(256)})
     byte_level = {
         "type": "ByteLevel",
         "add_prefix_space": False,
@@ -150,11 +150,14 @@ def reference_greedy(tflite_path, prompt, max_tokens):
     bytes of `prompt`: at most `max_tokens` tokens, up to [END]."""
     from tfformer.export.runtimes.generate import LiteRTGenerator
 
-    ids = [START_ID, *(b + 4 for b in prompt.encode("utf-8"))]
+    offset = ByteTokenizer.offset
+    ids = [START_ID, *(b + offset for b in prompt.encode("utf-8"))]
     tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
     if END_ID in tokens:
         tokens = tokens[: tokens.index(END_ID)]
-    return bytes(t - 4 for t in tokens if t >= 4).decode("utf-8", errors="replace")
+    return bytes(t - offset for t in tokens if t >= offset).decode(
+        "utf-8", errors="replace"
+    )
 
 
 def check_bundle(
@@ -183,9 +186,8 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             f"--format litertlm is for causal_lm runs. Received: a {run.task!r} "
             f"run ({run.path})"
         )
-    exporter = get_exporter(run.task)
-    task_run = exporter.read(run, checkpoint)
-    kind = task_run.text.kind
+    # From the manifest: the model is loaded once, by the TFLite export.
+    kind = run.tokenizer("text").kind
     if kind != "byte":
         raise ValueError(
             "--format litertlm supports runs trained on bytes "
@@ -202,7 +204,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             json.dump(byte_tokenizer_json(), f, ensure_ascii=False)
         metadata = os.path.join(staging, "llm_metadata.textproto")
         with open(metadata, "w", encoding="utf-8") as f:
-            f.write(llm_metadata(task_run.start_id, task_run.end_id, task_run.context))
+            f.write(llm_metadata(START_ID, END_ID, run.manifest.max_length))
         bundle = os.path.join(staging, BUNDLE)
         build_bundle(tflite, tokenizer, metadata, bundle)
         progress("Checking the bundle in LiteRT-LM...")
