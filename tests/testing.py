@@ -282,3 +282,21 @@ def transformer_blocks(model):
         *getattr(backbone, "encoder_blocks", []),
         *getattr(backbone, "decoder_blocks", []),
     ]
+
+
+def tree_digest(path):
+    """{relative path: SHA-256} of every file under `path`, and "<dir>" for
+    each folder: equal digests mean nothing was added, removed or changed."""
+    import hashlib
+    import os
+
+    found = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), path)] = "<dir>"
+        for name in files:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            found[os.path.relpath(full, path)] = digest
+    return found

@@ -39,6 +39,7 @@ from tfformer.training.distribution.strategy import (
     is_chief,
     is_multi_worker,
 )
+from tfformer.training.output_directory import check_output_directory, move_aside
 from tfformer.training.plots import plot_training_curves
 from tfformer.training.schedules import TransformerSchedule, WarmupCosineSchedule
 from tfformer.training.tasks import check_trainable, get_task
@@ -153,7 +154,7 @@ class TrainResult:
     metrics: dict
 
 
-def train(config, *, progress=print):
+def train(config, *, progress=print, start_over=False):
     """Trains `config` (a `Config`); returns a `TrainResult`.
 
     Writes into `config.train.output_dir` (a run directory, see
@@ -161,6 +162,12 @@ def train(config, *, progress=print):
     `model.keras` (final), `best.keras` (lowest validation loss), `backup/`
     (for resuming), `logs/` (TensorBoard) and `metrics.json`. Re-running the
     same command after a crash resumes from the last backup.
+
+    The directory must be missing, empty or hold this same run (task, data
+    and model settings; see `tfformer.training.output_directory`); anything
+    else is refused (ValueError) before a byte is written. `start_over`
+    renames a non-empty directory aside (`<dir>.replaced-<time>`) once the
+    config has passed every check, and trains from scratch.
     """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a training Config. Received: {type(config)}")
@@ -174,8 +181,14 @@ def train(config, *, progress=print):
     keras.utils.set_random_seed(train_config.seed)
     # Everything that can refuse the config comes before the first file is
     # written: a finished run in output_dir stays as it was.
-    inputs = prepare_inputs(config, strategy, progress)
+    verdict = check_output_directory(config, start_over=start_over)
+    moving = verdict == "start_over"
+    # A run started over learns its tokenizers again.
+    directory = None if moving else train_config.output_dir
+    inputs = prepare_inputs(config, strategy, progress, directory=directory)
     model, schedule = build_compiled_model(config, inputs)
+    if moving and writes:
+        move_aside(train_config.output_dir, progress)
     run = open_run_directory(config, inputs.data, write=writes)
     state = restore_last_backup(model, run, strategy)
     segments = segments_left(
@@ -383,16 +396,19 @@ class RunInputs:
         return sample.element_spec
 
 
-def prepare_inputs(config, strategy, progress=print):
+def prepare_inputs(config, strategy, progress=print, *, directory=...):
     """The `RunInputs` of `config` under `strategy`.
 
-    Reads the corpus (and the tokenizers a resumed run saved in
-    `train.output_dir`); writes nothing, so a corpus, vocabulary, init_from,
-    batch or epoch problem is refused before the run directory is touched.
+    Reads the corpus (and the tokenizers a resumed run saved in `directory`,
+    by default `train.output_dir`; None: learn them); writes nothing, so a
+    corpus, vocabulary, init_from, batch or epoch problem is refused before
+    the run directory is touched.
     """
     train_config = config.train
+    if directory is ...:
+        directory = train_config.output_dir
     layout = InputLayout.for_strategy(strategy, train_config.batch_size)
-    data = build_dataset(config, train_config.output_dir, progress=progress)
+    data = build_dataset(config, directory, progress=progress)
     # The data's buckets (a task may ignore data.bucket_lengths).
     layout = layout.with_token_budget(
         strategy, data.bucket_lengths, train_config.batch_tokens
@@ -424,12 +440,13 @@ def build_compiled_model(config, inputs):
 
 def open_run_directory(config, data, *, write):
     """Creates `train.output_dir` and returns its `RunDirectory`; when
-    `write` (the chief), writes the tokenizer files, `run.json` and
-    `config.json` into it."""
+    `write` (the chief), writes `config.json` (first: it is what names the
+    run's directory as this run's), then the tokenizer files and
+    `run.json`."""
     run = RunDirectory.create(config.train.output_dir)
     if write:
-        get_task(config.task).save_preprocessing(config, data, run)
         run.write_config(config.to_dict())
+        get_task(config.task).save_preprocessing(config, data, run)
     return run
 
 

@@ -95,3 +95,11 @@ def test_readme_command_one_runs_this_entry_point():
     assert first == "python3 -m pip install -e . && tfformer"
     with open(os.path.join(root, "setup.cfg"), encoding="utf-8") as f:
         assert "tfformer = tfformer.training.commands.main_job:main" in f.read()
+
+
+def test_main_job_never_writes_over_what_is_in_its_directory(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["--set", f"train.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no training run (notes.txt)" in err and "--start-over" in err
+    assert os.listdir(tmp_path) == ["notes.txt"]

@@ -241,10 +241,12 @@ def test_a_run_directory_with_another_vocabulary_is_not_overwritten(
     config = load_config(
         overrides=classifier_overrides(tmp_path, f"model.init_from={run}")
     )
+    # Its config says it is this run, its vocabulary says otherwise.
+    (out / "config.json").write_text(json.dumps(config.to_dict()))
     with pytest.raises(ValueError, match="holds another run's vocabulary"):
         train(config, progress=lambda *_: None)
     assert (out / "text_vocab.txt").read_text().endswith("other\n")
-    assert sorted(p.name for p in out.iterdir()) == ["text_vocab.txt"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "text_vocab.txt"]
 
 
 def test_bad_corpora_and_masking_settings(tmp_path):

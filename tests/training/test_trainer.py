@@ -10,8 +10,10 @@ import pytest
 import tensorflow as tf
 
 import tfformer
+from tests.testing import tree_digest
 from tfformer.training import pipeline
 from tfformer.training.callbacks import restore_backup
+from tfformer.training.commands import train as train_cli
 from tfformer.training.config import load_config
 from tfformer.training.trainer import build_dataset, build_model, compile_model, train
 
@@ -125,6 +127,66 @@ def test_rerunning_a_finished_run_resumes_instead_of_restarting(finished, tmp_pa
     assert train(more, progress=lambda *_: None).metrics["global_step"] == 12
 
 
+def test_another_run_is_refused_before_a_byte_is_written(finished, tmp_path, capsys):
+    """Another model, other data settings (another vocabulary), another task,
+    or files that are no run: refused naming the directory and the
+    difference, and every file of what is there stays as it was."""
+    original, _ = finished
+    out = tmp_path / "run"
+    shutil.copytree(original.train.output_dir, out)
+    before = tree_digest(out)
+    cases = {
+        "model.hidden_dim: 32 there, 64 here": tiny_config(
+            tmp_path, "model.hidden_dim=64"
+        ),
+        "data.vocabulary_size: 300 there, 200 here": tiny_config(
+            tmp_path, "data.vocabulary_size=200"
+        ),
+        "task: 'translation' there, 'causal_lm' here": load_config(
+            overrides=["task=causal_lm", f"train.output_dir={out}"]
+        ),
+    }
+    for expected, config in cases.items():
+        with pytest.raises(ValueError, match="holds another run") as refused:
+            train(config, progress=lambda *_: None)
+        assert expected in str(refused.value), refused.value
+        assert "--start-over" in str(refused.value)
+        assert tree_digest(out) == before, expected
+    # The command: one line, exit 2, nothing written.
+    overrides = [*TINY, f"train.output_dir={out}", "model.num_heads=4"]
+    code = train_cli.main([a for o in overrides for a in ("--set", o)])
+    err = capsys.readouterr().err
+    assert code == 2 and "model.num_heads: 2 there, 4 here" in err
+    assert "Traceback" not in err and tree_digest(out) == before
+    # A directory of someone's files, and a run's files without its config.
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    shutil.copy(out / "source_vocab.txt", foreign)
+    mine = tree_digest(foreign)
+    with pytest.raises(ValueError, match=r"holds no training run \(notes.txt"):
+        train(tiny_config(tmp_path, f"train.output_dir={foreign}"))
+    assert tree_digest(foreign) == mine
+
+
+def test_start_over_moves_the_old_run_aside_and_trains_from_scratch(finished, tmp_path):
+    original, first = finished
+    out = tmp_path / "run"
+    shutil.copytree(original.train.output_dir, out)
+    before = tree_digest(out)
+    config = tiny_config(tmp_path, "train.seed=1")  # same run: would resume
+    messages = []
+    again = train(config, progress=messages.append, start_over=True)
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.replaced-")]
+    assert tree_digest(aside) == before
+    assert not any("Resuming" in m for m in messages)
+    assert any(str(aside) in m for m in messages)
+    assert again.metrics["global_step"] == 8
+    assert not np.array_equal(first.model.weights[0], again.model.weights[0])
+    with open(out / "config.json") as f:
+        assert json.load(f)["train"]["seed"] == 1
+
+
 def test_resuming_mid_epoch_equals_an_uninterrupted_run(tmp_path):
     """A run killed after step 3 of a 4-step epoch, restarted from its backup,
     ends with the weights of a run that was never interrupted: it continues at
@@ -160,6 +222,9 @@ def _write_backup_after(config, steps):
     model.fit(stream, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
     backup = os.path.join(config.train.output_dir, "backup")
     os.makedirs(backup)
+    # What the killed run had written before its first step: its config.
+    with open(os.path.join(config.train.output_dir, "config.json"), "w") as f:
+        json.dump(config.to_dict(), f)
     model.save_weights(os.path.join(backup, "latest.weights.h5"))
     with open(os.path.join(backup, "state.json"), "w") as f:
         json.dump({"global_step": steps}, f)

@@ -260,8 +260,10 @@ def test_a_config_that_cannot_train_leaves_the_run_directory_alone(
     the first file is written."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "config.json").write_text('{"the": "finished run"}\n')
+    config = byte_pairs(tmp_path, *overrides)
+    saved = json.dumps(config.to_dict()) + "\n"  # the same run: it may resume
+    (run / "config.json").write_text(saved)
     with pytest.raises(ValueError, match=refusal):
-        train(byte_pairs(tmp_path, *overrides), progress=quiet)
+        train(config, progress=quiet)
     assert os.listdir(run) == ["config.json"]
-    assert (run / "config.json").read_text() == '{"the": "finished run"}\n'
+    assert (run / "config.json").read_text() == saved

@@ -35,8 +35,12 @@ import time
 
 from tfformer.runs import directory as runs
 from tfformer.runs.files import atomic_path, atomic_write_text
-from tfformer.training.commands.train import add_config_arguments
+from tfformer.training.commands.train import (
+    add_config_arguments,
+    add_start_over_argument,
+)
 from tfformer.training.config import load_config
+from tfformer.training.output_directory import check_output_directory
 from tfformer.training.tasks import get_task
 
 FORMATS = ("saved_model", "tflite")
@@ -48,6 +52,7 @@ EXPORT_OPTIONS = {"saved_model": ["--search", "greedy"], "tflite": []}
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="tfformer", description=__doc__.split("\n")[0])
     add_config_arguments(p, "a training config (default: number_words.json)")
+    add_start_over_argument(p)
     p.add_argument(
         "--compare",
         type=int,
@@ -181,7 +186,7 @@ def side_by_side(rows, show):
     return "\n".join(lines)
 
 
-def main_job(config, *, compare=200, show=5, progress=print):
+def main_job(config, *, compare=200, show=5, progress=print, start_over=False):
     """Runs the main job for `config`; returns the summary dict it saves."""
     from tfformer.training.trainer import train
 
@@ -189,7 +194,7 @@ def main_job(config, *, compare=200, show=5, progress=print):
     out = config.train.output_dir
     preset = get_task(config.task).preset(config.model)
     progress(f"[1/4] Training ({preset}) into {out}")
-    result = train(config, progress=progress)
+    result = train(config, progress=progress, start_over=start_over)
     pairs = result.data.raw["test"]  # (source, reference)
 
     progress(f"[2/4] Predicting the {len(pairs)} held-out test examples (Keras)")
@@ -261,11 +266,14 @@ def main(argv=None):
         overrides = ["train.final_evaluation=false", *args.overrides]
         config = load_config(args.config, overrides)
         check_args(args, config)
+        check_output_directory(config, start_over=args.start_over)
     except (ValueError, TypeError) as e:
         print(f"tfformer: error: {e}", file=sys.stderr)
         return 2
     try:
-        main_job(config, compare=args.compare, show=args.show)
+        main_job(
+            config, compare=args.compare, show=args.show, start_over=args.start_over
+        )
     except RuntimeError as e:  # an export subprocess failed; its stderr is in e
         print(f"tfformer: error: {e}", file=sys.stderr)
         return 1

@@ -31,12 +31,24 @@ def add_config_arguments(parser, help_config=None):
     )
 
 
+def add_start_over_argument(parser):
+    """`--start-over`: train from scratch, the old directory renamed aside."""
+    parser.add_argument(
+        "--start-over",
+        action="store_true",
+        help="when train.output_dir holds anything (another run, or this one), "
+        "rename it to OUTPUT_DIR.replaced-TIME and train from scratch; without "
+        "it, only the same run (task, data, model) is resumed there",
+    )
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="tfformer-train",
         description="Train a tfformer model from a config file.",
     )
     add_config_arguments(parser)
+    add_start_over_argument(parser)
     parser.add_argument(
         "--print-config", action="store_true", help="print the resolved config and exit"
     )
@@ -53,12 +65,14 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return 0
+    from tfformer.training.output_directory import check_output_directory
     from tfformer.training.tasks import check_trainable
     from tfformer.training.trainer import train
 
     try:
         check_trainable(config.task)
-        results = train(config).metrics
+        check_output_directory(config, start_over=args.start_over)
+        results = train(config, start_over=args.start_over).metrics
     except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
         print(f"tfformer-train: error: {e}", file=sys.stderr)
         return 2

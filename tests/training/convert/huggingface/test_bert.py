@@ -6,13 +6,14 @@ reading the same directory, and against Hugging Face's own tokenizer (the
 
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
 import pytest
 
 import tfformer
-from tests.testing import transformer_blocks
+from tests.testing import transformer_blocks, tree_digest
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
@@ -320,6 +321,37 @@ def test_predict_prints_embeddings_and_similarities(converted, capsys):
     assert float(score) == pytest.approx(float(vectors[0] @ vectors[1]), abs=1e-4)
     assert predict_cli.main(["--checkpoint", run, "--similarity", "no tab"]) == 2
     assert "text_a<TAB>text_b" in capsys.readouterr().err
+
+
+def test_a_converted_run_is_never_a_training_output_directory(converted, tmp_path):
+    """The converted run as both `model.init_from` and `train.output_dir`
+    (which used to replace it with the classifier), or as the output of a
+    run that starts from a copy of it: refused, every file kept."""
+    from tfformer.training.config import load_config
+    from tfformer.training.trainer import train
+
+    _, run = converted
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = tree_digest(run)
+    for name, lines in (("pos", "a man is eating food\n"), ("neg", "the dog\n")):
+        (tmp_path / name).write_text(lines * 20)
+    for init_from, refusal in (
+        (run, "model.init_from=.* is inside train.output_dir"),
+        (str(copy), "holds another run .task: 'sentence_embedding' there"),
+    ):
+        config = load_config(
+            overrides=[
+                "task=text_classification",
+                f"data.class_paths={tmp_path / 'pos'},{tmp_path / 'neg'}",
+                "data.lower_case=true",
+                f"model.init_from={init_from}",
+                f"train.output_dir={run}",
+            ]
+        )
+        with pytest.raises(ValueError, match=refusal):
+            train(config, progress=quiet)
+        assert tree_digest(run) == before
 
 
 def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
