@@ -20,6 +20,14 @@ from Python:
 
 __version__ = "0.1.0"
 
+# tfformer's commands import TensorFlow without its C++ start-up lines
+# (`tfformer.startup`; TFFORMER_VERBOSE=1 keeps them). User code that
+# imports tfformer is not touched.
+from tfformer import startup as _startup
+
+if _startup.is_command():
+    _startup.quiet_tensorflow()
+
 # Imported eagerly: importing them registers every layer with Keras, so that
 # `import tfformer` is enough for `keras.saving.load_model` to read a model.
 from tfformer import layers, models

@@ -1,0 +1,67 @@
+"""Commands start without TensorFlow's C++ start-up lines; user code is not
+touched, and a failed import still shows what was held back."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfformer import startup
+
+NOISE = ("absl::InitializeLog", "cudart_stub", "cuInit", "cpu_feature_guard")
+
+
+def command_stderr(**env):
+    """stderr of `python -m tfformer.training.commands.train --print-config`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tfformer.training.commands.train", "--print-config"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"task": "translation"' in done.stdout
+    return done.stderr
+
+
+def test_a_command_prints_nothing_of_tensorflows_start_up(monkeypatch):
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    quiet = command_stderr(TFFORMER_VERBOSE="0")
+    loud = command_stderr(TFFORMER_VERBOSE="1")
+    assert not [line for line in quiet.splitlines() if any(n in line for n in NOISE)]
+    # What the quiet run held back is there when asked for (this check fails
+    # on a TensorFlow that prints nothing, which would make the first moot).
+    assert any(n in loud for n in NOISE), loud
+
+
+def test_is_command_knows_the_scripts_and_python_m():
+    assert startup.is_command(["/usr/local/bin/tfformer-train", "--set"], [])
+    assert startup.is_command(["/usr/local/bin/tfformer"], [])
+    assert startup.is_command(["-m"], ["python3", "-m", "tfformer.export.cli"])
+    assert not startup.is_command(["-c"], ["python3", "-c", "import tfformer"])
+    assert not startup.is_command(["/usr/bin/pytest"], ["python3", "-m", "pytest"])
+    assert not startup.is_command(["notebook.py"], ["python3", "notebook.py"])
+
+
+def write_module(directory, name, body):
+    (directory / f"{name}.py").write_text(
+        "import os\nos.write(2, b'native start-up line\\n')\n" + body
+    )
+
+
+def test_a_quiet_import_drops_its_stderr_and_gives_it_back_on_failure(
+    tmp_path, monkeypatch, capfd
+):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    write_module(tmp_path, "loads_fine", "VALUE = 1\n")
+    write_module(tmp_path, "fails", "raise ImportError('a broken library')\n")
+    assert startup.quiet_import("loads_fine").VALUE == 1
+    assert "native start-up line" not in capfd.readouterr().err
+    with pytest.raises(ImportError, match="a broken library"):
+        startup.quiet_import("fails")
+    assert "native start-up line" in capfd.readouterr().err
+    # stderr is back: what follows is seen.
+    os.write(2, b"after\n")
+    assert capfd.readouterr().err == "after\n"
