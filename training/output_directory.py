@@ -145,6 +145,12 @@ def aside_path(output_dir, now=None):
 def move_aside(output_dir, progress=print):
     """Renames `output_dir` to `aside_path(output_dir)`; returns the new path."""
     aside = aside_path(output_dir)
-    os.rename(output_dir, aside)
+    try:
+        os.rename(output_dir, aside)
+    except OSError as e:  # the working directory, a mount point, no rights
+        raise ValueError(
+            f"--start-over could not rename train.output_dir={output_dir!r} to "
+            f"{aside}: {e.strerror}. Move it yourself or train elsewhere."
+        ) from None
     progress(f"Moved what was in {output_dir} aside to {aside} (start over).")
     return aside
