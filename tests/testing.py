@@ -135,7 +135,7 @@ def attention_weights(layer):
         kernel = n(layer.query_key_value_dense.kernel)
         bias = n(layer.query_key_value_dense.bias)
         q_units = layer.num_heads * layer.key_dim
-        k_units = layer._kv_heads * layer.key_dim
+        k_units = layer.kv_heads * layer.key_dim
         split = [q_units, q_units + k_units]
         wq, wk, wv = np.split(kernel, split, axis=1)
         bq, bk, bv = np.split(bias, split)
@@ -161,7 +161,7 @@ def reference_attention(layer, x_q, x_kv, masks=None):
             *attention_weights(layer),
             num_heads=layer.num_heads,
             mask=None if masks is None else masks[b],
-            kv_heads=layer._kv_heads,
+            kv_heads=layer.kv_heads,
         )
         outputs.append(out)
         weights.append(w)

@@ -154,6 +154,17 @@ class MultiHeadAttention(keras.layers.Layer):
         self._kv_heads = num_key_value_heads or num_heads
         self._inverse_sqrt_key_dim = 1.0 / math.sqrt(key_dim)
 
+    @property
+    def kv_heads(self):
+        """Heads of the keys and values: `num_key_value_heads`, or
+        `num_heads` when it is None."""
+        return self._kv_heads
+
+    @property
+    def value_head_dim(self):
+        """Size of each value head: `value_dim`, or `key_dim` when it is None."""
+        return self._value_dim
+
     def _dense(self, units, name, kernel_shapes, heads_first=False):
         return keras.layers.Dense(
             units,

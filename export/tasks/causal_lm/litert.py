@@ -30,9 +30,9 @@ class DeviceSignatures:
         self.decoder = CachedDecoder(run.model)
         attention = self.decoder.blocks[0].self_attention
         self.layers = len(self.decoder.blocks)
-        self.kv_heads = attention._kv_heads
+        self.kv_heads = attention.kv_heads
         self.key_dim = attention.key_dim
-        self.value_dim = attention._value_dim
+        self.value_dim = attention.value_head_dim
 
     def cache_shapes(self):
         """{name: shape} of every cache tensor, in signature order."""

@@ -217,7 +217,7 @@ def test_cached_steps_equal_full_causal_pass(kwargs):
         )
         steps.append(np.asarray(out))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
-    assert cache.shape == (2, 2, layer._kv_heads, 10, 8)
+    assert cache.shape == (2, 2, layer.kv_heads, 10, 8)
     assert np.all(np.asarray(cache)[:, :, :, 7:] == 0)  # nothing written past index
 
 
