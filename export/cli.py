@@ -65,9 +65,13 @@ def parser():
         help="full_int8, integer_only: raw inputs, one per line (plain or .gz)",
     )
     p.add_argument(
+        "--model",
         "--checkpoint-file",
+        dest="checkpoint_file",
         default="model.keras",
-        help="model.keras (final) or best.keras (lowest validation loss)",
+        choices=["model.keras", "best.keras"],
+        help="model.keras (final) or best.keras (lowest validation loss), as "
+        "--model of the other commands (--checkpoint-file: the older name)",
     )
     p.add_argument("--version", type=int, help="saved_model: version number")
     p.add_argument("--result-json", help='write {"path": ...} of the export here')

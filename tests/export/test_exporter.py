@@ -50,6 +50,18 @@ def test_the_defaults_add_nothing_and_write_nothing(tmp_path):
             method(*args)
 
 
+def test_model_names_the_checkpoint_as_in_the_other_commands(capsys):
+    base = ["--checkpoint", "r", "--format", "tflite", "--out", "o"]
+    assert cli.parser().parse_args(base).checkpoint_file == "model.keras"
+    for flag in ("--model", "--checkpoint-file"):  # the older name still works
+        args = cli.parser().parse_args([*base, flag, "best.keras"])
+        assert args.checkpoint_file == "best.keras"
+    with pytest.raises(SystemExit) as refused:
+        cli.parser().parse_args([*base, "--model", "last.keras"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'last.keras'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("quantize", ["full_int8", "integer_only"])
 def test_no_calibration_refuses_the_calibrated_quantizations_by_name(quantize):
     bare = Bare()
