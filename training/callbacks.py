@@ -169,6 +169,48 @@ class BestModel(keras.callbacks.Callback):
             self.model.save(tmp)
 
 
+def merge_epoch_logs(first, rest):
+    """One epoch's logs from those of its two parts (`first`, cut by a time
+    budget, and `rest`, trained by the resumed run): seconds, steps and
+    token counts add up; validation figures and the learning rate are the
+    later part's (validation ran at the epoch's end); a training metric is
+    the mean of the parts weighted by their real tokens when it has a token
+    count beside it (`accuracy` and `real_tokens`: token-weighted means) and
+    by their steps otherwise (Keras averages losses over batches)."""
+    merged = {}
+    for key in {*first, *rest}:
+        a, b = first.get(key), rest.get(key)
+        if (
+            a is None
+            or b is None
+            or key.startswith("val_")
+            or key
+            in (
+                "epoch",
+                "learning_rate",
+            )
+        ):
+            merged[key] = b if b is not None else a
+        elif key in ("seconds", "steps") or is_token_count(key):
+            merged[key] = a + b
+        elif key != "real_tokens_per_second":
+            counts = f"{key[: -len('accuracy')]}real_tokens"
+            weight = counts if key.endswith("accuracy") and counts in first else "steps"
+            wa, wb = first.get(weight, 0), rest.get(weight, 0)
+            merged[key] = (a * wa + b * wb) / (wa + wb) if wa + wb else b
+    seconds = merged.get("seconds", 0.0)
+    merged["real_tokens_per_second"] = (
+        real_tokens(merged) / seconds if seconds > 0 else 0.0
+    )
+    order = [*first, *(key for key in rest if key not in first)]
+    return dict(
+        sorted(
+            merged.items(),
+            key=lambda item: order.index(item[0]) if item[0] in order else len(order),
+        )
+    )
+
+
 def real_tokens(logs):
     """The `real_tokens` count of `logs`: a model with several outputs has it
     under its output's name (`masked_lm_real_tokens`)."""
@@ -213,6 +255,14 @@ class TrainingReport(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._start = time.perf_counter()
+        self._first_step = self.optimizer_step()
+
+    def optimizer_step(self):
+        """The model's optimizer step (None without a model, as in tests
+        that call the hooks by hand)."""
+        model = getattr(self, "model", None)
+        optimizer = getattr(model, "optimizer", None)
+        return None if optimizer is None else int(optimizer.iterations.numpy())
 
     def on_test_begin(self, logs=None):
         # Validation time is not training time.
@@ -231,7 +281,16 @@ class TrainingReport(keras.callbacks.Callback):
         logs["epoch"] = epoch + 1
         logs["seconds"] = seconds
         logs["real_tokens_per_second"] = tokens / seconds if seconds > 0 else 0.0
-        self.report["epochs"].append(logs)
+        last = self.optimizer_step()
+        if last is not None and self._first_step is not None:
+            logs["steps"] = last - self._first_step
+        epochs = self.report["epochs"]
+        if epochs and epochs[-1].get("epoch") == epoch + 1:
+            # The rest of an epoch that a time budget cut (a resumed run):
+            # one entry for the epoch, not two.
+            epochs[-1] = merge_epoch_logs(epochs[-1], logs)
+        else:
+            epochs.append(logs)
         self.report["train_seconds"] += seconds
         self.report["tokens"] += tokens
         self.flush()

@@ -11,6 +11,7 @@ from tfformer.training.callbacks import (
     ResumableBackup,
     TimeBudget,
     TrainingReport,
+    merge_epoch_logs,
     restore_backup,
 )
 
@@ -115,6 +116,43 @@ def test_report_divides_real_tokens_by_training_time(tmp_path):
     logs = {"masked_lm_real_tokens": 800.0, "val_masked_lm_real_tokens": 90.0}
     report.on_epoch_end(0, logs)
     assert report.report["tokens"] == 800.0
+
+
+def test_the_two_parts_of_a_cut_epoch_merge_into_one_entry():
+    """Hand-computed: 9 steps (300 real tokens, accuracy 0.5) then 3 steps
+    (100 tokens, accuracy 0.9); the loss is a mean over steps, the accuracy
+    over tokens, validation is the end's."""
+    first = {
+        "loss": 2.0,
+        "accuracy": 0.5,
+        "real_tokens": 300.0,
+        "steps": 9,
+        "seconds": 3.0,
+        "val_loss": 9.0,
+        "epoch": 1,
+    }
+    rest = {
+        "loss": 1.0,
+        "accuracy": 0.9,
+        "real_tokens": 100.0,
+        "steps": 3,
+        "seconds": 1.0,
+        "val_loss": 1.5,
+        "epoch": 1,
+    }
+    merged = merge_epoch_logs(first, rest)
+    assert merged["loss"] == pytest.approx((2.0 * 9 + 1.0 * 3) / 12)
+    assert merged["accuracy"] == pytest.approx((0.5 * 300 + 0.9 * 100) / 400)
+    assert (merged["real_tokens"], merged["steps"], merged["seconds"]) == (
+        400.0,
+        12,
+        4.0,
+    )
+    assert merged["real_tokens_per_second"] == pytest.approx(100.0)
+    assert (merged["val_loss"], merged["epoch"]) == (1.5, 1)
+    # A classifier's accuracy has no token count: a mean over steps.
+    first, rest = {"accuracy": 0.5, "steps": 1}, {"accuracy": 0.8, "steps": 3}
+    assert merge_epoch_logs(first, rest)["accuracy"] == pytest.approx(0.725)
 
 
 def test_time_budget_stops_after_the_batch_that_used_it_up():

@@ -128,6 +128,18 @@ def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights
     resumed = trainer.train(config, progress=messages.append)
     assert "Resuming from step 9: epoch 1, batch 10" in messages
     assert_same_run(str(out), resumed, uninterrupted)
+    # metrics.json has one entry per epoch: the cut epoch's two parts are
+    # merged into what the uninterrupted run logged for it.
+    cut_epochs = json.loads((out / "metrics.json").read_text())["epochs"]
+    whole = os.path.join(uninterrupted[0], "metrics.json")
+    with open(whole) as f:
+        whole_epochs = json.load(f)["epochs"]
+    assert [e["epoch"] for e in cut_epochs] == [1, 2]
+    assert [e["steps"] for e in cut_epochs] == [12, 12]
+    for merged, reference in zip(cut_epochs, whole_epochs, strict=True):
+        assert merged["real_tokens"] == reference["real_tokens"]
+        for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+            assert merged[key] == pytest.approx(reference[key], rel=1e-5), key
 
 
 class Killed(Exception):
