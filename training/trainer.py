@@ -12,6 +12,7 @@ import dataclasses
 import time
 
 import keras
+from tensorflow.data.experimental import assert_cardinality
 
 from tfformer.runs.directory import (
     BACKUP,
@@ -335,6 +336,7 @@ class RunInputs:
     layout: InputLayout
     steps_per_epoch: int
     seed: int  # data.seed: each epoch's order is a function of it
+    steps_per_execution: int = 1  # train.steps_per_execution
 
     def training(self, segment):
         """The training batches of `segment` (a `Segment`): from the start of
@@ -362,20 +364,42 @@ class RunInputs:
         return layout.dataset(self.strategy, build)
 
     def evaluation(self, split):
-        """Every example of `split` ("validation", "test"), repeated (Keras
-        keeps one validation iterator across epochs). Under multi-worker
-        every worker evaluates the whole split (the mean over workers of
-        identical values is that value); cheaper than keeping uneven shards
-        in lockstep."""
-        return self.layout.dataset(
-            self.strategy,
-            lambda num_shards, shard_index: self.task.evaluation_dataset(
+        """Every example of `split` ("validation", "test") once per
+        evaluation.
+
+        One step at a time, the pass is repeated: Keras keeps one validation
+        iterator across epochs and reads `evaluation_steps` batches from it.
+        In executions of several steps, a repeated pass whose batches are
+        not a multiple of `train.steps_per_execution` made the last
+        execution go on into the next pass, counting its first batches
+        twice; there the dataset is one pass with its length stated
+        (`assert_cardinality`), so Keras starts a new iterator after each
+        pass and the last execution stops at its end. (One step at a time,
+        the single pass would cost its cache: an iterator that never reads
+        the end discards what it cached.) Under multi-worker, whose
+        distributed datasets state no length, the pass is repeated (so
+        executions of several steps still overcount there), and every worker
+        evaluates the whole split (the mean over workers of identical values
+        is that value)."""
+        exact = self.steps_per_execution > 1 and not is_multi_worker(self.strategy)
+        batches = pipeline.evaluation_steps(
+            self.data.examples[split].lengths,
+            self.data.bucket_lengths,
+            self.layout.batch_size,
+        )
+
+        def build(num_shards, shard_index):
+            dataset = self.task.evaluation_dataset(
                 self.data.examples[split],
                 batch_size=self.layout.batch_size,
                 bucket_lengths=self.data.bucket_lengths,
-                repeat=True,
-            ),
-        )
+                repeat=not exact,
+            )
+            if exact:
+                dataset = dataset.apply(assert_cardinality(batches))
+            return dataset
+
+        return self.layout.dataset(self.strategy, build)
 
     def evaluation_steps(self, split):
         """The steps of one pass of `evaluation(split)`."""
@@ -420,6 +444,7 @@ def prepare_inputs(config, strategy, progress=print, *, directory=...):
         layout=layout,
         steps_per_epoch=steps_per_epoch(config, data, layout),
         seed=config.data.seed,
+        steps_per_execution=train_config.steps_per_execution,
     )
 
 

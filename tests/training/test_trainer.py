@@ -262,6 +262,33 @@ def test_steps_per_execution_and_jit(tmp_path):
     assert result.metrics["global_step"] == 8
 
 
+def test_executions_of_several_steps_evaluate_each_example_once(tmp_path):
+    """Validation and test splits of 3 batches in executions of 2 steps: the
+    figures equal a one-step-at-a-time evaluation of a single pass. (A
+    repeated dataset read 4 batches a pass, the first one twice, and the
+    second epoch's validation started mid-pass.)"""
+    config = tiny_config(
+        tmp_path,
+        "train.steps_per_execution=2",
+        "train.steps_per_epoch=2",
+        "train.final_evaluation=false",
+    )
+    result = train(config, progress=lambda *_: None)
+    data, model = result.data, result.model
+    batches = pipeline.evaluation_steps(data.examples["validation"].lengths, (32,), 16)
+    assert batches == 3  # not a multiple of the execution's 2 steps
+    compile_model(model, tiny_config(tmp_path, "train.steps_per_execution=1"))
+    for split, prefix in (("validation", "val_"), ("test", "test_")):
+        once = pipeline.evaluation_dataset(
+            data.examples[split], batch_size=16, bucket_lengths=(32,)
+        )
+        expected = model.evaluate(once, verbose=0, return_dict=True)
+        for name in ("loss", "accuracy"):
+            assert result.metrics[prefix + name] == pytest.approx(
+                expected[name], rel=1e-5
+            ), prefix + name
+
+
 def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     """The TPU requirement, checked on CPU: with the bucketed static shapes the
     complete train step (forward, loss, gradients, Adam update) lowers to XLA
