@@ -257,6 +257,10 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         k = self._split_heads(self.key_dense(key), self._kv_heads, self.key_dim)
         v = self._split_heads(self.value_dense(value), self._kv_heads, self._value_dim)
+        if self.rotary is not None:
+            # At positions from 0, as the direct call rotates them (and as a
+            # self-attention cache stores its keys, rotated).
+            k = self.rotary(k, start_index=0)
         k, v = self._heads_first(k), self._heads_first(v)
         return ops.stack([k, v], axis=1)  # (B, 2, kv_heads, S, d)
 
@@ -493,7 +497,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = self._split_heads(self.query_dense(query), self.num_heads, self.key_dim)
         if self.rotary is not None:
             # Without a cache_update_index the queries sit at positions from
-            # 0; the cached keys were stored unrotated.
+            # 0; `compute_key_value_cache` rotated the keys from 0 too.
             q = self.rotary(q, start_index=0)
         k, v = ops.unstack(cache, 2, axis=1)  # (B, KV, S, d) each
         return self._heads_first(q), k, v

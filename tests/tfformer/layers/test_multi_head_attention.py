@@ -284,6 +284,18 @@ def test_precomputed_cross_attention_cache_equals_direct_call():
     np.testing.assert_array_equal(same_cache, cache)
 
 
+def test_a_rotary_cross_attention_cache_equals_the_direct_call():
+    """Rotary cross-attention rotates queries and keys from position 0; the
+    precomputed cache must hold the keys rotated as the direct call does."""
+    layer = MultiHeadAttention(
+        num_heads=4, key_dim=8, num_key_value_heads=2, rotary_max_wavelength=100
+    )
+    x_q, memory = _normal(2, 3, 16), _normal(2, 6, 16)
+    direct = layer(x_q, memory)
+    out, _ = layer(x_q, cache=layer.compute_key_value_cache(memory))
+    np.testing.assert_allclose(out, direct, atol=1e-5)
+
+
 def test_dropout_reaches_attention_weights_only_in_training():
     layer = MultiHeadAttention(num_heads=2, key_dim=8, dropout=0.5, seed=1)
     x = _normal(2, 6, 16)
