@@ -207,7 +207,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 query_mask=query_mask,
                 value_mask=encoder_padding_mask,
                 attention_mask=encoder_attention_mask,
-                cache=cross_attention_cache if has_cache else None,
+                # A given cross-attention cache is read with or without a
+                # self-attention cache (without it, `value` is no source).
+                cache=cross_attention_cache,
                 training=training,
                 return_attention_scores=return_attention_scores,
             ),

@@ -138,6 +138,16 @@ def test_cached_steps_equal_full_pass(with_encoder):
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
+def test_a_cross_attention_cache_alone_equals_the_encoder_sequence():
+    """Given the encoder's keys and values as a cache and no self-attention
+    cache, the block attends to them (it used to attend to itself)."""
+    block = TransformerDecoderBlock(num_heads=2, intermediate_dim=16)
+    x, memory = _normal(2, 4, 8), _normal(2, 5, 8)
+    direct = np.asarray(block(x, memory))
+    cache = block.cross_attention.compute_key_value_cache(memory)
+    np.testing.assert_allclose(block(x, cross_attention_cache=cache), direct, atol=1e-5)
+
+
 def test_layer_contract_with_cross_attention(tmp_path):
     mask = np.ones((2, 6), bool)
     mask[1, 2:] = False
