@@ -231,7 +231,7 @@ class Generator:
             prompt = ops.concatenate(
                 [
                     ops.full((batch, 1), self.start_id, "int32"),
-                    ops.zeros((batch, self.max_length - 1), "int32"),
+                    ops.full((batch, self.max_length - 1), self.pad_id, "int32"),
                 ],
                 axis=1,
             )
@@ -246,7 +246,11 @@ class Generator:
         lengths = ops.sum(ops.cast(ops.not_equal(inputs, self.pad_id), "int32"), axis=1)
         # An empty prompt still needs a first token to condition on.
         lengths = ops.maximum(lengths, 1)
-        prompt = ops.pad(inputs, [[0, 0], [0, self.max_length - ops.shape(inputs)[1]]])
+        prompt = ops.pad(
+            inputs,
+            [[0, 0], [0, self.max_length - ops.shape(inputs)[1]]],
+            constant_values=self.pad_id,
+        )
         return prompt, lengths, None
 
     def _step(self, token, cache, index, encoded, cross):
@@ -649,7 +653,7 @@ class Generator:
             cache,
             log_probs,
             first,
-            ops.zeros((batch, width, max_length), "int32"),
+            ops.full((batch, width, max_length), self.pad_id, "int32"),
             ops.full((batch, width), NEG_INF),
         )
         _, sequences, _, _, alive, done, done_scores = ops.while_loop(cond, body, state)

@@ -14,7 +14,7 @@ from keras import ops
 from tfformer.decoding import Generator
 from tfformer.decoding.generator import greedy_choice
 
-from .test_generator import END, PAD, START, A, MarkovDecoder, table
+from .test_generator import END, PAD, START, A, B, MarkovDecoder, table
 
 # After START, padding is the most likely token (0.5), then A (0.3), then END
 # (0.2); after A, padding (0.6), then END (0.4); after padding, END. Allowed
@@ -142,3 +142,18 @@ def test_no_search_sorts_under_xla_and_the_filters_sort_in_graphs():
         assert "TopKV2" not in types and "Bitcast" in types
         types = op_types(jit_compile=False, search="sample", **filtered)
         assert "TopKV2" in types and "Bitcast" not in types
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_a_pad_id_other_than_0_fills_every_position_after_the_end(search):
+    """With pad_id=5 (B here), id 0 is an ordinary token: the positions after
+    the end token hold 5, never 0, whichever search stopped early."""
+    chain = {START: {A: 0.9, END: 0.1}, A: {END: 1.0}}
+    out = Generator(
+        MarkovDecoder(table(chain)), max_length=6, search=search, pad_id=B, seed=0
+    )(np.full((4, 1), START, "int32"))
+    tokens = ops.convert_to_numpy(out["token_ids"])
+    for row in tokens:
+        end = list(row).index(END)
+        assert row[1] in (A, END), row
+        np.testing.assert_array_equal(row[end + 1 :], [B] * (5 - end))
