@@ -161,3 +161,33 @@ def test_translate_refuses_a_run_of_another_task(tmp_path, capsys):
     )
     assert translate_cli.main(["--checkpoint", str(tmp_path), "x"]) == 2
     assert "holds a 'causal_lm' run; use tfformer-predict" in capsys.readouterr().err
+
+
+def test_a_truncated_or_bit_flipped_model_file_is_named_in_one_line(
+    run_dir, tmp_path, capsys
+):
+    """model.keras cut short (no zip), and with a byte of its weights
+    flipped (the archive's CRC check): one line naming the file, exit 2 from
+    the command, nothing written."""
+    import shutil
+
+    with open(os.path.join(run_dir, "model.keras"), "rb") as f:
+        original = f.read()
+    flipped = bytearray(original)
+    flipped[len(original) // 2] ^= 0x40  # inside the weights member
+    for name, content, problem in (
+        ("truncated", original[: len(original) // 3], "is not a Keras model file"),
+        ("flipped", bytes(flipped), "is damaged"),
+    ):
+        copy = tmp_path / name
+        shutil.copytree(run_dir, copy)
+        (copy / "model.keras").write_bytes(content)
+        before = sorted(os.listdir(copy))
+        with pytest.raises(ValueError, match=problem) as refused:
+            tfformer.load(str(copy))
+        assert str(copy / "model.keras") in str(refused.value)
+        assert translate_cli.main(["--checkpoint", str(copy), "nine"]) == 2
+        err = capsys.readouterr().err
+        assert problem in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
+        assert sorted(os.listdir(copy)) == before

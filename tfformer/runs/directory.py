@@ -185,9 +185,26 @@ class RunDirectory:
         `tfformer.models.TaskModel`. A model saved before tfformer's
         backbones (a plain functional model) is rebuilt as one with its
         weights (`tfformer.models.upgrade_legacy_model`)."""
+        import zipfile
+        import zlib
+
         import keras
 
         from tfformer.models import upgrade_legacy_model
 
-        model = keras.saving.load_model(self.checkpoint_path(checkpoint), compile=False)
+        path = self.checkpoint_path(checkpoint)
+        # Keras reads a file that is no zip as a path to look for ("File not
+        # found") and lets a damaged member's error through as a traceback.
+        if not zipfile.is_zipfile(path):
+            raise ValueError(
+                f"{path} is not a Keras model file (no zip archive: truncated, "
+                "or another file saved under its name)."
+            )
+        try:
+            model = keras.saving.load_model(path, compile=False)
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, KeyError) as e:
+            raise ValueError(
+                f"{path} is damaged ({type(e).__name__}: {e}); re-train or "
+                "re-convert the run, or use the other checkpoint (--model)."
+            ) from None
         return upgrade_legacy_model(model)
