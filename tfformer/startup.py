@@ -8,7 +8,10 @@ without a GPU. A command of tfformer (`tfformer`, `tfformer-train`, ...)
 imports TensorFlow with those lines sent to a temporary file, which is
 dropped when the import succeeds and written back when it fails, and sets
 `TF_CPP_MIN_LOG_LEVEL=1` (no C++ INFO lines; warnings and errors stay)
-unless the environment sets it. `TFFORMER_VERBOSE=1` keeps everything.
+unless the environment sets it. Only those known lines are dropped (`NOISE`):
+anything else written while TensorFlow loads (a GPU library that would not
+load, a Python warning) is written back. `TFFORMER_VERBOSE=1` keeps
+everything.
 
 `import tfformer` from user code (a notebook, a script, another backend)
 is left alone: it is not a command.
@@ -22,6 +25,28 @@ import sys
 import tempfile
 
 VERBOSE = "TFFORMER_VERBOSE"
+# The console scripts (setup.cfg's entry points; test_startup checks them).
+COMMANDS = frozenset(
+    {
+        "tfformer",
+        "tfformer-demo",
+        "tfformer-train",
+        "tfformer-evaluate",
+        "tfformer-predict",
+        "tfformer-translate",
+        "tfformer-export",
+        "tfformer-convert",
+    }
+)
+# What TensorFlow's start-up prints on a machine without a GPU, and nothing
+# else: the held lines that contain none of these are written back.
+NOISE = (
+    "All log messages before absl::InitializeLog() is called",
+    "cudart_stub.cc",
+    "cuda_platform.cc",
+    "cpu_feature_guard.cc",
+    "To enable the following instructions:",
+)
 
 
 def is_command(argv=None, orig_argv=None):
@@ -29,7 +54,7 @@ def is_command(argv=None, orig_argv=None):
     script is `tfformer*`, or it runs `python -m tfformer...`)."""
     argv = sys.argv if argv is None else argv
     orig_argv = getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv
-    if argv and os.path.basename(argv[0]).startswith("tfformer"):
+    if argv and os.path.basename(argv[0]) in COMMANDS:
         return True
     for flag, module in itertools.pairwise(orig_argv):
         if flag == "-m":
@@ -38,23 +63,33 @@ def is_command(argv=None, orig_argv=None):
 
 
 @contextlib.contextmanager
-def stderr_held():
-    """Sends file descriptor 2 to a temporary file for the block; on an
-    exception, writes what was held back to stderr before it propagates."""
+def stderr_held(noise=NOISE):
+    """Sends file descriptor 2 to a temporary file for the block, then
+    writes back every held line that contains none of `noise`; on an
+    exception, writes back everything before it propagates."""
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:
         os.dup2(held.fileno(), 2)
+        failed = False
         try:
             yield
         except BaseException:
-            os.dup2(saved, 2)
-            held.seek(0)
-            os.write(2, held.read())
+            failed = True
             raise
         finally:
+            sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+            held.seek(0)
+            lines = held.read().splitlines(keepends=True)
+            kept = [
+                line
+                for line in lines
+                if failed or not any(n.encode() in line for n in noise)
+            ]
+            if kept:
+                os.write(2, b"".join(kept))
 
 
 def quiet_import(name, then=None):

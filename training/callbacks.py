@@ -176,7 +176,10 @@ def merge_epoch_logs(first, rest):
     later part's (validation ran at the epoch's end); a training metric is
     the mean of the parts weighted by their real tokens when it has a token
     count beside it (`accuracy` and `real_tokens`: token-weighted means) and
-    by their steps otherwise (Keras averages losses over batches)."""
+    by their steps otherwise. Keras weights a batch's loss by its rows, so
+    with `train.batch_tokens` (rows vary by bucket) the merged loss is close
+    to, not equal to, the epoch's; a part logged by an older version (no
+    `steps`) counts for nothing in the means."""
     merged = {}
     for key in {*first, *rest}:
         a, b = first.get(key), rest.get(key)

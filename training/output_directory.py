@@ -59,7 +59,12 @@ def saved_identity(path):
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
-        return identity(config_from_dict(values).to_dict())
+        if not isinstance(values, dict):
+            raise TypeError(f"a config must be a mapping, not {type(values).__name__}")
+        # Only what names the run: the saved train section may fail today's
+        # checks and still be resumed with another.
+        named = {key: values[key] for key in IDENTITY if key in values}
+        return identity(config_from_dict(named).to_dict())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not a readable training config: {e}") from None
     except (ValueError, TypeError) as e:

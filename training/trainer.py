@@ -191,7 +191,9 @@ def train(config, *, progress=print, start_over=False):
     if moving and writes:
         move_aside(train_config.output_dir, progress)
     run = open_run_directory(config, inputs.data, write=writes)
-    state = restore_last_backup(model, run, strategy)
+    # Started over, no worker restores: on a shared disk a worker could
+    # otherwise read the old backup before the chief moved it aside.
+    state = None if moving else restore_last_backup(model, run, strategy)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress
     )
@@ -372,7 +374,7 @@ class RunInputs:
         In executions of several steps, a repeated pass whose batches are
         not a multiple of `train.steps_per_execution` made the last
         execution go on into the next pass, counting its first batches
-        twice; there the dataset is one pass with its length stated
+        twice; for such a pass the dataset is one pass with its length stated
         (`assert_cardinality`), so Keras starts a new iterator after each
         pass and the last execution stops at its end. (One step at a time,
         the single pass would cost its cache: an iterator that never reads
@@ -381,11 +383,14 @@ class RunInputs:
         executions of several steps still overcount there), and every worker
         evaluates the whole split (the mean over workers of identical values
         is that value)."""
-        exact = self.steps_per_execution > 1 and not is_multi_worker(self.strategy)
         batches = pipeline.evaluation_steps(
             self.data.examples[split].lengths,
             self.data.bucket_lengths,
             self.layout.batch_size,
+        )
+        # A pass of whole executions is exact repeated (and keeps its cache).
+        exact = batches % self.steps_per_execution != 0 and not is_multi_worker(
+            self.strategy
         )
 
         def build(num_shards, shard_index):
