@@ -50,24 +50,23 @@ def identity(config_dict):
     return {key: values.get(key) for key in IDENTITY}
 
 
-def saved_identity(path):
-    """The identity of the run whose `config.json` is `path`, with the
-    defaults of today's config filled in; ValueError naming the file when it
-    is not a readable training config."""
+def saved_identity(output_dir):
+    """The identity of the run whose `config.json` is in `output_dir`, with
+    the defaults of today's config filled in; ValueError naming the file
+    when it is not a readable training config."""
+    from tfformer.runs.directory import RunDirectory
     from tfformer.training.config import config_from_dict
 
+    values = RunDirectory(output_dir).read_config()  # names a broken file
     try:
-        with open(path, encoding="utf-8") as f:
-            values = json.load(f)
         if not isinstance(values, dict):
             raise TypeError(f"a config must be a mapping, not {type(values).__name__}")
         # Only what names the run: the saved train section may fail today's
         # checks and still be resumed with another.
         named = {key: values[key] for key in IDENTITY if key in values}
         return identity(config_from_dict(named).to_dict())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not a readable training config: {e}") from None
     except (ValueError, TypeError) as e:
+        path = os.path.join(output_dir, CONFIG)
         raise ValueError(
             f"{path} is not a training config this version reads: {e}"
         ) from None
@@ -109,10 +108,9 @@ def check_output_directory(config, *, start_over=False):
         return "new"
     if start_over:
         return "start_over"
-    saved = os.path.join(output_dir, CONFIG)
-    if os.path.isfile(saved):
+    if os.path.isfile(os.path.join(output_dir, CONFIG)):
         mine = identity(config.to_dict())
-        theirs = saved_identity(saved)
+        theirs = saved_identity(output_dir)
         found = differences(theirs, mine)
         if not found:
             return "same"

@@ -383,11 +383,7 @@ class RunInputs:
         executions of several steps still overcount there), and every worker
         evaluates the whole split (the mean over workers of identical values
         is that value)."""
-        batches = pipeline.evaluation_steps(
-            self.data.examples[split].lengths,
-            self.data.bucket_lengths,
-            self.layout.batch_size,
-        )
+        batches = self.evaluation_batches(split)
         # A pass of whole executions is exact repeated (and keeps its cache).
         exact = batches % self.steps_per_execution != 0 and not is_multi_worker(
             self.strategy
@@ -406,14 +402,17 @@ class RunInputs:
 
         return self.layout.dataset(self.strategy, build)
 
-    def evaluation_steps(self, split):
-        """The steps of one pass of `evaluation(split)`."""
-        batches = pipeline.evaluation_steps(
+    def evaluation_batches(self, split):
+        """The dataset batches of one pass over `split`."""
+        return pipeline.evaluation_steps(
             self.data.examples[split].lengths,
             self.data.bucket_lengths,
             self.layout.batch_size,
         )
-        return -(-batches // self.layout.batches_per_step)
+
+    def evaluation_steps(self, split):
+        """The steps of one pass of `evaluation(split)`."""
+        return -(-self.evaluation_batches(split) // self.layout.batches_per_step)
 
     def element_spec(self):
         """Per-replica element spec of the batches (shapes may be None)."""

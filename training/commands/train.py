@@ -65,13 +65,11 @@ def main(argv=None):
     if args.print_config:
         print(json.dumps(config.to_dict(), indent=2))
         return 0
-    from tfformer.training.output_directory import check_output_directory
     from tfformer.training.tasks import check_trainable
     from tfformer.training.trainer import train
 
     try:
         check_trainable(config.task)
-        check_output_directory(config, start_over=args.start_over)
         results = train(config, start_over=args.start_over).metrics
     except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
         print(f"tfformer-train: error: {e}", file=sys.stderr)
