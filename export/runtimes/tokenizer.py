@@ -43,9 +43,8 @@ A converted decoder's export (`tokenizer` "bpe" or "ids") holds
      first (longest first); with `add_prefix_space` each text between them
      that does not start with a space gets one; GPT-2's pre-tokenizer
      pattern `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
-     ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` (`\s`: Unicode White_Space; a NUL
-     character ends a piece and is dropped); bytes to GPT-2's 256
-     characters; BPE by merge rank; ids are vocabulary indices plus
+     ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+` (`\s`: Unicode White_Space); bytes
+     to GPT-2's 256 characters; BPE by merge rank; ids are vocabulary indices plus
      `id_offset`. Detokenize: stop at the first end id; drop padding and ids
      outside the vocabulary; tokens joined, GPT-2's characters back to bytes.
   "ids" (`TokenIds`): the text is whitespace-separated checkpoint ids;
@@ -142,7 +141,7 @@ def _kind(char):
 
 
 def gpt2_pieces(text):
-    """GPT-2's pre-tokenization of `text` (no special tokens, no NUL)."""
+    """GPT-2's pre-tokenization of `text` (no special tokens)."""
     pieces, i, n = [], 0, len(text)
     while i < n:
         char = text[i]
@@ -229,12 +228,11 @@ class ByteLevelBPE:
             if special:
                 out.append(self.index[segment] + self.offset)
                 continue
-            if self.add_prefix_space and not segment.startswith((" ", "\x00")):
+            if self.add_prefix_space and not segment.startswith(" "):
                 segment = " " + segment
-            for part in segment.split("\x00"):
-                for piece in gpt2_pieces(part):
-                    chars = "".join(self.symbols[b] for b in piece.encode("utf-8"))
-                    out.extend(self.index[t] + self.offset for t in self.merge(chars))
+            for piece in gpt2_pieces(segment):
+                chars = "".join(self.symbols[b] for b in piece.encode("utf-8"))
+                out.extend(self.index[t] + self.offset for t in self.merge(chars))
         return out
 
     def text(self, ids):

@@ -17,9 +17,15 @@ Hugging Face's tokenizers do three things, reproduced here:
    Rust `BPE::merge_word`, which merges the leftmost lowest-rank pair one
    at a time).
 
-Limits: a NUL character marks piece boundaries here and is dropped from the
-text (Hugging Face tokenizes it as a byte); BPE dropout and
-`continuing_subword_prefix` are not reproduced (conversions refuse them).
+A NUL character marks piece boundaries while the pieces are cut, so the
+text's own NULs (and the noncharacter U+FDD0 used to escape them) travel
+escaped: NUL as U+FDD0 U+FDD2, U+FDD0 as U+FDD0 U+FDD1. Like NUL, both are
+neither space, letter nor number, so the cut falls where it falls around the
+NUL; each piece is unescaped before its bytes are looked up, and a NUL is
+byte 0 as in Hugging Face.
+
+Limits: BPE dropout and `continuing_subword_prefix` are not reproduced
+(conversions refuse them).
 """
 
 import json
@@ -35,6 +41,9 @@ WHITESPACE = (
     r"\x{202f}\x{205f}\x{3000}"
 )
 SEP = "\x00"
+# The escape of the text's NULs and of itself (see the module's docstring).
+ESCAPE = "\ufdd0"
+ESCAPES = ((ESCAPE, ESCAPE + "\ufdd1"), (SEP, ESCAPE + "\ufdd2"))
 # A run of two or more whitespace characters before a non-space: the last
 # one is split off (it starts the next piece, as `\s+(?!\S)` leaves it).
 SPLIT_LAST_SPACE = rf"([{WHITESPACE}]+)([{WHITESPACE}])([^{WHITESPACE}\x00])"
@@ -64,13 +73,15 @@ def bytes_to_unicode():
 
 
 def _escape_re2(text):
-    """`text` as an RE2 literal: ASCII punctuation backslashed, any other
-    non-alphanumeric character as \\x{HHHH} (RE2 refuses a backslash
+    """`text` as an RE2 literal: printable ASCII punctuation backslashed, any
+    other non-alphanumeric character as \\x{HHHH} (RE2 refuses a backslash
     before a non-ASCII character)."""
 
     def one(c):
-        if c.isascii():
-            return c if c.isalnum() else "\\" + c
+        if c.isascii() and c.isalnum():
+            return c
+        if c.isascii() and c.isprintable():
+            return "\\" + c
         return f"\\x{{{ord(c):x}}}"
 
     return "".join(one(c) for c in text)
@@ -203,6 +214,8 @@ class ByteLevelBPETokenizer(tf.Module):
     def pieces(self, strings):
         """`(batch,)` strings to their pre-tokenized pieces, `(batch, None)`."""
         strings = tf.convert_to_tensor(strings, tf.string)
+        for plain, escaped in ESCAPES:
+            strings = tf.strings.regex_replace(strings, _escape_re2(plain), escaped)
         if self._special_pattern:
             strings = tf.strings.regex_replace(
                 strings, f"({self._special_pattern})", SEP + r"\1" + SEP
@@ -219,7 +232,11 @@ class ByteLevelBPETokenizer(tf.Module):
         )
         strings = tf.strings.regex_replace(strings, self._piece_pattern, SEP + r"\1")
         pieces = tf.strings.split(strings, sep=SEP)
-        return tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
+        pieces = tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
+        values = pieces.flat_values
+        for plain, escaped in reversed(ESCAPES):
+            values = tf.strings.regex_replace(values, _escape_re2(escaped), plain)
+        return pieces.with_flat_values(values)
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""

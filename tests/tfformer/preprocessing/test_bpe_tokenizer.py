@@ -33,6 +33,13 @@ CASES = [
     "I'm 2024 naïve!!",
     "tab\tand\u00a0nbsp\u3000ideographic\u2009thin",
     "e\u0301 Ⅻ ٣ \u200b \x1c\x85\x0b\x0c\r\n",
+    # NUL is a byte like any other (here it also marks where pieces are
+    # cut, so the text's own NULs and their escape U+FDD0 travel escaped).
+    "\x00",
+    "a\x00b \x00 \x00\x00c",
+    "  \x00x",
+    f"{END}\x00",
+    "\ufdd0\ufdd1\ufdd2 \ufdd0\x00\ufdd2 x\ufdd0",
 ]
 POOL = [
     *list("abc xyz  \n\t'sdmltvre0123456789.,!?-_"),
@@ -56,6 +63,9 @@ POOL = [
     "́",
     "Ⅻ",
     "٣",
+    "\x00",
+    "\ufdd0",
+    "\ufdd2",
 ]
 
 
