@@ -159,3 +159,18 @@ def tiny_translator_run(tmp_path_factory):
         "tiny_translator",
         lambda path: train_tiny_translator(path, steps=30),
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt_run(tmp_path_factory):
+    """A two-layer byte-level GPT trained for 18 steps on one repeated line
+    (`tests/training/tiny.py`), shared like `tiny_translator_run`. Its text
+    file sits beside the shared folder, where the run's config points."""
+    from tests.training.tiny import train_shared_gpt
+
+    text_root = tmp_path_factory.mktemp("tiny_gpt_text")
+    return shared_build(
+        tmp_path_factory,
+        "tiny_gpt",
+        lambda path: train_shared_gpt(text_root, path),
+    )

@@ -24,20 +24,16 @@ from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.export.tflite import export_tflite
 
-from ..training.tiny import train_tiny_gpt
+from ..training.tiny import GPT_CONTEXT, GPT_LINE
 from .shipped import assert_one_line_error, copy_export, run_shipped
 
-CONTEXT = 32
-LINE = "to be or not to be, that is the question.\n"
+CONTEXT, LINE = GPT_CONTEXT, GPT_LINE  # the shared tiny_gpt_run's
 START, END = 2, 3
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt_export")
-    return train_tiny_gpt(
-        root, LINE * 80, context=CONTEXT, epochs=2, overrides=["model.num_layers=2"]
-    )
+def run_dir(tiny_gpt_run):
+    return tiny_gpt_run
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,9 @@ from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.text import RESERVED_TOKENS
 
-from ..training.tiny import train_tiny_gpt
+from ..training.tiny import GPT_CONTEXT, GPT_LINE
 
-CONTEXT = 32
-LINE = "to be or not to be, that is the question.\n"
+CONTEXT, LINE = GPT_CONTEXT, GPT_LINE  # the shared tiny_gpt_run's
 START, END = 2, 3
 
 try:
@@ -60,9 +59,8 @@ def test_the_byte_tokenizer_json_tokenizes_as_tfformer_does():
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt_litertlm")
-    return train_tiny_gpt(root, LINE * 80, context=CONTEXT, epochs=2)
+def run_dir(tiny_gpt_run):
+    return tiny_gpt_run
 
 
 @pytest.fixture(scope="module")

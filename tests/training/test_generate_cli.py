@@ -14,16 +14,14 @@ from tfformer.decoding import Generator
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.predictors.causal_lm import detokenize, stream_text
 
-from .tiny import train_tiny_gpt
+from .tiny import GPT_CONTEXT, GPT_LINE
 
-CONTEXT = 32
-LINE = "to be or not to be, that is the question.\n"
+CONTEXT, LINE = GPT_CONTEXT, GPT_LINE  # the shared tiny_gpt_run's
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gpt")
-    return train_tiny_gpt(root, LINE * 80, context=CONTEXT, epochs=3)
+def run(tiny_gpt_run):
+    return tiny_gpt_run
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,19 @@ TINY_MODEL = [
 
 # The number-words task with a small vocabulary and one length bucket: each
 # bucket shape is one more trace of the train step (seconds per tiny run), so
-# the tests of bucketing itself ask for TWO_BUCKETS.
+# the tests of bucketing itself ask for TWO_BUCKETS. The step runs as a plain
+# graph: number_words.json compiles it with XLA, which for a run of a few
+# steps costs more than the steps (a tiny run takes about 1.6x as long), and
+# what XLA changes is tested where it is the subject (test_trainer's
+# test_steps_per_execution_and_jit, test_whole_train_step_compiles_with_xla_
+# for_every_bucket_shape, the mixed-precision tests).
 TINY_NUMBER_WORDS = [
     "data.vocabulary_size=300",
     "data.max_length=32",
     "data.bucket_lengths=[32]",
     *TINY_MODEL,
     "train.batch_size=16",
+    "train.jit_compile=false",
 ]
 TWO_BUCKETS = "data.bucket_lengths=[16,32]"
 
@@ -45,14 +51,16 @@ def train_tiny_translator(out, steps):
     return str(out)
 
 
-def train_tiny_gpt(root, text, *, context, epochs, overrides=()):
+def train_tiny_gpt(root, text, *, context, epochs, overrides=(), run=None):
     """Trains a tiny byte-level GPT on `text` (written to `root`) into
-    `root/run`, 6 steps of batch 8 per epoch; returns the run directory."""
+    `run` (default `root/run`), 6 steps of batch 8 per epoch; returns the run
+    directory."""
     from tfformer.training.config import load_config
     from tfformer.training.trainer import train
 
     path = root / "text.txt"
     path.write_text(text)
+    run = root / "run" if run is None else run
     config = load_config(
         overrides=[
             *TINY_MODEL,
@@ -67,8 +75,26 @@ def train_tiny_gpt(root, text, *, context, epochs, overrides=()):
             f"train.epochs={epochs}",
             "train.warmup_steps=5",
             "train.verbose=0",
-            f"train.output_dir={root / 'run'}",
+            f"train.output_dir={run}",
         ]
     )
     train(config, progress=lambda *_: None)
-    return str(root / "run")
+    return str(run)
+
+
+# The text and context of the session's shared tiny GPT (`tiny_gpt_run`).
+GPT_LINE = "to be or not to be, that is the question.\n"
+GPT_CONTEXT = 32
+
+
+def train_shared_gpt(root, run):
+    """The session's tiny GPT: two layers (so that per-layer caches are
+    told apart), three epochs of `GPT_LINE` repeated."""
+    return train_tiny_gpt(
+        root,
+        GPT_LINE * 80,
+        context=GPT_CONTEXT,
+        epochs=3,
+        overrides=["model.num_layers=2"],
+        run=run,
+    )
