@@ -163,7 +163,7 @@ def tiny_translator_run(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_gpt_run(tmp_path_factory):
-    """A two-layer byte-level GPT trained for 18 steps on one repeated line
+    """A two-layer byte-level GPT trained for 120 steps on one repeated line
     (`tests/training/tiny.py`), shared like `tiny_translator_run`. Its text
     file sits beside the shared folder, where the run's config points."""
     from tests.training.tiny import train_shared_gpt

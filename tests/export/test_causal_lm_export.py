@@ -602,8 +602,12 @@ def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
     got, _ = runtime.generate(byte_ids("to be or not to be, that is"), 4, greedy=True)
     assert got == keras_generate(run, byte_ids("to be or not to be, that is"), 4)[0]
     # full_int8 (activations too, calibrated on lines of text) calibrates
-    # every prefill signature under its own name, and runs: its logits are
-    # not compared (they move by up to a few nats on this 2-step model).
+    # every prefill signature under its own name. Its logits move by up to
+    # a few nats, so it is held to floors on the trained shared run, decoded
+    # step by step over the line: its mean nats per next byte within 0.25
+    # of the Keras model's, and the Keras model's top byte among its top 5
+    # at 90 % of the positions (measured: 1.81 against 1.65 nats, 32 of 32;
+    # its own top byte is Keras's at 11 of 32, so no floor is set on that).
     quantized = export_tflite(
         run_dir,
         str(tmp_path / "int8"),
@@ -620,9 +624,24 @@ def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
     finally:
         sys.path.remove(str(tmp_path / "int8"))
     assert sorted(runtime.prefills) == [8, 16]
+    cache, in_top_5, nats = runtime.new_cache(), 0, {"keras": [], "int8": []}
+    for position, token in enumerate(ids):
+        logits, cache = runtime.decode(token, position, cache)
+        assert logits.shape == expected[position].shape
+        in_top_5 += int(np.argmax(expected[position]) in np.argsort(logits)[-5:])
+        if position + 1 < len(ids):
+            for name, row in (("keras", expected[position]), ("int8", logits)):
+                row = row.astype(np.float64)
+                log_p = row - row.max() - np.log(np.sum(np.exp(row - row.max())))
+                nats[name].append(-log_p[ids[position + 1]])
+    keras_nats, int8_nats = np.mean(nats["keras"]), np.mean(nats["int8"])
+    assert keras_nats < 2.0, keras_nats  # the shared run has learned the line
+    assert int8_nats <= keras_nats + 0.25, (int8_nats, keras_nats)
+    assert in_top_5 >= 0.9 * len(ids), f"{in_top_5} of {len(ids)}"
+    # The prefill signatures run too, and continue where the Keras model does.
     cache = runtime.prefill(ids[:16], runtime.new_cache())
     logits, _ = runtime.decode(ids[16], 16, cache)
-    assert logits.shape == expected[16].shape and np.all(np.isfinite(logits))
+    assert np.argmax(expected[16]) in np.argsort(logits)[-5:]
 
 
 def test_the_loop_model_starts_an_empty_prompt_from_the_start_token(device, run):

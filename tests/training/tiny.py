@@ -89,12 +89,14 @@ GPT_CONTEXT = 32
 
 def train_shared_gpt(root, run):
     """The session's tiny GPT: two layers (so that per-layer caches are
-    told apart), three epochs of `GPT_LINE` repeated."""
+    told apart), 20 epochs (120 steps) of `GPT_LINE` repeated, enough to
+    predict the line's next byte at 1.65 nats (uniform: 5.56) with a top
+    token that changes along the line, which quantized exports are held to."""
     return train_tiny_gpt(
         root,
         GPT_LINE * 80,
         context=GPT_CONTEXT,
-        epochs=3,
+        epochs=20,
         overrides=["model.num_layers=2"],
         run=run,
     )
