@@ -110,6 +110,43 @@ def test_train_writes_a_complete_run_directory(finished):
     )
 
 
+def test_the_end_of_run_exact_match_scores_the_translations(finished, monkeypatch):
+    """The tiny run's own exact match is 0 (8 steps), so it cannot show that
+    the end-of-run score follows the translations: here the translator gives
+    hand-made ones, the tokenizer's form of the reference for rows 0, 3, 6,
+    ... and a wrong word or a spacing the tokenizer would not write for the
+    others."""
+    from tfformer.training.tasks import translation
+
+    config, result = finished
+    pairs = result.data.raw["test"][: config.train.final_evaluation_examples]
+    target = result.data.tokenizers["target"]
+    written = [
+        r.decode()
+        for r in target.detokenize(target.tokenize([t for _, t in pairs])).numpy()
+    ]
+    made = [
+        w if i % 3 == 0 else (w + " ." if i % 3 == 1 else "falsch")
+        for i, w in enumerate(written)
+    ]
+    asked = []
+
+    def translate(self, sources):
+        asked.append(list(sources))
+        return made
+
+    monkeypatch.setattr(translation.Translator, "translate", translate)
+    scores = translation.TASK.final_evaluation(
+        config, result.model, result.data, progress=lambda *_: None
+    )
+    assert asked == [[s for s, _ in pairs]]
+    assert len(pairs) == 16
+    assert scores["test_exact_match"] == pytest.approx(6 / 16)
+    assert scores["test_examples"] == [
+        [s, t, h] for (s, t), h in zip(pairs[:5], made[:5], strict=True)
+    ]
+
+
 def test_rerunning_a_finished_run_resumes_instead_of_restarting(finished, tmp_path):
     original, first = finished
     shutil.copytree(original.train.output_dir, tmp_path / "run")
