@@ -274,8 +274,6 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
         f"train.precision={precision}",
         "train.epochs=1",
         "train.final_evaluation=false",
-        # The configs' XLA step, where mixed precision runs in a real run.
-        "train.jit_compile=true",
     )
     result = train(config, progress=lambda *_: None)
     assert np.isfinite(result.metrics["loss"])

@@ -10,19 +10,13 @@ TINY_MODEL = [
 
 # The number-words task with a small vocabulary and one length bucket: each
 # bucket shape is one more trace of the train step (seconds per tiny run), so
-# the tests of bucketing itself ask for TWO_BUCKETS. The step runs as a plain
-# graph: number_words.json compiles it with XLA, which for a run of a few
-# steps costs more than the steps (a tiny run takes about 1.6x as long), and
-# what XLA changes is tested where it is the subject (test_trainer's
-# test_steps_per_execution_and_jit, test_whole_train_step_compiles_with_xla_
-# for_every_bucket_shape, the mixed-precision tests).
+# the tests of bucketing itself ask for TWO_BUCKETS.
 TINY_NUMBER_WORDS = [
     "data.vocabulary_size=300",
     "data.max_length=32",
     "data.bucket_lengths=[32]",
     *TINY_MODEL,
     "train.batch_size=16",
-    "train.jit_compile=false",
 ]
 TWO_BUCKETS = "data.bucket_lengths=[16,32]"
 
