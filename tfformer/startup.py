@@ -62,6 +62,15 @@ def is_command(argv=None, orig_argv=None):
     return False
 
 
+def help_only(argv=None):
+    """Whether this process is a command asked for its help (`-h` or
+    `--help` among its options, before any `--`): argparse prints it and
+    exits, so nothing needs Keras or TensorFlow first."""
+    argv = sys.argv if argv is None else argv
+    options = argv[1 : argv.index("--")] if "--" in argv else argv[1:]
+    return is_command(argv) and any(a in ("-h", "--help") for a in options)
+
+
 @contextlib.contextmanager
 def stderr_held(noise=NOISE):
     """Sends file descriptor 2 to a temporary file for the block, then

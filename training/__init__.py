@@ -30,7 +30,10 @@ import importlib
 
 # Registered with Keras on import, so that `keras.saving.load_model` can
 # rebuild a saved run's compiled loss, metrics and schedule.
-from tfformer.training import losses, metrics, schedules  # noqa: F401
+from tfformer import startup as _startup
+
+if not _startup.help_only():
+    from tfformer.training import losses, metrics, schedules  # noqa: F401
 
 _EXPORTS = {
     "Config": "tfformer.training.config",

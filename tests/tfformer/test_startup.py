@@ -1,6 +1,7 @@
 """Commands start without TensorFlow's C++ start-up lines; user code is not
 touched, and a failed import still shows what was held back."""
 
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +50,53 @@ def test_is_command_knows_the_scripts_and_python_m():
     assert not startup.is_command(["-c"], ["python3", "-c", "import tfformer"])
     assert not startup.is_command(["/usr/bin/pytest"], ["python3", "-m", "pytest"])
     assert not startup.is_command(["notebook.py"], ["python3", "notebook.py"])
+
+
+def test_help_only_is_a_command_asked_for_its_help():
+    assert startup.help_only(["/usr/local/bin/tfformer-train", "--help"])
+    assert startup.help_only(["tfformer-predict", "--checkpoint", "r", "-h"])
+    assert not startup.help_only(["tfformer-train", "--set", "a=b"])
+    # After "--", "-h" is an input (a prompt), not a request for help.
+    assert not startup.help_only(["tfformer-predict", "--checkpoint", "r", "--", "-h"])
+    assert not startup.help_only(["notebook.py", "--help"])
+
+
+# Each console script's entry point, called as the script would be with
+# --help, in a fresh process; it reports whether Keras or TensorFlow got
+# imported (the demo is left out: it is a tour of the model library).
+HELP = """
+import json, sys
+name, target = sys.argv[1:]
+module, function = target.split(":")
+sys.argv = [name, "--help"]
+try:
+    getattr(__import__(module, fromlist=[function]), function)()
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"code": code, "imported": sorted(
+    m for m in ("keras", "tensorflow") if m in sys.modules)}))
+"""
+
+
+def test_help_answers_without_importing_keras_or_tensorflow():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+    with open(os.path.join(root, "setup.cfg"), encoding="utf-8") as f:
+        scripts = f.read().split("console_scripts =")[1].split("\n\n")[0]
+    entries = dict(
+        (part.strip() for part in line.split("="))
+        for line in scripts.strip().splitlines()
+    )
+    del entries["tfformer-demo"]
+    for name, target in entries.items():
+        done = subprocess.run(
+            [sys.executable, "-c", HELP, name, target],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.stdout.startswith(f"usage: {name}"), (name, done.stderr)
+        report = json.loads(done.stdout.splitlines()[-1])
+        assert report == {"code": 0, "imported": []}, (name, report)
 
 
 def write_module(directory, name, body):

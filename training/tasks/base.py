@@ -15,9 +15,6 @@ dataclasses of its config's `data` and `model` sections and their checks
 import dataclasses
 from typing import Literal
 
-from tfformer.layers.feed_forward import get_activation
-from tfformer.layers.validation import check_rate
-
 
 @dataclasses.dataclass
 class TextDataConfig:
@@ -89,6 +86,12 @@ class PreparedData:
 def check_model_recipe(model_config):
     """ValueError naming `model.dropout`, `model.activation_dropout` or
     `model.activation` when one is set to what no model can take."""
+    # The layer helpers are imported where they are used (here and below):
+    # the config module, and with it `tfformer-train --help`, loads without
+    # Keras and TensorFlow.
+    from tfformer.layers.feed_forward import get_activation
+    from tfformer.layers.validation import check_rate
+
     for name in ("dropout", "activation_dropout"):
         check_rate(f"model.{name}", getattr(model_config, name), allow_none=True)
     activation = model_config.activation
@@ -119,6 +122,8 @@ def same_model_setting(name, ours, theirs):
     """Whether the config's `model.<name>` value `ours` is the initial run's
     `theirs`; activations compare as functions (a registered one, such as
     gelu_approximate, serializes to a dict)."""
+    from tfformer.layers.feed_forward import get_activation
+
     if name != "activation":
         return ours == theirs
     try:
@@ -135,6 +140,8 @@ def check_initial_settings(where, model_config, keys, theirs):
         if value is None or same_model_setting(key, value, source):
             continue
         if key == "activation":
+            from tfformer.layers.feed_forward import get_activation
+
             source = getattr(get_activation(source), "__name__", source)
         raise ValueError(
             f"{where}: model.{key} comes from that run ({source!r}); "
