@@ -14,7 +14,7 @@ import time
 
 import keras
 
-from tfformer.runs.files import atomic_path, atomic_write_text
+from tfformer.runs.files import atomic_path, atomic_write_text, read_text
 
 BACKUP_WEIGHTS = "latest.weights.h5"
 BACKUP_STATE = "state.json"
@@ -40,13 +40,32 @@ def save_target(path, write):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+# What a user can do about a damaged backup, said with every such error.
+DAMAGED_BACKUP = (
+    "the run cannot resume from it. Delete that backup folder to train the run "
+    "from its start, or pass --start-over to move the whole run aside."
+)
+
+
 def read_backup_state(directory):
-    """The state saved with the last backup in `directory`, or None."""
+    """The state saved with the last backup in `directory`, or None.
+
+    Raises:
+        ValueError: naming the file, when it is not a JSON object with an
+            integer `global_step` (a damaged backup).
+    """
     path = os.path.join(directory, BACKUP_STATE)
     if not os.path.isfile(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        state = json.loads(read_text(path))
+    except (ValueError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): {DAMAGED_BACKUP}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        raise ValueError(
+            f"{path} is damaged (no integer global_step): {DAMAGED_BACKUP}"
+        )
+    return state
 
 
 def restore_backup(model, directory):
@@ -63,7 +82,15 @@ def restore_backup(model, directory):
         raise ValueError(f"{directory} has {BACKUP_STATE} but no {BACKUP_WEIGHTS}.")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
-    model.load_weights(weights)
+    try:
+        model.load_weights(weights)
+    except (OSError, ValueError) as e:
+        # h5py's OSError for a truncated or garbled file; Keras's ValueError
+        # for one whose layers or shapes are not this model's.
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ValueError(
+            f"{weights} cannot be read ({detail}): {DAMAGED_BACKUP}"
+        ) from None
     # The weights carry the optimizer's step; a kill between writing them and
     # the state file leaves the state one backup behind, so the weights win.
     state["global_step"] = int(model.optimizer.iterations.numpy())

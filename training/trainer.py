@@ -9,6 +9,7 @@ then save `model.keras`, evaluate and write `metrics.json`.
 
 import contextlib
 import dataclasses
+import os
 import time
 
 import keras
@@ -190,10 +191,16 @@ def train(config, *, progress=print, start_over=False):
     model, schedule = build_compiled_model(config, inputs)
     if moving and writes:
         move_aside(train_config.output_dir, progress)
-    run = open_run_directory(config, inputs.data, write=writes)
     # Started over, no worker restores: on a shared disk a worker could
-    # otherwise read the old backup before the chief moved it aside.
-    state = None if moving else restore_last_backup(model, run, strategy)
+    # otherwise read the old backup before the chief moved it aside. A
+    # resumed run's backup is read before config.json is rewritten, so a
+    # damaged one is refused with the run as it was.
+    state = (
+        None
+        if moving
+        else restore_last_backup(model, train_config.output_dir, strategy)
+    )
+    run = open_run_directory(config, inputs.data, write=writes)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress
     )
@@ -479,12 +486,13 @@ def open_run_directory(config, data, *, write):
     return run
 
 
-def restore_last_backup(model, run, strategy):
-    """Loads the run's last backup (`backup/`) into the compiled `model`;
-    returns its state (`ResumableBackup`'s `state.json`, with the weights'
-    step), or None for a run that has none."""
+def restore_last_backup(model, output_dir, strategy):
+    """Loads the last backup of the run in `output_dir` (`backup/`) into the
+    compiled `model`; returns its state (`ResumableBackup`'s `state.json`,
+    with the weights' step), or None for a run that has none (or no
+    directory yet)."""
     with strategy.scope():
-        return restore_backup(model, run.file(BACKUP))
+        return restore_backup(model, os.path.join(output_dir, BACKUP))
 
 
 # -- 3. Fitting ------------------------------------------------------------------

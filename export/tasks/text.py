@@ -12,6 +12,7 @@ from tfformer.preprocessing.text import (
     UNK_ID,
     special_token_ids,
 )
+from tfformer.runs.files import read_text
 
 # Raw inputs are cut to this many bytes before tokenizing; the tokens any
 # model reads come from far fewer.
@@ -49,8 +50,7 @@ def special_ids(spec, *roles):
     if spec.kind == "byte":
         ids = {"pad": 0, "unk": UNK_ID, "start": 2, "end": 3}
     else:
-        with open(spec.path, encoding="utf-8") as f:
-            vocabulary = f.read().split("\n")
+        vocabulary = read_text(spec.path).split("\n")
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
         ids = special_token_ids(vocabulary, spec.options.get("special_tokens"))

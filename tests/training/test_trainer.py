@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 
 import keras
@@ -162,6 +163,67 @@ def test_rerunning_a_finished_run_resumes_instead_of_restarting(finished, tmp_pa
         overrides=[*TINY, f"train.output_dir={tmp_path / 'run'}", "train.epochs=3"]
     )
     assert train(more, progress=lambda *_: None).metrics["global_step"] == 12
+
+
+def truncated(path, size):
+    with open(path, "r+b") as f:
+        f.truncate(size)
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (
+            lambda run: truncated(run / "backup" / "latest.weights.h5", 1000),
+            "latest.weights.h5 cannot be read",
+        ),
+        (
+            lambda run: (run / "backup" / "latest.weights.h5").write_bytes(b"\x89HDF"),
+            "latest.weights.h5 cannot be read",
+        ),
+        (
+            lambda run: truncated(run / "backup" / "state.json", 12),
+            "state.json is damaged",
+        ),
+        (
+            lambda run: (run / "backup" / "state.json").write_text("[8]"),
+            "state.json is damaged .no integer global_step",
+        ),
+        (
+            lambda run: (run / "source_vocab.txt").write_bytes(b"[PAD]\n\xff\xfe\n"),
+            "source_vocab.txt is not UTF-8 text",
+        ),
+    ],
+    ids=[
+        "weights-truncated",
+        "weights-garbage",
+        "state-truncated",
+        "state-no-step",
+        "vocabulary-not-utf8",
+    ],
+)
+def test_a_damaged_backup_or_vocabulary_is_refused_and_the_run_kept(
+    finished, tmp_path, capsys, damage, named
+):
+    """Resuming reads the backup and the vocabularies before writing: a damaged
+    one is one line naming the file and the way out, exit 2, and every file
+    of the run stays as it was (config.json is not rewritten either)."""
+    original, _ = finished
+    out = tmp_path / "run"
+    shutil.copytree(original.train.output_dir, out)
+    damage(out)
+    before = tree_digest(out)
+    config = tmp_path / "config.json"  # the run's own, as a user resumes it
+    shutil.copy(out / "config.json", config)
+    argv = ["--config", str(config), "--set", f"train.output_dir={out}"]
+    assert train_cli.main([*argv, "--set", "train.epochs=3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert re.search(named, err[0]), err[0]
+    assert str(out) in err[0]
+    if not named.startswith("source_vocab"):
+        assert "--start-over" in err[0]
+    assert tree_digest(out) == before
 
 
 def test_another_run_is_refused_before_a_byte_is_written(finished, tmp_path, capsys):

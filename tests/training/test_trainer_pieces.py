@@ -219,7 +219,7 @@ def test_the_run_directory_gets_the_tokenizers_manifest_and_config(tmp_path):
     assert run.read_config() == json.loads(json.dumps(config.to_dict()))
     assert run.task == "translation"
     # A new run has no backup to restore.
-    assert restore_last_backup(None, run, build_strategy("one_device")) is None
+    assert restore_last_backup(None, run.path, build_strategy("one_device")) is None
 
 
 def test_segments_left_after_a_backup():

@@ -7,6 +7,8 @@ import json
 
 import tensorflow as tf
 
+from tfformer.runs.files import read_text
+
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
 RESERVED_TOKENS = (PAD, UNK, START, END)
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
@@ -131,11 +133,10 @@ def join_punctuation(strings):
 def read_tokenizer_json(path, kind):
     """The settings a tokenizer's JSON file holds, checked to describe a
     `kind` tokenizer (ValueError naming the file otherwise)."""
-    with open(path, encoding="utf-8") as f:
-        try:
-            spec = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
+    try:
+        spec = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(spec, dict) or spec.get("tokenizer") != kind:
         raise ValueError(f"{path} does not describe a {kind} tokenizer: {spec}")
     return spec

@@ -64,3 +64,14 @@ def atomic_copy(source, path):
     """Copies the file `source` to `path` atomically."""
     with atomic_path(path) as tmp:
         shutil.copyfile(source, tmp)
+
+
+def read_text(path):
+    """The UTF-8 text of `path`; ValueError naming the file when it is not
+    UTF-8 (a damaged or foreign vocabulary, tokenizer or config file)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text: {e}") from None

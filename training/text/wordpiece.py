@@ -18,7 +18,7 @@ from tfformer.preprocessing.text import (
     lower,
     special_token_ids,
 )
-from tfformer.runs.files import atomic_write_text
+from tfformer.runs.files import atomic_write_text, read_text
 
 
 class WordPieceTokenizer:
@@ -139,8 +139,7 @@ class WordPieceTokenizer:
         constructor's special_tokens, normalizer, strip_accents)."""
         if not os.path.isfile(path):
             raise ValueError(f"Vocabulary file not found. Received: path={path!r}")
-        with open(path, encoding="utf-8") as f:
-            vocabulary = f.read().split("\n")
+        vocabulary = read_text(path).split("\n")
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
         try:
