@@ -31,7 +31,25 @@ OVERRIDES = [
 ]
 
 
+def slow_move_aside(seconds):
+    """The chief's rename of a run started over, made `seconds` late (a slow
+    shared disk), so that the other worker reaches its restore first."""
+    import time
+
+    from tfformer.training import trainer
+
+    move_aside = trainer.move_aside
+
+    def late(*args, **kwargs):
+        time.sleep(seconds)
+        return move_aside(*args, **kwargs)
+
+    trainer.move_aside = late
+
+
 def main(output_dir, weights_file, overrides=None):
+    if os.environ.get("TFFORMER_TEST_SLOW_MOVE"):
+        slow_move_aside(float(os.environ["TFFORMER_TEST_SLOW_MOVE"]))
     overrides = json.loads(overrides) if overrides else OVERRIDES
     config = load_config(
         overrides=[
@@ -40,7 +58,8 @@ def main(output_dir, weights_file, overrides=None):
             f"train.output_dir={output_dir}",
         ]
     )
-    result = train(config)
+    # TFFORMER_TEST_START_OVER=1: as `tfformer-train --start-over` on every worker.
+    result = train(config, start_over=os.environ.get("TFFORMER_TEST_START_OVER") == "1")
     np.savez(
         weights_file,
         *[w.numpy() for w in result.model.weights],

@@ -116,8 +116,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_workers(tmp_path, overrides=None):
-    """Starts 2 workers on 127.0.0.1; returns their saved npz files."""
+def run_workers(tmp_path, overrides=None, start_over=False):
+    """Starts 2 workers on 127.0.0.1 (with `start_over`, each trains with
+    `train(..., start_over=True)`); returns their saved npz files. Each
+    worker's output is kept in `tmp_path/worker<i>.log`."""
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     processes = []
@@ -128,6 +130,10 @@ def run_workers(tmp_path, overrides=None):
                 {"cluster": cluster, "task": {"type": "worker", "index": index}}
             ),
             PYTHONPATH=ROOT,
+            TFFORMER_TEST_START_OVER="1" if start_over else "",
+            # The chief renames the old run 5 s late: the other worker gets
+            # to where it would restore a backup while the old one is there.
+            TFFORMER_TEST_SLOW_MOVE="5" if start_over else "",
         )
         command = [
             sys.executable,
@@ -153,6 +159,7 @@ def run_workers(tmp_path, overrides=None):
             for p in processes:
                 p.kill()
             raise
+        (tmp_path / f"worker{processes.index(process)}.log").write_text(out)
         assert process.returncode == 0, out[-3000:]
     return [np.load(tmp_path / f"worker{i}.npz") for i in range(2)]
 
@@ -238,3 +245,25 @@ def test_two_workers_train_with_keras_fit_and_end_identical(tmp_path):
     np.testing.assert_allclose(first["loss"], second["loss"], rtol=1e-6)
     # Only the chief wrote the model.
     assert os.path.isfile(tmp_path / "run" / "model.keras")
+
+
+@pytest.mark.slow
+def test_two_workers_started_over_move_the_run_aside_and_restore_nothing(tmp_path):
+    """`--start-over` under MultiWorkerMirroredStrategy: the chief moves the
+    finished run (with its backup) aside, and no worker resumes from that
+    backup (a worker reading it before the chief's rename would start at
+    step 10 while the other starts at 0). Both train the 10 steps again
+    from scratch and end bit-identical to the first run."""
+    first, _ = run_workers(tmp_path)
+    assert os.path.isfile(tmp_path / "run" / "backup" / "state.json")
+    again = run_workers(tmp_path, start_over=True)
+    for index in range(2):
+        log = (tmp_path / f"worker{index}.log").read_text()
+        assert "Resuming" not in log, log[-2000:]
+        assert int(again[index]["global_step"]) == 10
+    aside = [p for p in os.listdir(tmp_path) if p.startswith("run.replaced-")]
+    assert len(aside) == 1
+    assert os.path.isfile(tmp_path / aside[0] / "model.keras")
+    for key in (k for k in first.files if k.startswith("arr_")):
+        np.testing.assert_array_equal(first[key], again[0][key])
+        np.testing.assert_array_equal(again[0][key], again[1][key])
