@@ -26,7 +26,8 @@ Contenders (run one after another, never alongside other work: 2 cores):
   batch 256, `model.fit` on NumPy arrays with `validation_split=0.1`, and
   the weights of the best validation accuracy restored at the end. Its
   only change: the epochs stop at the budget. Keras's default compile
-  (`jit_compile="auto"`, XLA for this model on CPU).
+  (`jit_compile="auto"`, which Keras resolves to no XLA on a CPU-only
+  machine).
 - `cnn`: six 3x3 convolutions with batch norm (32, 32, 64, 64, 128, 128,
   max-pooling after each pair), global average pooling and a linear head,
   on tfformer's pipeline, optimizer and schedule.

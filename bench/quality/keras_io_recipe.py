@@ -17,7 +17,8 @@ The recipe, unchanged apart from the data and the budget:
 - `compile("rmsprop", loss="sparse_categorical_crossentropy")`: RMSprop at
   Keras's default 1e-3, no warmup or schedule, no label smoothing, the loss
   over every position padding included, no averaging; Keras's default
-  `jit_compile="auto"` (XLA on TensorFlow);
+  `jit_compile="auto"` (no XLA on a CPU-only machine: Keras resolves
+  "auto" to XLA only where TensorFlow sees a GPU or TPU);
 - decoding: `keras_hub.samplers.GreedySampler` over the full model (no
   cache; the model re-runs on the 40-token prompt at every step), stopping
   at `[END]`; sources cut to 40 tokens. The example decodes one sentence at
