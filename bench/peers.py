@@ -399,3 +399,37 @@ def bert_text_classifier(sizes, vocabulary, length, num_classes):
     pooled = keras.layers.Dropout(sizes["dropout"])(outputs["pooled_output"])
     logits = keras.layers.Dense(num_classes)(pooled)
     return keras.Model({"token_ids": token_ids, "segment_ids": segment_ids}, logits)
+
+
+def gpt2_greedy_generate(
+    sizes, vocabulary, length, jit_compile="auto", max_sequence_length=None
+):
+    """keras-hub's `GPT2CausalLM` of tfformer's `sizes` (random weights,
+    positions up to `max_sequence_length`, default `length`),
+    greedy through its own cached `make_generate_function()` (what
+    `generate` runs), compiled with `jit_compile` ("auto", Keras's default,
+    is no XLA on a CPU-only machine). Returns `(run, parameters)`: `run`
+    takes `(batch, prompt)` int32 prompts and gives `(batch, length)` ids,
+    with no stop token."""
+    backbone = keras_hub.models.GPT2Backbone(
+        **backbone_arguments(
+            dict(sizes, dropout=0.0), vocabulary, max_sequence_length or length
+        )
+    )
+    causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+    causal_lm.compile(sampler="greedy", jit_compile=jit_compile)
+    generate = causal_lm.make_generate_function()
+
+    def run(prompts):
+        batch, start = prompts.shape
+        ids = np.zeros((batch, length), np.int32)
+        ids[:, :start] = prompts
+        mask = np.zeros((batch, length), bool)
+        mask[:, :start] = True
+        out = generate(
+            {"token_ids": tf.constant(ids), "padding_mask": tf.constant(mask)},
+            stop_token_ids=None,
+        )
+        return out["token_ids"].numpy()
+
+    return run, causal_lm.count_params()

@@ -23,12 +23,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras_hub
 import numpy as np
 import tensorflow as tf
 
 from bench import common
-from bench.peers import backbone_arguments
+from bench.peers import gpt2_greedy_generate
 from tfformer.decoding import Generator
 from tfformer.models import gpt_decoder
 
@@ -40,29 +39,6 @@ def tfformer_generate(model, length, jit_compile):
     generator = Generator(model, max_length=length, search="greedy")
     compiled = generator.compiled(jit_compile=jit_compile)
     return lambda prompts: compiled(prompts)["token_ids"].numpy()
-
-
-def keras_hub_generate(length, jit_compile):
-    backbone = keras_hub.models.GPT2Backbone(
-        **backbone_arguments(dict(SIZES, dropout=0.0), VOCABULARY, CONTEXT)
-    )
-    causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-    causal_lm.compile(sampler="greedy", jit_compile=jit_compile)
-    generate = causal_lm.make_generate_function()
-
-    def run(prompts):
-        batch, start = prompts.shape
-        ids = np.zeros((batch, length), np.int32)
-        ids[:, :start] = prompts
-        mask = np.zeros((batch, length), bool)
-        mask[:, :start] = True
-        out = generate(
-            {"token_ids": tf.constant(ids), "padding_mask": tf.constant(mask)},
-            stop_token_ids=None,
-        )
-        return out["token_ids"].numpy()
-
-    return run, causal_lm.count_params()
 
 
 def main():
@@ -87,8 +63,12 @@ def main():
     rows, hub_parameters = [], None
     for batch in batches:
         prompts = rng.integers(4, VOCABULARY, (batch, args.prompt_length), np.int32)
-        hub_graph, hub_parameters = keras_hub_generate(length, False)
-        hub_xla, _ = keras_hub_generate(length, True)
+        hub_graph, hub_parameters = gpt2_greedy_generate(
+            SIZES, VOCABULARY, length, False, max_sequence_length=CONTEXT
+        )
+        hub_xla, _ = gpt2_greedy_generate(
+            SIZES, VOCABULARY, length, True, max_sequence_length=CONTEXT
+        )
         contenders = {
             "tfformer_graph": tfformer_generate(model, length, False),
             "tfformer_xla": tfformer_generate(model, length, True),

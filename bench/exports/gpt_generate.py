@@ -38,12 +38,11 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras_hub
 import numpy as np
 import tensorflow as tf
 
 from bench import common
-from bench.peers import backbone_arguments
+from bench.peers import gpt2_greedy_generate
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import EXPORTER
@@ -81,32 +80,6 @@ def prefix_recompute(model, length):
 
     compiled = tf.function(generate, jit_compile=True, autograph=False)
     return lambda prompts: compiled(prompts).numpy()
-
-
-def keras_hub_gpt2(sizes, vocabulary, length):
-    backbone = keras_hub.models.GPT2Backbone(
-        **backbone_arguments(dict(sizes, dropout=0.0), vocabulary, length)
-    )
-    causal_lm = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
-    # jit_compile "auto": Keras resolves it to no XLA on a CPU-only machine,
-    # so this contender runs in graph mode despite its name (the JSON keeps
-    # the name; bench/decoding_speed/gpt_modes.py measures both modes).
-    causal_lm.compile(sampler="greedy")
-    generate = causal_lm.make_generate_function()
-
-    def run(prompts):
-        batch, start = prompts.shape
-        ids = np.zeros((batch, length), np.int32)
-        ids[:, :start] = prompts
-        mask = np.zeros((batch, length), bool)
-        mask[:, :start] = True
-        out = generate(
-            {"token_ids": tf.constant(ids), "padding_mask": tf.constant(mask)},
-            stop_token_ids=None,
-        )
-        return out["token_ids"].numpy()
-
-    return run, causal_lm.count_params()
 
 
 def saved_model_generate(path, new_tokens):
@@ -275,7 +248,10 @@ def main():
         starts = np.arange(batch) * stride
         prompts = np.stack([ids[s : s + args.prompt_length] for s in starts])
         clocks = {v: {"prefill": 0.0, "decode": 0.0} for v in VARIANTS}
-        hub, hub_params = keras_hub_gpt2(sizes, run.vocabulary_size, length)
+        # jit_compile "auto": no XLA on a CPU-only machine, so this contender
+        # runs in graph mode despite its name (the JSON keeps the name;
+        # bench/decoding_speed/gpt_modes.py measures both modes).
+        hub, hub_params = gpt2_greedy_generate(sizes, run.vocabulary_size, length)
         contenders = {
             "keras_xla": keras_xla(run.model, length),
             "prefix_recompute_xla": prefix_recompute(run.model, length),
