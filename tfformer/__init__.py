@@ -25,13 +25,14 @@ __version__ = "0.1.0"
 # imports tfformer is not touched.
 from tfformer import startup as _startup
 
-if _startup.is_command() and not _startup.help_only():
+_help_only = _startup.help_only()
+if _startup.is_command() and not _help_only:
     _startup.quiet_tensorflow()
 
 # Imported eagerly: importing them registers every layer with Keras, so that
 # `import tfformer` is enough for `keras.saving.load_model` to read a model.
 # A command asked only for its help skips them: it loads no model.
-if not _startup.help_only():
+if not _help_only:
     from tfformer import layers, models
 
 __all__ = ["layers", "load", "models"]
