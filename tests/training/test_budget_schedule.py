@@ -86,14 +86,26 @@ def test_the_config_needs_a_budget_and_a_decaying_schedule():
         )
 
 
-def test_training_on_the_budget_clock_saves_its_state(tmp_path):
-    """A tiny run under a 12-second budget (tracing included; no XLA, whose
-    compile would take most of it): the optimizer's schedule is the one the
-    budget drives, it decayed, and the backup holds what a resumed run
-    needs."""
+def test_training_on_the_budget_clock_saves_its_state(tmp_path, monkeypatch):
+    """A tiny run under a 12-second budget: the optimizer's schedule is the
+    one the budget drives, it decayed, and the backup holds what a resumed
+    run needs. The budget reads a clock that advances one second each time
+    it is read (two or three reads a step), so the run takes the same few
+    steps however busy the machine is (with the wall clock, a loaded machine
+    spent the 12 seconds tracing the first step)."""
+    import functools
+    import itertools
     import json
 
+    from tfformer.training import trainer
     from tfformer.training.trainer import train
+
+    ticks = itertools.count()
+    monkeypatch.setattr(
+        trainer,
+        "TimeBudget",
+        functools.partial(TimeBudget, clock=lambda: float(next(ticks))),
+    )
 
     config = load_config(
         overrides=[
