@@ -32,6 +32,8 @@ TINY = [
     "train.verbose=0",
     "train.final_evaluation_examples=16",
     "train.checkpoint_every_steps=3",
+    # No dropout: a resumed run then equals the finished one weight for weight.
+    "model.dropout=0.0",
 ]
 
 
@@ -273,30 +275,29 @@ def test_start_over_moves_the_old_run_aside_and_trains_from_scratch(finished, tm
     out = tmp_path / "run"
     shutil.copytree(original.train.output_dir, out)
     before = tree_digest(out)
-    config = tiny_config(tmp_path, "train.seed=1")  # same run: would resume
+    # The same run (it would resume), trained for one epoch from another seed.
+    config = tiny_config(
+        tmp_path, "train.seed=1", "train.epochs=1", "train.final_evaluation=false"
+    )
     messages = []
     again = train(config, progress=messages.append, start_over=True)
     (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("run.replaced-")]
     assert tree_digest(aside) == before
     assert not any("Resuming" in m for m in messages)
     assert any(str(aside) in m for m in messages)
-    assert again.metrics["global_step"] == 8
+    assert again.metrics["global_step"] == 4
     assert not np.array_equal(first.model.weights[0], again.model.weights[0])
     with open(out / "config.json") as f:
         assert json.load(f)["train"]["seed"] == 1
 
 
-def test_resuming_mid_epoch_equals_an_uninterrupted_run(tmp_path):
+def test_resuming_mid_epoch_equals_an_uninterrupted_run(finished, tmp_path):
     """A run killed after step 3 of a 4-step epoch, restarted from its backup,
-    ends with the weights of a run that was never interrupted: it continues at
-    batch 4 of epoch 1 with the optimizer state (and schedule) of step 3."""
-    extra = [
-        "model.dropout=0.0",
-        "train.checkpoint_every_steps=100",
-        "train.final_evaluation=false",
-    ]
-    full = train(tiny_config(tmp_path / "a", *extra), progress=lambda *_: None)
-    config = tiny_config(tmp_path / "b", *extra)
+    ends with the weights of a run that was never interrupted (the finished
+    run, of the same settings): it continues at batch 4 of epoch 1 with the
+    optimizer state (and schedule) of step 3."""
+    _, full = finished
+    config = tiny_config(tmp_path)
     _write_backup_after(config, steps=3)
     messages = []
     resumed = train(config, progress=messages.append)
@@ -349,31 +350,23 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
     assert keras.config.dtype_policy().name == "float32"
 
 
-def test_steps_per_execution_and_jit(tmp_path):
-    config = tiny_config(
-        tmp_path,
-        "train.steps_per_execution=2",
-        "train.jit_compile=true",
-        "train.final_evaluation=false",
-    )
-    result = train(config, progress=lambda *_: None)
-    assert result.model.jit_compile is True
-    assert result.metrics["global_step"] == 8
-
-
-def test_executions_of_several_steps_evaluate_each_example_once(tmp_path):
-    """Validation and test splits of 3 batches in executions of 2 steps: the
+def test_executions_of_several_steps_with_xla_evaluate_each_example_once(tmp_path):
+    """Executions of 2 steps compiled with XLA train 2 epochs of 2 steps.
+    Validation and test splits of 3 batches in executions of 2 steps: the
     figures equal a one-step-at-a-time evaluation of a single pass. (A
     repeated dataset read 4 batches a pass, the first one twice, and the
     second epoch's validation started mid-pass.)"""
     config = tiny_config(
         tmp_path,
         "train.steps_per_execution=2",
+        "train.jit_compile=true",
         "train.steps_per_epoch=2",
         "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     data, model = result.data, result.model
+    assert model.jit_compile is True
+    assert result.metrics["global_step"] == 4
     batches = pipeline.evaluation_steps(data.examples["validation"].lengths, (32,), 16)
     assert batches == 3  # not a multiple of the execution's 2 steps
     compile_model(model, tiny_config(tmp_path, "train.steps_per_execution=1"))
@@ -406,6 +399,8 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     for features, labels in stream.take(40):
         assert all(x.shape.is_fully_defined() for x in (*features.values(), labels))
         by_shape.setdefault(tuple(labels.shape), (features, labels))
+        if len(by_shape) == 2:
+            break
     assert set(by_shape) == {(16, 16), (16, 32)}
     model.optimizer.build(model.trainable_variables)
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
