@@ -44,6 +44,7 @@ import time
 
 import tensorflow as tf
 
+from tfformer.export import runtimes
 from tfformer.export.exporter import CALIBRATED
 from tfformer.export.flatbuffer import float_ops
 from tfformer.export.tasks import get_exporter
@@ -245,6 +246,7 @@ def export_tflite(
         paths.append(os.path.join(out_dir, tflite_file_name(quantize, name)))
         atomic_write_bytes(paths[-1], flatbuffer)
     exporter.device_files(task_run, out_dir, **options)
+    runtimes.record_digests(out_dir, paths)
     for path, (_, flatbuffer) in zip(paths, models, strict=True):
         progress(f"Wrote {path} ({len(flatbuffer) / 1e6:.2f} MB).")
     progress(f"Converted in {time.perf_counter() - began:.1f} s.")

@@ -25,7 +25,6 @@ Example:
 """
 
 import importlib.util
-import json
 import os
 import sys
 
@@ -34,16 +33,14 @@ import numpy as np
 START, END = 2, 3
 
 
-def neighbour(directory, name):
-    """The path of `name` in `directory`; FileNotFoundError naming it if
-    it is not there (the exporter writes it next to the model)."""
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"{name} is missing from {directory} (tfformer-export writes it "
-            "next to the model)"
-        )
-    return path
+def load_model_file():
+    """`model_file.py`, shipped beside this file: it finds, checks and opens
+    the model and the files beside it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_file.py")
+    spec = importlib.util.spec_from_file_location("tfformer_device_model_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # FileNotFoundError naming a missing one
+    return module
 
 
 def encode(first, second, max_length, start=START, end=END):
@@ -64,21 +61,19 @@ class LiteRTClassifier:
     """Classifies texts with `model*.tflite` and the files beside it."""
 
     def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
+        model_file = load_model_file()
+        model_file.check_model(path)
         self.directory = os.path.dirname(os.path.abspath(path))
-        with open(neighbour(self.directory, "text.json"), encoding="utf-8") as f:
-            self.settings = json.load(f)
+        self.settings = model_file.read_settings(
+            model_file.neighbour(self.directory, "text.json"),
+            ("max_length", "labels", "pairs"),
+        )
         self.max_length = self.settings["max_length"]
         self.labels = self.settings["labels"]
         self.pairs = self.settings["pairs"]
-        spec = importlib.util.spec_from_file_location(
-            "tfformer_device_tokenizer", neighbour(self.directory, "tokenizer.py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        self.tokenizer = module.DeviceTokenizer(self.directory)
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        tokenizer = model_file.load_module(self.directory, "tokenizer")
+        self.tokenizer = tokenizer.DeviceTokenizer(self.directory)
+        self.interpreter = model_file.open_interpreter(path, num_threads)
         self.runner = self.interpreter.get_signature_runner()
         output = self.runner.get_output_details()["probabilities"]
         # (scale, zero point) of an int8 output; (0.0, 0) for float32.
@@ -125,9 +120,6 @@ def main(argv=None):
     if len(argv) < 2:
         print("usage: classify.py MODEL.tflite TEXT...", file=sys.stderr)
         return 2
-    if not os.path.isfile(argv[0]):
-        print(f"classify.py: error: no model at {argv[0]!r}", file=sys.stderr)
-        return 2
     try:
         classifier = LiteRTClassifier(argv[0])
     except (OSError, ValueError) as e:
@@ -143,7 +135,14 @@ def main(argv=None):
                 )
                 return 2
             item = tuple(text.split("\t"))
-        label, p = classifier.classify(item)
+        try:
+            label, p = classifier.classify(item)
+        except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+            print(
+                f"classify.py: error: LiteRT could not run {argv[0]} ({e})",
+                file=sys.stderr,
+            )
+            return 2
         print(f"{label}\t{p.max():.4f}\t{text}")
     return 0
 

@@ -23,31 +23,36 @@ Example:
 >>> classifier.probabilities(pixels)   # pixels: uint8 (size, size, 3)
 """
 
-import json
+import importlib.util
 import os
 import sys
 
 import numpy as np
 
 
+def load_model_file():
+    """`model_file.py`, shipped beside this file: it finds, checks and opens
+    the model and the files beside it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_file.py")
+    spec = importlib.util.spec_from_file_location("tfformer_device_model_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # FileNotFoundError naming a missing one
+    return module
+
+
 class ImageClassifier:
     """Classifies uint8 RGB pixels with `model*.tflite` and `image.json`."""
 
     def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
+        model_file = load_model_file()
+        model_file.check_model(path)
         directory = os.path.dirname(os.path.abspath(path))
-        settings_path = os.path.join(directory, "image.json")
-        if not os.path.isfile(settings_path):
-            raise FileNotFoundError(
-                f"image.json is missing from {directory} (tfformer-export "
-                "writes it next to the model)"
-            )
-        with open(settings_path, encoding="utf-8") as f:
-            settings = json.load(f)
+        settings = model_file.read_settings(
+            model_file.neighbour(directory, "image.json"), ("image_size", "labels")
+        )
         self.size = settings["image_size"]
         self.labels = settings["labels"]
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.interpreter = model_file.open_interpreter(path, num_threads)
         self.runner = self.interpreter.get_signature_runner()
         output = self.runner.get_output_details()["probabilities"]
         # (scale, zero point) of an int8 output; (0.0, 0) for float32.
@@ -101,9 +106,6 @@ def main(argv=None):
     if len(argv) < 2:
         print("usage: classify_image.py MODEL.tflite IMAGE...", file=sys.stderr)
         return 2
-    if not os.path.isfile(argv[0]):
-        print(f"classify_image.py: error: no model at {argv[0]!r}", file=sys.stderr)
-        return 2
     try:
         classifier = ImageClassifier(argv[0])
     except (OSError, ValueError) as e:
@@ -115,7 +117,14 @@ def main(argv=None):
         except (OSError, ValueError) as e:
             print(f"classify_image.py: error: {path!r}: {e}", file=sys.stderr)
             return 2
-        p = classifier.probabilities(pixels)
+        try:
+            p = classifier.probabilities(pixels)
+        except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+            print(
+                f"classify_image.py: error: LiteRT could not run {argv[0]} ({e})",
+                file=sys.stderr,
+            )
+            return 2
         top = np.argsort(-p, kind="stable")[:3]
         print(
             path + "\t" + "\t".join(f"{classifier.labels[i]} {p[i]:.4f}" for i in top)

@@ -24,44 +24,36 @@ Example:
 """
 
 import importlib.util
-import json
 import os
 import sys
 
 import numpy as np
 
 
-def neighbour(directory, name):
-    """The path of `name` in `directory`; FileNotFoundError naming it if
-    it is not there (the exporter writes it next to the model)."""
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"{name} is missing from {directory} (tfformer-export writes it "
-            "next to the model)"
-        )
-    return path
+def load_model_file():
+    """`model_file.py`, shipped beside this file: it finds, checks and opens
+    the model and the files beside it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_file.py")
+    spec = importlib.util.spec_from_file_location("tfformer_device_model_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # FileNotFoundError naming a missing one
+    return module
 
 
 class LiteRTEmbedder:
     """Embeds texts with `model*.tflite` and the files beside it."""
 
     def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"no model at {path!r}")
+        model_file = load_model_file()
+        model_file.check_model(path)
         self.directory = os.path.dirname(os.path.abspath(path))
-        with open(neighbour(self.directory, "text.json"), encoding="utf-8") as f:
-            self.settings = json.load(f)
-        self.max_length = self.settings["max_length"]
-        spec = importlib.util.spec_from_file_location(
-            "tokenizer", neighbour(self.directory, "tokenizer.py")
+        self.settings = model_file.read_settings(
+            model_file.neighbour(self.directory, "text.json"), ("max_length",)
         )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        self.tokenizer = module.DeviceTokenizer(self.directory)
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        self.max_length = self.settings["max_length"]
+        tokenizer = model_file.load_module(self.directory, "tokenizer")
+        self.tokenizer = tokenizer.DeviceTokenizer(self.directory)
+        self.interpreter = model_file.open_interpreter(path, num_threads)
         self.runner = self.interpreter.get_signature_runner("serving_default")
 
     def token_ids(self, text):
@@ -98,6 +90,9 @@ def main(argv=None):
         results = embedder.search(argv[1], argv[2:])
     except (OSError, ValueError) as e:
         print(f"embed.py: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+        print(f"embed.py: error: LiteRT could not run {argv[0]} ({e})", file=sys.stderr)
         return 2
     for score, document in results:
         print(f"{score:.4f}\t{document}")

@@ -37,7 +37,6 @@ Example:
 """
 
 import importlib.util
-import json
 import os
 
 import numpy as np
@@ -139,6 +138,16 @@ def check_settings(max_new_tokens, temperature, top_k, top_p, context):
         raise ValueError(f"top_p must be in (0, 1]. Received: top_p={top_p}")
 
 
+def load_model_file():
+    """`model_file.py`, shipped beside this file: it finds, checks and opens
+    the model and the files beside it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_file.py")
+    spec = importlib.util.spec_from_file_location("tfformer_device_model_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # FileNotFoundError naming a missing one
+    return module
+
+
 class LiteRTGenerator:
     """A text generator's `.tflite` (prefill/decode signatures) and its
     tokenizer files, run with the `ai_edge_litert` Interpreter.
@@ -149,11 +158,8 @@ class LiteRTGenerator:
     """
 
     def __init__(self, path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(path):
-            raise ValueError(f"TFLite model not found. Received: path={path!r}")
-        self.interpreter = Interpreter(model_path=path, num_threads=num_threads)
+        model_file = load_model_file()
+        self.interpreter = model_file.open_interpreter(path, num_threads)
         signatures = self.interpreter.get_signature_list()
         if "decode" not in signatures:
             raise ValueError(
@@ -181,8 +187,7 @@ class LiteRTGenerator:
         self.start_id, self.end_id = START, END
         settings = os.path.join(self.directory, "text.json")
         if os.path.isfile(settings):
-            with open(settings, encoding="utf-8") as f:
-                written = json.load(f)
+            written = model_file.read_settings(settings)
             special = written.get("special_ids") or {}
             self.start_id = special.get("start", START)
             self.end_id = special.get("end", END)
@@ -300,18 +305,9 @@ class LiteRTGenerator:
     def tokenizer(self):
         """`DeviceTokenizer` of `tokenizer.py` next to the model."""
         if self._tokenizer is None:
-            for name in ("text.json", "tokenizer.py"):
-                if not os.path.isfile(os.path.join(self.directory, name)):
-                    raise FileNotFoundError(
-                        f"{name} is missing from {self.directory} "
-                        "(tfformer-export writes it next to the model)"
-                    )
-            spec = importlib.util.spec_from_file_location(
-                "tfformer_device_tokenizer",
-                os.path.join(self.directory, "tokenizer.py"),
-            )
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
+            model_file = load_model_file()
+            model_file.neighbour(self.directory, "text.json")
+            module = model_file.load_module(self.directory, "tokenizer")
             self._tokenizer = module.DeviceTokenizer(self.directory)
         return self._tokenizer
 
@@ -358,6 +354,8 @@ def main(argv=None):
         )
     except (OSError, ValueError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
+    except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+        p.exit(2, f"{p.prog}: error: LiteRT could not run {args.model} ({e})\n")
     print(prompt + text)
 
 

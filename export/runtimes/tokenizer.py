@@ -271,12 +271,37 @@ class TokenIds:
         return " ".join(str(i - self.offset) for i in ids if i != self.pad)
 
 
+def read_json(path):
+    """The JSON value in the file at `path`; ValueError naming the file if
+    it is not UTF-8 JSON."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is damaged: not UTF-8 JSON ({e})") from None
+
+
 class DeviceTokenizer:
-    """The tokenizer of one TFLite export directory."""
+    """The tokenizer of one TFLite export directory.
+
+    Raises:
+        ValueError: `text.json`, or the tokenizer file it names, is not
+            JSON or lacks a setting (named).
+    """
 
     def __init__(self, directory):
-        with open(os.path.join(directory, "text.json"), encoding="utf-8") as f:
-            self.settings = json.load(f)
+        path = os.path.join(directory, "text.json")
+        try:
+            self._read(directory, path)
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ValueError(
+                f"{path} (or the tokenizer file it names) is damaged: "
+                f"{type(e).__name__} {e}; export the model again"
+            ) from None
+
+    def _read(self, directory, path):
+        self.settings = read_json(path)
         self.source_length = self.settings["source_length"]
         self.byte_level = self.settings["tokenizer"] == "byte"
         special = self.settings.get("special_ids") or {}
@@ -287,9 +312,7 @@ class DeviceTokenizer:
         self.special = set(special.values()) if special else {PAD, UNK, START, END}
         self.converted = None
         if self.settings["tokenizer"] in ("bpe", "ids"):
-            path = os.path.join(directory, self.settings["tokenizer_file"])
-            with open(path, encoding="utf-8") as f:
-                spec = json.load(f)
+            spec = read_json(os.path.join(directory, self.settings["tokenizer_file"]))
             kind = ByteLevelBPE if self.settings["tokenizer"] == "bpe" else TokenIds
             self.converted = kind(spec)
             return

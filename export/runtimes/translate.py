@@ -33,27 +33,21 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def neighbour(directory, name, what):
-    """The path of `name` in `directory`; FileNotFoundError naming it if
-    it is not there."""
-    path = os.path.join(directory, name)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(
-            f"{name} is missing from {directory} ({what}; tfformer-export "
-            "writes it next to the model)"
-        )
-    return path
+def load_model_file():
+    """`model_file.py`, shipped beside this file: it finds, checks and opens
+    the model and the files beside it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_file.py")
+    spec = importlib.util.spec_from_file_location("tfformer_device_model_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # FileNotFoundError naming a missing one
+    return module
 
 
-def load_tokenizer(model_directory):
+def load_tokenizer(model_file, model_directory):
     """`DeviceTokenizer` of `tokenizer.py` (beside this file) for the
     `text.json` and vocabularies beside the model."""
-    neighbour(model_directory, "text.json", "the tokenizer's settings")
-    path = neighbour(HERE, "tokenizer.py", "the reference tokenizer")
-    spec = importlib.util.spec_from_file_location("tfformer_device_tokenizer", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.DeviceTokenizer(model_directory)
+    model_file.neighbour(model_directory, "text.json")
+    return model_file.load_module(HERE, "tokenizer").DeviceTokenizer(model_directory)
 
 
 class Translator:
@@ -66,21 +60,18 @@ class Translator:
         num_threads: the interpreter's CPU threads (None: its default).
 
     Raises:
-        FileNotFoundError: the model, `text.json`, a vocabulary or
-            `tokenizer.py` is missing (named).
-        ValueError: the model is not a translator's.
+        FileNotFoundError: the model, `text.json`, a vocabulary,
+            `tokenizer.py` or `model_file.py` is missing (named).
+        ValueError: the model is damaged (it does not match `SHA256SUMS`,
+            or LiteRT cannot read it) or is not a translator's.
     """
 
     def __init__(self, model_path, num_threads=None):
-        from ai_edge_litert.interpreter import Interpreter
-
-        if not os.path.isfile(model_path):
-            raise FileNotFoundError(
-                f"no model at {model_path!r} (a tfformer-export .tflite)"
-            )
+        model_file = load_model_file()
+        model_file.check_model(model_path)
         self.directory = os.path.dirname(os.path.abspath(model_path))
-        self.tokenizer = load_tokenizer(self.directory)
-        self.interpreter = Interpreter(model_path=model_path, num_threads=num_threads)
+        self.tokenizer = load_tokenizer(model_file, self.directory)
+        self.interpreter = model_file.open_interpreter(model_path, num_threads)
         self.runner = self.interpreter.get_signature_runner()
         inputs = self.runner.get_input_details()
         if "source_ids" not in inputs:
@@ -135,6 +126,8 @@ def main(argv=None):
         p.exit(2, f"{p.prog}: error: needs NumPy and ai_edge_litert ({e})\n")
     except (OSError, ValueError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
+    except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+        p.exit(2, f"{p.prog}: error: LiteRT could not run {args.model} ({e})\n")
     for translation in translations:
         print(translation)
     return 0

@@ -324,8 +324,10 @@ def test_no_prompt_makes_generate_or_score_fail(served, batch, new, seed):
 def test_device_files_and_signatures(device, run):
     out, path, runtime = device
     assert sorted(os.listdir(out)) == [
+        "SHA256SUMS",
         "generate.py",
         "model.tflite",
+        "model_file.py",
         "model_loop.tflite",
         "text.json",
         "tokenizer.py",
@@ -682,7 +684,7 @@ def test_the_runtime_command_reads_prompts_that_are_not_utf8(device):
         text=True,
         timeout=120,
     )
-    assert missing.returncode == 2 and "TFLite model not found" in missing.stderr
+    assert missing.returncode == 2 and "no model at" in missing.stderr
 
 
 @pytest.mark.parametrize("missing", ["tokenizer.py", "text.json"])

@@ -302,8 +302,10 @@ def test_tflite_float32_equals_keras_on_every_test_input(case, device):
     _, loaded, _, _, test = case
     out, path, runtime = device
     assert sorted(os.listdir(out)) == [
+        "SHA256SUMS",
         "classify.py",
         "model.tflite",
+        "model_file.py",
         "text.json",
         "text_vocab.txt",
         "tokenizer.py",

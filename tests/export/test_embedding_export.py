@@ -113,7 +113,8 @@ def test_tflite_embedder_and_its_runtime(case, quantize):
     root, run, loaded, _, _ = case
     out = str(root / f"device_{quantize}")
     path = export_tflite(run, out, quantize=quantize, progress=lambda *_: None)
-    files = ["embed.py", "text.json", "text_vocab.txt", "tokenizer.py"]
+    files = ["SHA256SUMS", "embed.py", "model_file.py", "text.json"]
+    files += ["text_vocab.txt", "tokenizer.py"]
     assert sorted(os.listdir(out)) == sorted([os.path.basename(path), *files])
     with open(path, "rb") as f:
         names = {op.name for op in ops(read_model(f.read()))}

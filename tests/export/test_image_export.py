@@ -219,9 +219,11 @@ def test_tflite_float32_equals_keras_on_every_test_image(case, tmp_path):
     out = str(tmp_path / "device")
     path = export_tflite(run_dir, out, progress=lambda *_: None)
     assert sorted(os.listdir(out)) == [
+        "SHA256SUMS",
         "classify_image.py",
         "image.json",
         "model.tflite",
+        "model_file.py",
     ]
     with open(path, "rb") as f:
         model = read_model(f.read())

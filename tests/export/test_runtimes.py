@@ -1,10 +1,12 @@
 """The portable runtimes as files (`export/runtimes/`): each imports nothing
-of tfformer, and run as a command without a neighbour it needs, each says
-which file is missing in one line and exits 2. (Each runtime's values are
+of tfformer, and run as a command without a neighbour it needs, or on a model
+that is damaged or no model, each says which file in one line and exits 2.
+(Each runtime's values are
 tested against Keras with its task's export: test_tflite.py for
 translate.py, test_causal_lm_export.py for generate.py, ...)"""
 
 import ast
+import hashlib
 import json
 import os
 import shutil
@@ -16,15 +18,23 @@ from tfformer.export import runtimes
 from .shipped import assert_one_line_error, run_shipped
 
 # What each command-line runtime reads beside the model before the model
-# itself, with the least `text.json` that gets it that far.
+# itself, with the least settings file that gets it that far.
+BYTES = {"source_length": 8, "tokenizer": "byte"}
 NEIGHBOURS = {
-    "translate.py": (["text.json", "tokenizer.py"], {}),
+    "translate.py": (["model_file.py", "text.json", "tokenizer.py"], BYTES),
     "classify.py": (
-        ["text.json", "tokenizer.py"],
-        {"max_length": 8, "labels": ["a", "b"], "pairs": False},
+        ["model_file.py", "text.json", "tokenizer.py"],
+        {**BYTES, "max_length": 8, "labels": ["a", "b"], "pairs": False},
     ),
-    "embed.py": (["text.json", "tokenizer.py"], {"max_length": 8}),
-    "classify_image.py": (["image.json"], {}),
+    "embed.py": (
+        ["model_file.py", "text.json", "tokenizer.py"],
+        {**BYTES, "max_length": 8},
+    ),
+    "classify_image.py": (
+        ["model_file.py", "image.json"],
+        {"image_size": 8, "labels": ["a", "b"]},
+    ),
+    "generate.py": (["model_file.py"], {}),
 }
 
 
@@ -41,14 +51,18 @@ def test_every_runtime_is_shipped_and_imports_nothing_of_tfformer():
             elif isinstance(node, ast.ImportFrom):
                 imported.add((node.module or "").split(".")[0] or ".")
         assert imported <= {
-            "argparse", "bisect", "importlib", "itertools", "json", "os", "re",
-            "sys", "unicodedata", "numpy", "ai_edge_litert", "PIL",
+            "argparse", "bisect", "hashlib", "importlib", "itertools", "json",
+            "os", "re", "sys", "unicodedata", "numpy", "ai_edge_litert", "PIL",
         }, (name, imported)  # fmt: skip
 
 
 def test_ship_copies_runtimes_and_refuses_other_names(tmp_path):
     runtimes.ship(str(tmp_path), "tokenizer.py", "translate.py")
-    assert sorted(os.listdir(tmp_path)) == ["tokenizer.py", "translate.py"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "model_file.py",
+        "tokenizer.py",
+        "translate.py",
+    ]
     with open(tmp_path / "translate.py", encoding="utf-8") as f:
         shipped = f.read()
     with open(os.path.join(runtimes.DIRECTORY, "translate.py"), encoding="utf-8") as f:
@@ -57,21 +71,93 @@ def test_ship_copies_runtimes_and_refuses_other_names(tmp_path):
         runtimes.ship(str(tmp_path), "cli.py")
 
 
-@pytest.mark.parametrize(
-    "script, missing",
-    [(s, m) for s, (names, _) in NEIGHBOURS.items() for m in names],
-)
-def test_a_missing_neighbour_is_named_in_one_line(tmp_path, script, missing):
+def with_neighbours(directory, script, leave_out=None):
+    """`script` and what it reads, in `directory`, but `leave_out`."""
     names, settings = NEIGHBOURS[script]
-    shutil.copy(os.path.join(runtimes.DIRECTORY, script), tmp_path)
-    # Not a model: every runtime reads its neighbours before the model.
-    (tmp_path / "model.tflite").write_bytes(b"not a model")
+    shutil.copy(os.path.join(runtimes.DIRECTORY, script), directory)
     for name in names:
-        if name == missing:
+        if name == leave_out:
             continue
         if name.endswith(".json"):
-            (tmp_path / name).write_text(json.dumps(settings), encoding="utf-8")
+            (directory / name).write_text(json.dumps(settings), encoding="utf-8")
         else:
-            shutil.copy(os.path.join(runtimes.DIRECTORY, name), tmp_path)
-    done = run_shipped(str(tmp_path), script, "model.tflite", "input", "more")
+            shutil.copy(os.path.join(runtimes.DIRECTORY, name), directory)
+
+
+@pytest.mark.parametrize(
+    "script, missing",
+    [
+        (s, m)
+        for s, (names, _) in NEIGHBOURS.items()
+        for m in names
+        # generate.py reads text.json and tokenizer.py only to read text.
+        if s != "generate.py" or m == "model_file.py"
+    ],
+)
+def test_a_missing_neighbour_is_named_in_one_line(tmp_path, script, missing):
+    with_neighbours(tmp_path, script, leave_out=missing)
+    # Not a model: every runtime reads its neighbours before the model.
+    (tmp_path / "model.tflite").write_bytes(b"not a model")
+    args = ["model.tflite", "in"] + ([] if script == "generate.py" else ["more"])
+    done = run_shipped(str(tmp_path), script, *args)
     assert_one_line_error(done, missing, str(tmp_path))
+
+
+@pytest.mark.parametrize("script", sorted(NEIGHBOURS))
+def test_a_model_that_is_damaged_or_no_model_is_named_in_one_line(tmp_path, script):
+    """A model whose SHA-256 is not the one SHA256SUMS records is refused
+    before LiteRT reads it; one SHA256SUMS does not list is handed to LiteRT,
+    and what LiteRT cannot read is named too. (The same for a real export,
+    truncated and with a flipped byte: test_tflite.py.)"""
+    with_neighbours(tmp_path, script)
+    model = tmp_path / "model.tflite"
+    model.write_bytes(b"TFL3 but cut short")
+    args = ["model.tflite", "in"] + ([] if script == "generate.py" else ["more"])
+    run = lambda: run_shipped(str(tmp_path), script, *args)  # noqa: E731
+    assert_one_line_error(run(), "model.tflite", "not a TFLite model LiteRT can read")
+    # SHA256SUMS names the model with another file's digest.
+    other = hashlib.sha256(b"TFL3 as exported").hexdigest()
+    (tmp_path / "SHA256SUMS").write_text(f"{other}  model.tflite\n")
+    assert_one_line_error(run(), "model.tflite is damaged", "SHA256SUMS")
+    # A damaged SHA256SUMS is named itself.
+    (tmp_path / "SHA256SUMS").write_text("not a digest  model.tflite\n")
+    assert_one_line_error(run(), "SHA256SUMS is damaged", "line 1")
+
+
+@pytest.mark.parametrize("script", sorted(set(NEIGHBOURS) - {"generate.py"}))
+def test_a_damaged_settings_file_is_named_in_one_line(tmp_path, script):
+    """A settings file that is not JSON, or lacks a setting, is named."""
+    names, settings = NEIGHBOURS[script]
+    with_neighbours(tmp_path, script)
+    (tmp_path / "model.tflite").write_bytes(b"not read: the settings come first")
+    name = next(n for n in names if n.endswith(".json"))
+    for damaged in (
+        '{"source_length": 8,',
+        json.dumps(dict(list(settings.items())[1:])),
+    ):
+        (tmp_path / name).write_text(damaged, encoding="utf-8")
+        done = run_shipped(str(tmp_path), script, "model.tflite", "in", "more")
+        assert_one_line_error(done, name, "damaged")
+
+
+def test_record_digests_writes_what_sha256sum_reads(tmp_path):
+    """`record_digests` keeps the other files' lines and writes GNU
+    `sha256sum`'s format, which `model_file` reads back."""
+    (tmp_path / "model.tflite").write_bytes(b"first model")
+    (tmp_path / "model_int8.tflite").write_bytes(b"second model")
+    runtimes.record_digests(str(tmp_path), [str(tmp_path / "model.tflite")])
+    runtimes.record_digests(str(tmp_path), [str(tmp_path / "model_int8.tflite")])
+    expected = {
+        name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+        for name in ("model.tflite", "model_int8.tflite")
+    }
+    assert (tmp_path / "SHA256SUMS").read_text() == "".join(
+        f"{expected[n]}  {n}\n" for n in sorted(expected)
+    )
+    from tfformer.export.runtimes import model_file
+
+    assert model_file.recorded_digests(str(tmp_path)) == expected
+    model_file.check_model(str(tmp_path / "model.tflite"))
+    (tmp_path / "model.tflite").write_bytes(b"first modem")
+    with pytest.raises(ValueError, match=r"model\.tflite is damaged"):
+        model_file.check_model(str(tmp_path / "model.tflite"))

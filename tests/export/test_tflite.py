@@ -48,7 +48,9 @@ def test_builtin_ops_only_with_the_loop_inside(exported):
     assert not [op for op in ops if "Flex" in op or op.startswith("Custom")], ops
     directory = os.path.dirname(exported)
     assert sorted(os.listdir(directory)) == [
+        "SHA256SUMS",
         "model.tflite",
+        "model_file.py",
         "source_vocab.txt",
         "target_vocab.txt",
         "text.json",
@@ -282,3 +284,26 @@ def test_translate_py_names_a_missing_file_in_one_line(exported, tmp_path, missi
     app = copy_export(os.path.dirname(exported), tmp_path / "app", [missing])
     done = run_shipped(app, "translate.py", "model.tflite", "nine")
     assert_one_line_error(done, "translate.py: error", missing)
+
+
+def test_a_damaged_copy_of_the_model_is_refused_in_one_line(exported, tmp_path):
+    """SHA256SUMS holds the model's digest as GNU `sha256sum` computes it
+    (`sha256sum -c` passes on the export), and translate.py refuses a copy
+    cut short or with one changed byte before LiteRT reads it (LiteRT runs
+    most such models: a flatbuffer has no checksum of its own)."""
+    directory = os.path.dirname(exported)
+    checked = subprocess.run(
+        ["sha256sum", "-c", "SHA256SUMS"], cwd=directory, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout == "model.tflite: OK\n"
+    data = open(exported, "rb").read()
+    for name, damaged in (
+        ("cut", data[: len(data) // 2]),
+        ("flipped", data[:4000] + bytes([data[4000] ^ 0x01]) + data[4001:]),
+    ):
+        app = copy_export(directory, tmp_path / name)
+        with open(os.path.join(app, "model.tflite"), "wb") as f:
+            f.write(damaged)
+        done = run_shipped(app, "translate.py", "model.tflite", "nine")
+        assert_one_line_error(done, "translate.py: error", "model.tflite is damaged")

@@ -1,0 +1,140 @@
+"""Opens a `.tflite` model and the files beside it for the portable runtimes
+shipped with this file, in Python with the standard library and
+`ai_edge_litert` only: a missing, cut or changed model, a missing neighbour
+and a damaged settings file are refused in one line naming the file.
+
+A TFLite flatbuffer holds no checksum of its own: LiteRT runs most models
+with a changed byte (computing something else) and fails on others deep in
+AllocateTensors. So tfformer-export records each model's SHA-256 in
+`SHA256SUMS` beside it, in the format of `sha256sum` (`sha256sum -c
+SHA256SUMS` checks a copied export the same way), and `open_interpreter`
+compares before loading. A model that `SHA256SUMS` does not list (one
+quantized by another tool, say) is loaded as it is.
+
+Port this check with the runtime: an app that downloads a model can hash it
+against the same file.
+"""
+
+import hashlib
+import importlib.util
+import json
+import os
+
+SUMS = "SHA256SUMS"
+HEX = frozenset("0123456789abcdef")
+
+
+def neighbour(directory, name):
+    """The path of `name` in `directory`; FileNotFoundError naming it if
+    it is not there (the exporter writes it next to the model)."""
+    path = os.path.join(directory, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{name} is missing from {directory} (tfformer-export writes it "
+            "next to the model)"
+        )
+    return path
+
+
+def load_module(directory, name):
+    """The Python module `name`.py in `directory` (`tokenizer`)."""
+    path = neighbour(directory, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"tfformer_device_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def recorded_digests(directory):
+    """{file name: SHA-256 hex} of `directory/SHA256SUMS` ({} without one).
+
+    Raises:
+        ValueError: the file is not UTF-8 or a line is not
+            `<64 hex digits>  <file name>` (named, with the line).
+    """
+    path = os.path.join(directory, SUMS)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is damaged: it is not UTF-8 text") from None
+    digests = {}
+    for number, line in enumerate(lines, 1):
+        digest, separator, name = line.partition("  ")
+        if not separator or len(digest) != 64 or not set(digest) <= HEX or not name:
+            raise ValueError(
+                f"{path} is damaged: line {number} is not '<sha256>  <file "
+                f"name>'. Received: {line[:80]!r}"
+            )
+        digests[name] = digest
+    return digests
+
+
+def file_digest(path):
+    """The SHA-256 hex digest of the file at `path`, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_model(path):
+    """Raises FileNotFoundError when there is no file at `path`, ValueError
+    when `SHA256SUMS` beside it records another digest for it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no model at {path!r} (a tfformer-export .tflite)")
+    directory, name = os.path.split(os.path.abspath(path))
+    expected = recorded_digests(directory).get(name)
+    if expected is not None and file_digest(path) != expected:
+        raise ValueError(
+            f"{path} is damaged: its SHA-256 is not the one {SUMS} records "
+            "for it (a copy cut short or a changed byte); copy or export it "
+            "again"
+        )
+
+
+def read_settings(path, required=()):
+    """The JSON object in the settings file at `path` (`text.json`,
+    `image.json`).
+
+    Raises:
+        ValueError: the file is not UTF-8 JSON, not an object, or lacks a
+            key of `required` (the file and the key named).
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        settings = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path} is damaged: not UTF-8 JSON ({e})") from None
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path} is damaged: not a JSON object")
+    missing = [key for key in required if key not in settings]
+    if missing:
+        raise ValueError(
+            f"{path} is damaged: it has no {missing[0]!r}; export the model again"
+        )
+    return settings
+
+
+def open_interpreter(path, num_threads=None):
+    """The `ai_edge_litert` Interpreter of the checked model at `path`.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the model does not match `SHA256SUMS`, or LiteRT cannot
+            read it as a model (both named).
+    """
+    from ai_edge_litert.interpreter import Interpreter
+
+    check_model(path)
+    try:
+        return Interpreter(model_path=path, num_threads=num_threads)
+    except (RuntimeError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"{path} is not a TFLite model LiteRT can read ({reason})"
+        ) from None
