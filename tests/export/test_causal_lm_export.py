@@ -86,11 +86,19 @@ def call_generate(served, prompts, new, temperature=1.0, top_k=1, top_p=1.0, see
     return {k: v.numpy() for k, v in out.items()}
 
 
+GENERATORS = {}
+
+
 def keras_generate(run, ids, new, **settings):
-    """(generated ids, their log-probs) of the Keras generator for one prompt."""
+    """(generated ids, their log-probs) of the Keras generator for one prompt.
+    One generator per model and settings, so that its step is traced once."""
     search = "sample" if settings else "greedy"
-    generator = Generator(run.model, max_length=CONTEXT, search=search, **settings)
-    out = generator.generate(
+    key = (id(run.model), search, tuple(sorted(settings.items())))
+    if key not in GENERATORS:
+        GENERATORS[key] = Generator(
+            run.model, max_length=CONTEXT, search=search, **settings
+        )
+    out = GENERATORS[key].generate(
         np.array([ids], np.int32), max_new_tokens=np.array([new], np.int32)
     )
     tokens = np.asarray(out["token_ids"])[0]
