@@ -241,6 +241,8 @@ def export_tflite(
             )
             models.append((source.name, flatbuffer))
     os.makedirs(out_dir, exist_ok=True)
+    names = [tflite_file_name(quantize, name) for name, _ in models]
+    runtimes.forget_digests(out_dir, names)
     paths = []
     for name, flatbuffer in models:
         paths.append(os.path.join(out_dir, tflite_file_name(quantize, name)))

@@ -40,6 +40,26 @@ def ship(out_dir, *names):
         atomic_copy(os.path.join(DIRECTORY, name), os.path.join(out_dir, name))
 
 
+def forget_digests(out_dir, names):
+    """Removes the lines of the files `names` from `out_dir/SHA256SUMS`:
+    done before those files are rewritten, so that an export that fails
+    half-way leaves them unlisted rather than listed with an old digest."""
+    path = os.path.join(out_dir, SUMS)
+    if not os.path.isfile(path):
+        return
+    try:
+        digests = recorded_digests(out_dir)
+    except ValueError:
+        digests = {}  # a damaged list is rewritten, not kept
+    write_digests(out_dir, {k: v for k, v in digests.items() if k not in names})
+
+
+def write_digests(out_dir, digests):
+    """Writes {file name: digest} as `out_dir/SHA256SUMS`, sorted by name."""
+    lines = [f"{digest}  {name}\n" for name, digest in sorted(digests.items())]
+    atomic_write_text(os.path.join(out_dir, SUMS), "".join(lines))
+
+
 def record_digests(out_dir, paths):
     """Records the SHA-256 of each file of `paths` (in `out_dir`) in
     `out_dir/SHA256SUMS`, keeping the other files' lines: `sha256sum`'s
@@ -50,8 +70,7 @@ def record_digests(out_dir, paths):
         digests = {}  # a damaged list is rewritten, not kept
     for path in paths:
         digests[os.path.basename(path)] = file_digest(path)
-    lines = [f"{digest}  {name}\n" for name, digest in sorted(digests.items())]
-    atomic_write_text(os.path.join(out_dir, SUMS), "".join(lines))
+    write_digests(out_dir, digests)
 
 
 def write_settings(out_dir, name, settings):

@@ -62,7 +62,7 @@ class LiteRTClassifier:
 
     def __init__(self, path, num_threads=None):
         model_file = load_model_file()
-        model_file.check_model(path)
+        model_file.check_model(path)  # a wrong path named before the rest
         self.directory = os.path.dirname(os.path.abspath(path))
         self.settings = model_file.read_settings(
             model_file.neighbour(self.directory, "text.json"),
@@ -73,7 +73,7 @@ class LiteRTClassifier:
         self.pairs = self.settings["pairs"]
         tokenizer = model_file.load_module(self.directory, "tokenizer")
         self.tokenizer = tokenizer.DeviceTokenizer(self.directory)
-        self.interpreter = model_file.open_interpreter(path, num_threads)
+        self.interpreter = model_file.open_interpreter(path, num_threads, check=False)
         self.runner = self.interpreter.get_signature_runner()
         output = self.runner.get_output_details()["probabilities"]
         # (scale, zero point) of an int8 output; (0.0, 0) for float32.
@@ -122,28 +122,22 @@ def main(argv=None):
         return 2
     try:
         classifier = LiteRTClassifier(argv[0])
-    except (OSError, ValueError) as e:
+        for text in argv[1:]:
+            item = text
+            if classifier.pairs:
+                if text.count("\t") != 1:
+                    raise ValueError(f"give a pair as 'a<TAB>b'. Received: {text!r}")
+                item = tuple(text.split("\t"))
+            label, p = classifier.classify(item)
+            print(f"{label}\t{p.max():.4f}\t{text}")
+    except (OSError, ValueError, ImportError) as e:
         print(f"classify.py: error: {e}", file=sys.stderr)
         return 2
-    for text in argv[1:]:
-        item = text
-        if classifier.pairs:
-            if text.count("\t") != 1:
-                print(
-                    f"classify.py: error: give a pair as 'a<TAB>b'. Received: {text!r}",
-                    file=sys.stderr,
-                )
-                return 2
-            item = tuple(text.split("\t"))
-        try:
-            label, p = classifier.classify(item)
-        except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
-            print(
-                f"classify.py: error: LiteRT could not run {argv[0]} ({e})",
-                file=sys.stderr,
-            )
-            return 2
-        print(f"{label}\t{p.max():.4f}\t{text}")
+    except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
+        print(
+            f"classify.py: error: LiteRT could not run {argv[0]} ({e})", file=sys.stderr
+        )
+        return 2
     return 0
 
 

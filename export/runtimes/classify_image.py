@@ -45,14 +45,14 @@ class ImageClassifier:
 
     def __init__(self, path, num_threads=None):
         model_file = load_model_file()
-        model_file.check_model(path)
+        model_file.check_model(path)  # a wrong path named before the rest
         directory = os.path.dirname(os.path.abspath(path))
         settings = model_file.read_settings(
             model_file.neighbour(directory, "image.json"), ("image_size", "labels")
         )
         self.size = settings["image_size"]
         self.labels = settings["labels"]
-        self.interpreter = model_file.open_interpreter(path, num_threads)
+        self.interpreter = model_file.open_interpreter(path, num_threads, check=False)
         self.runner = self.interpreter.get_signature_runner()
         output = self.runner.get_output_details()["probabilities"]
         # (scale, zero point) of an int8 output; (0.0, 0) for float32.
@@ -108,7 +108,7 @@ def main(argv=None):
         return 2
     try:
         classifier = ImageClassifier(argv[0])
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError, RuntimeError) as e:
         print(f"classify_image.py: error: {e}", file=sys.stderr)
         return 2
     for path in argv[1:]:

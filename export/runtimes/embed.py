@@ -45,7 +45,7 @@ class LiteRTEmbedder:
 
     def __init__(self, path, num_threads=None):
         model_file = load_model_file()
-        model_file.check_model(path)
+        model_file.check_model(path)  # a wrong path named before the rest
         self.directory = os.path.dirname(os.path.abspath(path))
         self.settings = model_file.read_settings(
             model_file.neighbour(self.directory, "text.json"), ("max_length",)
@@ -53,7 +53,7 @@ class LiteRTEmbedder:
         self.max_length = self.settings["max_length"]
         tokenizer = model_file.load_module(self.directory, "tokenizer")
         self.tokenizer = tokenizer.DeviceTokenizer(self.directory)
-        self.interpreter = model_file.open_interpreter(path, num_threads)
+        self.interpreter = model_file.open_interpreter(path, num_threads, check=False)
         self.runner = self.interpreter.get_signature_runner("serving_default")
 
     def token_ids(self, text):
@@ -88,7 +88,7 @@ def main(argv=None):
     try:
         embedder = LiteRTEmbedder(argv[0])
         results = embedder.search(argv[1], argv[2:])
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
         print(f"embed.py: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list

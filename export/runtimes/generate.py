@@ -352,7 +352,7 @@ def main(argv=None):
             top_p=args.top_p,
             seed=args.seed,
         )
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, ImportError) as e:
         p.exit(2, f"{p.prog}: error: {e}\n")
     except RuntimeError as e:  # LiteRT failed on a model SHA256SUMS does not list
         p.exit(2, f"{p.prog}: error: LiteRT could not run {args.model} ({e})\n")

@@ -62,8 +62,13 @@ def recorded_digests(directory):
         raise ValueError(f"{path} is damaged: it is not UTF-8 text") from None
     digests = {}
     for number, line in enumerate(lines, 1):
-        digest, separator, name = line.partition("  ")
-        if not separator or len(digest) != 64 or not set(digest) <= HEX or not name:
+        if not line.strip() or line.startswith("#"):
+            continue
+        # `sha256sum` writes "<digest>  <name>", or "<digest> *<name>" in
+        # binary mode; the digest may be in capitals.
+        digest, mode, name = line[:64].lower(), line[64:66], line[66:]
+        well_formed = len(digest) == 64 and set(digest) <= HEX and bool(name)
+        if not well_formed or mode not in ("  ", " *"):
             raise ValueError(
                 f"{path} is damaged: line {number} is not '<sha256>  <file "
                 f"name>'. Received: {line[:80]!r}"
@@ -120,8 +125,10 @@ def read_settings(path, required=()):
     return settings
 
 
-def open_interpreter(path, num_threads=None):
-    """The `ai_edge_litert` Interpreter of the checked model at `path`.
+def open_interpreter(path, num_threads=None, check=True):
+    """The `ai_edge_litert` Interpreter of the model at `path`, checked
+    against `SHA256SUMS` first (`check=False`: the caller has called
+    `check_model`, before reading the files beside the model).
 
     Raises:
         FileNotFoundError: no file at `path`.
@@ -130,7 +137,8 @@ def open_interpreter(path, num_threads=None):
     """
     from ai_edge_litert.interpreter import Interpreter
 
-    check_model(path)
+    if check:
+        check_model(path)
     try:
         return Interpreter(model_path=path, num_threads=num_threads)
     except (RuntimeError, ValueError) as e:

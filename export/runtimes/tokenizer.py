@@ -329,6 +329,10 @@ class DeviceTokenizer:
         self.starts, self.classes = classes["starts"], classes["class"]
         self.suffix = self.settings["suffix"]
         self.max_bytes = self.settings["max_bytes_per_word"]
+        # Read when text is tokenized, so checked now.
+        for key in ("lower_case", "join_rules"):
+            if key not in self.settings:
+                raise KeyError(key)
         self.max_piece = max(len(t.removeprefix(self.suffix)) for t in self.source)
 
     def _class(self, char):

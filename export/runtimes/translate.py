@@ -68,10 +68,12 @@ class Translator:
 
     def __init__(self, model_path, num_threads=None):
         model_file = load_model_file()
-        model_file.check_model(model_path)
+        model_file.check_model(model_path)  # a wrong path named before the rest
         self.directory = os.path.dirname(os.path.abspath(model_path))
         self.tokenizer = load_tokenizer(model_file, self.directory)
-        self.interpreter = model_file.open_interpreter(model_path, num_threads)
+        self.interpreter = model_file.open_interpreter(
+            model_path, num_threads, check=False
+        )
         self.runner = self.interpreter.get_signature_runner()
         inputs = self.runner.get_input_details()
         if "source_ids" not in inputs:

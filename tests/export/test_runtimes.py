@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -126,18 +127,19 @@ def test_a_model_that_is_damaged_or_no_model_is_named_in_one_line(tmp_path, scri
 
 @pytest.mark.parametrize("script", sorted(set(NEIGHBOURS) - {"generate.py"}))
 def test_a_damaged_settings_file_is_named_in_one_line(tmp_path, script):
-    """A settings file that is not JSON, or lacks a setting, is named."""
+    """A settings file that is not JSON, or lacks any one setting, is named
+    with the setting."""
     names, settings = NEIGHBOURS[script]
     with_neighbours(tmp_path, script)
     (tmp_path / "model.tflite").write_bytes(b"not read: the settings come first")
     name = next(n for n in names if n.endswith(".json"))
-    for damaged in (
-        '{"source_length": 8,',
-        json.dumps(dict(list(settings.items())[1:])),
-    ):
-        (tmp_path / name).write_text(damaged, encoding="utf-8")
+    damaged = {"": '{"source_length": 8,'}
+    for key in settings:
+        damaged[key] = json.dumps({k: v for k, v in settings.items() if k != key})
+    for key, text in damaged.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
         done = run_shipped(str(tmp_path), script, "model.tflite", "in", "more")
-        assert_one_line_error(done, name, "damaged")
+        assert_one_line_error(done, name, "damaged", repr(key) if key else "JSON")
 
 
 def test_record_digests_writes_what_sha256sum_reads(tmp_path):
@@ -157,6 +159,21 @@ def test_record_digests_writes_what_sha256sum_reads(tmp_path):
     from tfformer.export.runtimes import model_file
 
     assert model_file.recorded_digests(str(tmp_path)) == expected
+    # What GNU sha256sum writes, in text and binary mode, reads the same.
+    for mode in ("--text", "--binary"):
+        listed = subprocess.run(
+            ["sha256sum", mode, *sorted(expected)],
+            cwd=tmp_path,
+            capture_output=True,
+            check=True,
+        ).stdout
+        (tmp_path / "SHA256SUMS").write_bytes(listed)
+        assert model_file.recorded_digests(str(tmp_path)) == expected, mode
+    # Before rewriting a model, an export forgets its line and keeps the others.
+    runtimes.forget_digests(str(tmp_path), ["model_int8.tflite"])
+    assert model_file.recorded_digests(str(tmp_path)) == {
+        "model.tflite": expected["model.tflite"]
+    }
     model_file.check_model(str(tmp_path / "model.tflite"))
     (tmp_path / "model.tflite").write_bytes(b"first modem")
     with pytest.raises(ValueError, match=r"model\.tflite is damaged"):
