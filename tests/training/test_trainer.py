@@ -351,25 +351,28 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
 
 
 def test_executions_of_several_steps_with_xla_evaluate_each_example_once(tmp_path):
-    """Executions of 2 steps compiled with XLA train 2 epochs of 2 steps.
-    Validation and test splits of 3 batches in executions of 2 steps: the
-    figures equal a one-step-at-a-time evaluation of a single pass. (A
-    repeated dataset read 4 batches a pass, the first one twice, and the
-    second epoch's validation started mid-pass.)"""
+    """Executions of 2 steps compiled with XLA, with dropout, train 2 epochs
+    of 4 steps. Validation and test splits of 3 batches in executions of 2
+    steps: the figures equal a one-step-at-a-time evaluation of a single pass,
+    also with XLA. (A repeated dataset read 4 batches a pass, the first one
+    twice, and the second epoch's validation started mid-pass.)"""
     config = tiny_config(
         tmp_path,
         "train.steps_per_execution=2",
         "train.jit_compile=true",
-        "train.steps_per_epoch=2",
+        "model.dropout=0.1",
         "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     data, model = result.data, result.model
     assert model.jit_compile is True
-    assert result.metrics["global_step"] == 4
+    assert result.metrics["global_step"] == 8
     batches = pipeline.evaluation_steps(data.examples["validation"].lengths, (32,), 16)
     assert batches == 3  # not a multiple of the execution's 2 steps
-    compile_model(model, tiny_config(tmp_path, "train.steps_per_execution=1"))
+    once_a_step = tiny_config(
+        tmp_path, "train.steps_per_execution=1", "train.jit_compile=true"
+    )
+    compile_model(model, once_a_step)
     for split, prefix in (("validation", "val_"), ("test", "test_")):
         once = pipeline.evaluation_dataset(
             data.examples[split], batch_size=16, bucket_lengths=(32,)
@@ -404,7 +407,7 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     assert set(by_shape) == {(16, 16), (16, 32)}
     model.optimizer.build(model.trainable_variables)
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
-    # Lowering is the check; running an XLA step is test_steps_per_execution_and_jit's.
+    # Lowering is the check; running XLA steps is the executions test's.
     for features, labels in by_shape.values():
         hlo = step.experimental_get_compiler_ir(features, labels)(stage="hlo")
         assert "ENTRY" in hlo
