@@ -86,6 +86,17 @@ def rounds(names, repeats):
         yield r, names if r % 2 == 0 else names[::-1]
 
 
+def alternating_seconds(calls, repeats, label=""):
+    """{name: [seconds of each round]} of `calls[name]()` (no arguments),
+    timed in `repeats` rounds whose order alternates (`rounds`)."""
+    times = {name: [] for name in calls}
+    for repeat, order in rounds(calls, repeats):
+        print(f"{label}round {repeat + 1}/{repeats}", flush=True)
+        for name in order:
+            times[name].append(timed(calls[name])[1])
+    return times
+
+
 # -- statistics ---------------------------------------------------------------
 
 

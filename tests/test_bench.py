@@ -162,6 +162,17 @@ def test_rounds_alternate_the_order():
     assert list(common.rounds(["a"], 0)) == []
 
 
+def test_alternating_seconds_times_each_call_once_a_round(monkeypatch):
+    calls = []
+    clock = iter(range(100))
+    monkeypatch.setattr(common.time, "perf_counter", lambda: float(next(clock)))
+    times = common.alternating_seconds(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3
+    )
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert times == {"a": [1.0, 1.0, 1.0], "b": [1.0, 1.0, 1.0]}
+
+
 def test_timed_each_calls_once_per_item_after_a_warmup():
     calls = []
     outputs, seconds = common.timed_each(calls.append, [1, 2], warmup=True)

@@ -78,14 +78,14 @@ def main():
         for name, generate in contenders.items():
             print(f"batch {batch}: warming up {name}", flush=True)
             generate(tf.constant(prompts))
-        times = {name: [] for name in contenders}
-        for repeat, order in common.rounds(contenders, args.repeats):
-            print(f"batch {batch}: round {repeat + 1}/{args.repeats}", flush=True)
-            for name in order:
-                _, seconds = common.timed(
-                    lambda g=contenders[name], x=prompts: g(tf.constant(x))
-                )
-                times[name].append(seconds)
+        times = common.alternating_seconds(
+            {
+                n: lambda g=g, p=prompts: g(tf.constant(p))
+                for n, g in contenders.items()
+            },
+            args.repeats,
+            f"batch {batch}: ",
+        )
         for name, seconds in times.items():
             median, fastest, slowest = common.median_min_max(seconds)
             rows.append(

@@ -268,14 +268,14 @@ def main():
             outputs[name] = generate(tf.constant(prompts))
         for clock in clocks.values():
             clock.update(prefill=0.0, decode=0.0)
-        times = {name: [] for name in contenders}
-        for repeat, order in common.rounds(contenders, args.repeats):
-            print(f"batch {batch}: round {repeat + 1}/{args.repeats}", flush=True)
-            for name in order:
-                _, seconds = common.timed(
-                    lambda g=contenders[name], p=prompts: g(tf.constant(p))
-                )
-                times[name].append(seconds)
+        times = common.alternating_seconds(
+            {
+                n: lambda g=g, p=prompts: g(tf.constant(p))
+                for n, g in contenders.items()
+            },
+            args.repeats,
+            f"batch {batch}: ",
+        )
         reference = outputs["keras_xla"][:, :length]
         for name, seconds in times.items():
             median, fastest, slowest = common.median_min_max(seconds)
