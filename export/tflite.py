@@ -243,10 +243,9 @@ def export_tflite(
     os.makedirs(out_dir, exist_ok=True)
     names = [tflite_file_name(quantize, name) for name, _ in models]
     runtimes.forget_digests(out_dir, names)
-    paths = []
-    for name, flatbuffer in models:
-        paths.append(os.path.join(out_dir, tflite_file_name(quantize, name)))
-        atomic_write_bytes(paths[-1], flatbuffer)
+    paths = [os.path.join(out_dir, name) for name in names]
+    for path, (_, flatbuffer) in zip(paths, models, strict=True):
+        atomic_write_bytes(path, flatbuffer)
     exporter.device_files(task_run, out_dir, **options)
     runtimes.record_digests(out_dir, paths)
     for path, (_, flatbuffer) in zip(paths, models, strict=True):
