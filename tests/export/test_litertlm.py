@@ -112,7 +112,7 @@ def test_litert_lm_decodes_what_the_keras_generator_decodes(bundle, run_dir, pro
 
 
 @needs_runtime
-@pytest.mark.parametrize("decoded", ["", "zz"])
+@pytest.mark.parametrize("decoded", ["", pytest.param("zz", marks=pytest.mark.slow)])
 def test_a_bundle_that_fails_its_runtime_check_is_not_written(
     run_dir, tmp_path, monkeypatch, decoded
 ):

@@ -58,7 +58,9 @@ def byte_ids(text):
     "argv, settings",
     [
         ([], dict(search="greedy")),
-        (
+        # Slow: test_greedy_and_sampling_stream_their_tokens samples through
+        # the command in the default run.
+        pytest.param(
             [
                 "--search",
                 "sample",
@@ -70,6 +72,7 @@ def byte_ids(text):
                 "0.95",
             ],
             dict(search="sample", seed=3, temperature=1.3, top_p=0.95),
+            marks=pytest.mark.slow,
         ),
         (
             ["--search", "beam", "--beam-width", "3", "--length-penalty", "0"],

@@ -238,11 +238,20 @@ def streamed(generator, inputs, **kwargs):
     return tokens, flags
 
 
-@pytest.mark.parametrize("build", [seq2seq, gpt], ids=["seq2seq", "gpt"])
+GREEDY = dict(search="greedy")
+SAMPLE = dict(search="sample", temperature=1.5, top_p=0.9, seed=5)
+
+
+# Each search and each model type is in the default run once; the other
+# two pairings run with -m slow.
 @pytest.mark.parametrize(
-    "settings",
-    [dict(search="greedy"), dict(search="sample", temperature=1.5, top_p=0.9, seed=5)],
-    ids=["greedy", "sample"],
+    "build, settings",
+    [
+        pytest.param(seq2seq, GREEDY, id="greedy-seq2seq"),
+        pytest.param(gpt, SAMPLE, id="sample-gpt"),
+        pytest.param(gpt, GREEDY, id="greedy-gpt", marks=pytest.mark.slow),
+        pytest.param(seq2seq, SAMPLE, id="sample-seq2seq", marks=pytest.mark.slow),
+    ],
 )
 def test_stream_yields_the_tokens_and_draws_of_the_whole_search(build, settings):
     model = build()
@@ -317,7 +326,16 @@ def test_max_length_below_the_prompt_is_refused():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function")
-@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+# Beam search holds the others' steps (it scores, reorders caches and ends
+# hypotheses); greedy and sampling compile in the slow run.
+@pytest.mark.parametrize(
+    "search",
+    [
+        pytest.param("greedy", marks=pytest.mark.slow),
+        "beam",
+        pytest.param("sample", marks=pytest.mark.slow),
+    ],
+)
 def test_the_whole_search_compiles_with_xla(search):
     model = seq2seq()
     source = sources()
