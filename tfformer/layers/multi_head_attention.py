@@ -10,7 +10,7 @@ from tfformer.layers.dropout import Dropout
 from tfformer.layers.mha_from_keras import mha_from_keras
 from tfformer.layers.padding import keras_mask
 from tfformer.layers.per_head_initializer import PerHeadInitializer
-from tfformer.layers.rotary_embedding import RotaryEmbedding
+from tfformer.layers.rotary_embedding import RotaryEmbedding, check_frequency_scaling
 from tfformer.layers.validation import check_positive_int, check_rate, static_dim
 
 
@@ -59,6 +59,8 @@ class MultiHeadAttention(keras.layers.Layer):
             self-attention (`value` omitted or the query itself).
         rotary_max_wavelength: if set, apply `RotaryEmbedding` with this base
             to queries and keys (positions offset by `cache_update_index`).
+        rotary_scaling: the rotary embedding's `frequency_scaling` (Llama
+            3.1's `rope_scaling`), or None.
         kernel_initializer, bias_initializer: initializers of the projections.
             Kernels are drawn per head, `(features, heads, head_dim)`, so a
             fan-based initializer counts the fans of tf.keras 2's layer
@@ -115,6 +117,7 @@ class MultiHeadAttention(keras.layers.Layer):
         num_key_value_heads=None,
         fused_qkv=False,
         rotary_max_wavelength=None,
+        rotary_scaling=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed=None,
@@ -131,6 +134,12 @@ class MultiHeadAttention(keras.layers.Layer):
                 f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
             )
         check_rate("dropout", dropout)
+        rotary_scaling = check_frequency_scaling(rotary_scaling, "rotary_scaling")
+        if rotary_scaling is not None and rotary_max_wavelength is None:
+            raise ValueError(
+                "rotary_scaling needs rotary_max_wavelength (rotary positions). "
+                f"Received: rotary_scaling={rotary_scaling!r}"
+            )
         if rotary_max_wavelength is not None and key_dim % 2:
             raise ValueError(
                 f"Rotary embeddings need an even key_dim. Received: key_dim={key_dim}"
@@ -145,6 +154,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.num_key_value_heads = num_key_value_heads
         self.fused_qkv = bool(fused_qkv)
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.rotary_scaling = rotary_scaling
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.seed = seed
@@ -222,7 +232,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.rotary = None
         if self.rotary_max_wavelength is not None:
             self.rotary = RotaryEmbedding(
-                self.rotary_max_wavelength, dtype=self.dtype_policy, name="rotary"
+                self.rotary_max_wavelength,
+                frequency_scaling=self.rotary_scaling,
+                dtype=self.dtype_policy,
+                name="rotary",
             )
             self.rotary.build((None, None, self.num_heads, self.key_dim))
         self.built = True
@@ -525,6 +538,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "num_key_value_heads": self.num_key_value_heads,
                 "fused_qkv": self.fused_qkv,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
+                "rotary_scaling": self.rotary_scaling,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

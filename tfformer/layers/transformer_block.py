@@ -48,6 +48,7 @@ class TransformerBlock(keras.layers.Layer):
         normalize_first=False,
         fused_qkv=False,
         rotary_max_wavelength=None,
+        rotary_scaling=None,
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
@@ -81,6 +82,7 @@ class TransformerBlock(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.fused_qkv = fused_qkv
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.rotary_scaling = rotary_scaling
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
@@ -121,6 +123,7 @@ class TransformerBlock(keras.layers.Layer):
             rotary_max_wavelength=(
                 self.rotary_max_wavelength if self_attention else None
             ),
+            rotary_scaling=self.rotary_scaling if self_attention else None,
             kernel_initializer=self.kernel_initializer.clone(),
             bias_initializer=self.bias_initializer.clone(),
             dtype=self.dtype_policy,
@@ -200,6 +203,7 @@ class TransformerBlock(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "fused_qkv": self.fused_qkv,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
+                "rotary_scaling": self.rotary_scaling,
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,

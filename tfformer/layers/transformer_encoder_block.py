@@ -33,6 +33,7 @@ class TransformerEncoderBlock(TransformerBlock):
         normalize_first: pre-norm instead of the paper's post-norm.
         fused_qkv: one matrix for the query, key and value projections.
         rotary_max_wavelength: apply rotary position embeddings in attention.
+        rotary_scaling: their Llama 3.1 frequency scaling, or None.
         normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`).
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
         use_bias: biases in the attention and feed-forward projections.

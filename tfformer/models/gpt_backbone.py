@@ -40,6 +40,8 @@ class GPTBackbone(Backbone):
         tie_embeddings: share the token embedding with the output projection.
         num_key_value_heads: grouped-/multi-query attention.
         rotary_max_wavelength: base of the rotary frequencies.
+        rotary_scaling: None, or Llama 3.1's scaling of those frequencies
+            (`RotaryEmbedding`'s `frequency_scaling`); rotary positions only.
         normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`),
             for every norm including the final one.
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
@@ -89,6 +91,7 @@ class GPTBackbone(Backbone):
         tie_embeddings=True,
         num_key_value_heads=None,
         rotary_max_wavelength=10000,
+        rotary_scaling=None,
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
@@ -101,6 +104,11 @@ class GPTBackbone(Backbone):
         if position not in POSITIONS:
             raise ValueError(
                 f"position must be one of {POSITIONS}. Received: position={position!r}"
+            )
+        if rotary_scaling is not None and position != "rotary":
+            raise ValueError(
+                'rotary_scaling needs position="rotary". Received: '
+                f"position={position!r}, rotary_scaling={rotary_scaling!r}"
             )
         if normalization not in NORMALIZATIONS:
             raise ValueError(
@@ -142,6 +150,7 @@ class GPTBackbone(Backbone):
             rotary_max_wavelength=(
                 rotary_max_wavelength if position == "rotary" else None
             ),
+            rotary_scaling=rotary_scaling if position == "rotary" else None,
             normalization=normalization,
             gated_ffn=gated_ffn,
             use_bias=use_bias,
@@ -177,6 +186,7 @@ class GPTBackbone(Backbone):
         self.tie_embeddings = tie_embeddings
         self.num_key_value_heads = num_key_value_heads
         self.rotary_max_wavelength = rotary_max_wavelength
+        self.rotary_scaling = rotary_scaling
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
@@ -201,6 +211,7 @@ class GPTBackbone(Backbone):
                 "tie_embeddings": self.tie_embeddings,
                 "num_key_value_heads": self.num_key_value_heads,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
+                "rotary_scaling": self.rotary_scaling,
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,

@@ -23,6 +23,10 @@ class LlamaBackbone(GPTBackbone):
             None: `num_heads`.
         max_sequence_length: the context the caches are sized for.
         rope_max_wavelength: base of the rotary frequencies (`rope_theta`).
+        rope_scaling: None, or Llama 3.1's scaling of those frequencies as
+            config.json writes it (`{"rope_type": "llama3", "factor",
+            "low_freq_factor", "high_freq_factor",
+            "original_max_position_embeddings"}`).
         layer_norm_epsilon: epsilon of the RMS norms (`rms_norm_eps`).
         tie_embeddings: share the token embedding with the output projection.
         dropout, activation_dropout: dropout rates (Llama has none).
@@ -44,6 +48,7 @@ class LlamaBackbone(GPTBackbone):
         num_key_value_heads=None,
         max_sequence_length=2048,
         rope_max_wavelength=10000,
+        rope_scaling=None,
         layer_norm_epsilon=1e-5,
         tie_embeddings=False,
         dropout=0.0,
@@ -68,6 +73,7 @@ class LlamaBackbone(GPTBackbone):
             tie_embeddings=tie_embeddings,
             num_key_value_heads=num_key_value_heads,
             rotary_max_wavelength=rope_max_wavelength,
+            rotary_scaling=rope_scaling,
             normalization="rms",
             gated_ffn=True,
             use_bias=False,
@@ -76,6 +82,7 @@ class LlamaBackbone(GPTBackbone):
             **kwargs,
         )
         self.rope_max_wavelength = rope_max_wavelength
+        self.rope_scaling = self.rotary_scaling  # checked by the attention
 
     def get_config(self):
         config = super().get_config()
@@ -85,10 +92,12 @@ class LlamaBackbone(GPTBackbone):
             "normalize_first",
             "activation",
             "rotary_max_wavelength",
+            "rotary_scaling",
             "normalization",
             "gated_ffn",
             "use_bias",
         ):
             del config[fixed]
         config["rope_max_wavelength"] = self.rope_max_wavelength
+        config["rope_scaling"] = self.rope_scaling
         return config

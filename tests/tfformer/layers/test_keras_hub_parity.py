@@ -50,6 +50,36 @@ def test_rotary_embedding_matches_keras_hub():
     np.testing.assert_allclose(ours, theirs, atol=1e-5)
 
 
+def test_llama3_frequency_scaling_matches_keras_hubs_llama_rotary_embedding():
+    """Heads of 16 features at base 500: of the 8 frequencies, 3 are kept,
+    2 blended and 3 divided by the factor; positions 40 to 79."""
+    from keras_hub.src.models.llama.llama_rotary_embedding import (
+        LlamaRotaryEmbedding,
+    )
+
+    x = _normal(2, 40, 3, 16)
+    theirs = LlamaRotaryEmbedding(
+        max_wavelength=500,
+        frequency_adjustment_factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        pretraining_sequence_length=256,
+    )(x, start_index=40)
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8,
+        "low_freq_factor": 1,
+        "high_freq_factor": 4,
+        "original_max_position_embeddings": 256,
+    }
+    ours = RotaryEmbedding(max_wavelength=500, frequency_scaling=scaling)
+    # Angles reach 80 radians, where float32 steps by 8e-6: the two layers
+    # round them differently (1.2e-5 seen).
+    np.testing.assert_allclose(ours(x, start_index=40), theirs, atol=5e-5)
+    plain = RotaryEmbedding(max_wavelength=500)(x, start_index=40)
+    assert np.abs(np.asarray(plain) - np.asarray(theirs)).max() > 0.1
+
+
 @pytest.mark.parametrize("normalize_first", [False, True])
 def test_encoder_block_matches_keras_hub(normalize_first):
     kwargs = dict(intermediate_dim=32, num_heads=4, layer_norm_epsilon=1e-5)

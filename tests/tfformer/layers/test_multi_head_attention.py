@@ -367,6 +367,24 @@ def test_layer_contract_with_explicit_mask_input(tmp_path):
         (dict(num_heads=3, key_dim=4, num_key_value_heads=2), "multiple of"),
         (dict(num_heads=2, key_dim=4, dropout=1.5), "dropout must be in"),
         (dict(num_heads=2, key_dim=5, rotary_max_wavelength=100), "even key_dim"),
+        (
+            dict(num_heads=2, key_dim=4, rotary_scaling={"rope_type": "llama3"}),
+            "rotary_scaling of rope_type llama3 takes exactly",
+        ),
+        (
+            dict(
+                num_heads=2,
+                key_dim=4,
+                rotary_scaling={
+                    "rope_type": "llama3",
+                    "factor": 8,
+                    "low_freq_factor": 1,
+                    "high_freq_factor": 4,
+                    "original_max_position_embeddings": 64,
+                },
+            ),
+            "rotary_scaling needs rotary_max_wavelength",
+        ),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):

@@ -4,6 +4,7 @@ import pytest
 from tests import numpy_reference as ref
 from tests.testing import run_layer_test
 from tfformer.layers import RotaryEmbedding
+from tfformer.layers.rotary_embedding import llama3_frequency_multipliers
 
 RNG = np.random.default_rng(3)
 
@@ -49,10 +50,30 @@ def test_scaling_factor_interpolates_positions():
     np.testing.assert_allclose(scaled, RotaryEmbedding()(x, start_index=3), atol=1e-6)
 
 
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64.0,
+}
+
+
+def test_llama3_multipliers_by_hand():
+    """Base 100, 8 features: wavelengths 2 pi 100^(i/4) = 6.28, 19.9, 62.8,
+    199. With 64 positions, factors 1 and 4: below 16 kept, above 64
+    divided by 8, between blended with s = (64 / wavelength - 1) / 3."""
+    got = llama3_frequency_multipliers(LLAMA3, 100, 8)
+    s1 = (64 / (2 * np.pi * 100**0.25) - 1) / 3
+    s2 = (64 / (2 * np.pi * 10) - 1) / 3
+    expected = [1.0, (1 - s1) / 8 + s1, (1 - s2) / 8 + s2, 1 / 8]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 def test_layer_contract(tmp_path):
     run_layer_test(
         RotaryEmbedding,
-        {"max_wavelength": 1000},
+        {"max_wavelength": 1000, "frequency_scaling": LLAMA3},
         {"inputs": RNG.normal(size=(2, 5, 2, 4)).astype("float32")},
         tmp_path,
         fit=False,
@@ -62,5 +83,12 @@ def test_layer_contract(tmp_path):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="scaling_factor must be a positive number"):
         RotaryEmbedding(scaling_factor=0)
+    with pytest.raises(ValueError, match=r'rope_type "llama3"\. Received'):
+        RotaryEmbedding(frequency_scaling={"rope_type": "yarn", "factor": 2})
+    with pytest.raises(ValueError, match=r"missing \['high_freq_factor'\]"):
+        incomplete = {k: v for k, v in LLAMA3.items() if k != "high_freq_factor"}
+        RotaryEmbedding(frequency_scaling=incomplete)
+    with pytest.raises(ValueError, match=r"\['factor'\] must be a positive"):
+        RotaryEmbedding(frequency_scaling={**LLAMA3, "factor": float("nan")})
     with pytest.raises(ValueError, match="even, known last dimension"):
         RotaryEmbedding()(np.zeros((1, 2, 5), "float32"))

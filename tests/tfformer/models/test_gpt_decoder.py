@@ -96,6 +96,8 @@ def test_cached_decoding_equals_full_pass(position):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="position must be one of"):
         gpt_decoder(10, position="alibi")
+    with pytest.raises(ValueError, match='rotary_scaling needs position="rotary"'):
+        gpt_decoder(10, position="learned", rotary_scaling={"rope_type": "llama3"})
     with pytest.raises(ValueError, match="vocabulary_size must be a positive int"):
         gpt_decoder(-1)
     with pytest.raises(ValueError, match="must be a Seq2SeqLM or CausalLM"):

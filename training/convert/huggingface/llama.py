@@ -1,9 +1,11 @@
 """Llama-style decoders (`model_type` "llama", `LlamaForCausalLM`:
-RMSNorm, SwiGLU, rotary positions, grouped-query attention) into a
+RMSNorm, SwiGLU, rotary positions with Llama 3.1's frequency scaling or
+none, grouped-query attention) into a
 `causal_lm` run on a `LlamaBackbone` that reads and writes token ids (the
 tokenizer is not converted); a causal_lm config's `model.init_from`
 fine-tunes it on a file of ids."""
 
+from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import LlamaBackbone
 from tfformer.training.convert.huggingface import decoders
 from tfformer.training.convert.huggingface.checkpoint import (
@@ -42,14 +44,6 @@ def llama_sizes(config):
                 f"biases). Received: {config[key]!r}"
             )
     rope = config.get("rope_parameters") or {}
-    scaling = config.get("rope_scaling")
-    plain = (None, {"rope_type": "default"}, {"type": "default"})
-    if scaling not in plain or rope.get("rope_type", "default") != "default":
-        raise ValueError(
-            "config.json: rope_scaling must be null (plain rotary positions; "
-            f"Llama 3's and linear scaling are not supported). Received: "
-            f"{scaling if scaling is not None else rope!r}"
-        )
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
         raise ValueError(
@@ -67,8 +61,39 @@ def llama_sizes(config):
             config_value(config, "rms_norm_eps", (int, float), default=1e-6)
         ),
         "rope_max_wavelength": float(theta),
+        "rope_scaling": rope_scaling(config),
         "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
     }
+
+
+def rope_scaling(config):
+    """config.json's scaling of the rotary frequencies: None (plain rotary
+    positions) or Llama 3.1's, as `LlamaBackbone(rope_scaling=...)` takes it.
+    Read from `rope_scaling` (transformers 4) or `rope_parameters`
+    (transformers 5, which also holds `rope_theta`); any other kind of
+    scaling (linear, dynamic, yarn, ...) is refused, naming it."""
+    key, scaling = "rope_scaling", config.get("rope_scaling")
+    parameters = config.get("rope_parameters")
+    if scaling is None and isinstance(parameters, dict):
+        key = "rope_parameters"
+        scaling = {k: v for k, v in parameters.items() if k != "rope_theta"}
+    if not scaling:
+        return None
+    kind = None
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default" and set(scaling) <= {"rope_type", "type"}:
+        return None
+    if kind != "llama3":
+        raise ValueError(
+            f"config.json: {key} must be null, default or of rope_type "
+            f"'llama3' (Llama 3.1's; linear, dynamic, yarn and longrope "
+            f"scaling are not supported). Received: {scaling!r}"
+        )
+    scaling = {k: v for k, v in scaling.items() if k != "type"}
+    return check_frequency_scaling(
+        {**scaling, "rope_type": "llama3"}, f"config.json: {key}"
+    )
 
 
 def load_llama(model, weights, sizes):
@@ -123,7 +148,13 @@ def convert(source, config, staging, progress, *, family="Llama"):
         f"{family} decoder: {sizes['num_layers']} layers, width "
         f"{sizes['hidden_dim']}, {sizes['num_heads']} heads "
         f"({sizes['num_key_value_heads']} key/value), {vocab} tokens, context "
-        f"{sizes['max_sequence_length']}; token ids in and out (the checkpoint's; "
+        f"{sizes['max_sequence_length']}"
+        + (
+            f", Llama 3.1 rotary scaling (factor {sizes['rope_scaling']['factor']:g})"
+            if sizes["rope_scaling"]
+            else ""
+        )
+        + "; token ids in and out (the checkpoint's; "
         f"the model's are one higher, id 0 padding), start {start - offset}, "
         f"end {end - offset}"
     )

@@ -28,8 +28,21 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 SIZES = {"vocab": 40, "hidden": 16, "heads": 4, "kv": 2, "layers": 2, "inner": 24}
 
 
-def llama_tensors(rng, *, tie=False):
-    s = SIZES
+# Llama 3.1's rotary scaling on heads of 8 features: of the 4 frequencies
+# (wavelengths 6.3, 30, 140 and 660 at rope_theta 500), the first is kept,
+# the second blended and the last two divided by the factor.
+SCALED_SIZES = {**SIZES, "hidden": 32}
+LLAMA3_SCALING = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 100,
+}
+
+
+def llama_tensors(rng, *, tie=False, sizes=SIZES):
+    s = sizes
     d, inner, v = s["hidden"], s["inner"], s["vocab"]
     kv = s["kv"] * d // s["heads"]
 
@@ -56,11 +69,11 @@ def llama_tensors(rng, *, tie=False):
     return t
 
 
-def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None):
+def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None, sizes=SIZES):
     """A LlamaForCausalLM checkpoint as `save_pretrained` writes it (its
     tokenizer files are not read)."""
     os.makedirs(path, exist_ok=True)
-    s = SIZES
+    s = sizes
     cfg = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -86,7 +99,7 @@ def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None):
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(cfg, f)
     safetensors_numpy.save_file(
-        tensors if tensors is not None else llama_tensors(rng, tie=tie),
+        tensors if tensors is not None else llama_tensors(rng, tie=tie, sizes=s),
         os.path.join(path, "model.safetensors"),
         metadata={"format": "pt"},
     )
@@ -121,6 +134,81 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
     assert type(model.backbone).__name__ == "LlamaBackbone"
     attention = model.backbone.decoder_blocks[0].self_attention
     assert tuple(attention.key_dense.kernel.shape) == (16, 8)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"rope_scaling": LLAMA3_SCALING},
+        # transformers 5 writes the scaling and rope_theta in rope_parameters.
+        {
+            "rope_scaling": None,
+            "rope_parameters": {**LLAMA3_SCALING, "rope_theta": 500},
+        },
+    ],
+    ids=["rope_scaling", "rope_parameters"],
+)
+def test_llama3_rope_scaling_equals_keras_hub(tmp_path, capsys, config):
+    """Logits at 24 positions and greedy continuations equal keras-hub's
+    `Llama3Backbone` (its converter reads rope_scaling), and differ from the
+    same weights without the scaling."""
+    keras_hub = pytest.importorskip("keras_hub")
+    rng = np.random.default_rng(11)
+    tensors = llama_tensors(rng, sizes=SCALED_SIZES)
+    common = {"max_position_embeddings": 32}
+    source = write_checkpoint(
+        tmp_path / "hf",
+        rng,
+        tensors=tensors,
+        sizes=SCALED_SIZES,
+        config={**common, **config},
+    )
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("Llama 3.1 rotary scaling (factor 8)" in line for line in said)
+    model = tfformer.load(run).model
+    assert model.backbone.rope_scaling == {
+        **LLAMA3_SCALING,
+        "factor": 8.0,
+        "original_max_position_embeddings": 100.0,
+    }
+    # keras-hub's converter reads transformers 4's rope_scaling only.
+    as_keras_hub_reads_it = write_checkpoint(
+        tmp_path / "keras_hub",
+        rng,
+        tensors=tensors,
+        sizes=SCALED_SIZES,
+        config={**common, "rope_scaling": LLAMA3_SCALING},
+    )
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(as_keras_hub_reads_it))
+    ids = rng.integers(0, SIZES["vocab"], (2, 24)).astype("int32")
+    mask = np.arange(24)[None] < np.array([[24], [17]])
+    hidden = reference({"token_ids": ids, "padding_mask": mask})
+    expected = np.asarray(reference.token_embedding(hidden, reverse=True))
+    ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
+    np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-4)
+    plain = write_checkpoint(
+        tmp_path / "plain", rng, tensors=tensors, sizes=SCALED_SIZES, config=common
+    )
+    unscaled = tfformer.load(convert(str(plain), str(tmp_path / "p"), progress=quiet))
+    other = np.asarray(unscaled.model({"token_ids": np.where(mask, ids + 1, 0)}))
+    assert np.abs(other[mask][:, 1:] - expected[mask]).max() > 1e-2
+    # Greedy decoding with the cache (the offsets of cached positions go
+    # through the scaled frequencies too) picks keras-hub's argmax.
+    prompt = [int(i) for i in ids[0, :5]]
+    continued = list(prompt)
+    for _ in range(8):
+        x = np.array([continued], "int32")
+        h = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+        logits = np.asarray(reference.token_embedding(h, reverse=True))[0, -1]
+        continued.append(int(logits.argmax()))
+        if continued[-1] == 2:  # the end id stops tfformer's decoding
+            continued.pop()
+            break
+    argv = ["--checkpoint", run, "--max-new-tokens", "8", " ".join(map(str, prompt))]
+    assert predict_cli.main(argv) == 0
+    printed = capsys.readouterr().out.split("\n")[0].split()
+    assert [int(i) for i in printed] == continued
 
 
 def test_the_run_keeps_the_checkpoints_settings(tmp_path):
@@ -388,7 +476,16 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
                     "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
                 }
             },
-            "rope_scaling must be null.*llama3",
+            r"rope_scaling of rope_type llama3 takes exactly .*missing "
+            r"\['low_freq_factor', 'high_freq_factor', 'original_max",
+        ),
+        (
+            {"config": {"rope_scaling": {"type": "linear", "factor": 2.0}}},
+            r"rope_scaling must be null, default or of rope_type 'llama3'.*linear",
+        ),
+        (
+            {"config": {"rope_scaling": {**LLAMA3_SCALING, "high_freq_factor": 1}}},
+            "high_freq_factor must exceed low_freq_factor",
         ),
         ({"config": {"attention_bias": True}}, "attention_bias must be false"),
         ({"config": {"hidden_act": "gelu"}}, "hidden_act must be 'silu'"),
