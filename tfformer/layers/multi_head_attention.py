@@ -52,6 +52,8 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: size of each value head; defaults to `key_dim`.
         dropout: dropout rate on the attention weights.
         use_bias: whether the projections have biases.
+        qkv_bias: whether the query, key and value projections have biases
+            (Qwen2's have, its output projection not); None: `use_bias`.
         output_dim: size of the output features; defaults to the query's.
         num_key_value_heads: key/value heads; must divide `num_heads`.
             Defaults to `num_heads` (plain multi-head attention).
@@ -113,6 +115,7 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim=None,
         dropout=0.0,
         use_bias=True,
+        qkv_bias=None,
         output_dim=None,
         num_key_value_heads=None,
         fused_qkv=False,
@@ -150,6 +153,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dim = value_dim
         self.dropout = dropout
         self.use_bias = use_bias
+        self.qkv_bias = None if qkv_bias is None else bool(qkv_bias)
         self.output_dim = output_dim
         self.num_key_value_heads = num_key_value_heads
         self.fused_qkv = bool(fused_qkv)
@@ -175,10 +179,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """Size of each value head: `value_dim`, or `key_dim` when it is None."""
         return self._value_dim
 
-    def _dense(self, units, name, kernel_shapes, heads_first=False):
+    def _dense(self, units, name, kernel_shapes, heads_first=False, use_bias=None):
         return keras.layers.Dense(
             units,
-            use_bias=self.use_bias,
+            use_bias=self.use_bias if use_bias is None else use_bias,
             kernel_initializer=PerHeadInitializer(
                 self.kernel_initializer, kernel_shapes, heads_first
             ),
@@ -204,19 +208,25 @@ class MultiHeadAttention(keras.layers.Layer):
         q_shape = (query_shape[-1], self.num_heads, self.key_dim)
         k_shape = (key_shape[-1], self._kv_heads, self.key_dim)
         v_shape = (value_shape[-1], self._kv_heads, self._value_dim)
+        qkv_bias = self.qkv_bias
         if self.fused_qkv:
             self.query_key_value_dense = self._dense(
                 q_units + k_units + v_units,
                 "query_key_value",
                 (q_shape, k_shape, v_shape),
+                use_bias=qkv_bias,
             )
             self.query_key_value_dense.build(query_shape)
         else:
-            self.query_dense = self._dense(q_units, "query", (q_shape,))
+            self.query_dense = self._dense(
+                q_units, "query", (q_shape,), use_bias=qkv_bias
+            )
             self.query_dense.build(query_shape)
-            self.key_dense = self._dense(k_units, "key", (k_shape,))
+            self.key_dense = self._dense(k_units, "key", (k_shape,), use_bias=qkv_bias)
             self.key_dense.build(key_shape)
-            self.value_dense = self._dense(v_units, "value", (v_shape,))
+            self.value_dense = self._dense(
+                v_units, "value", (v_shape,), use_bias=qkv_bias
+            )
             self.value_dense.build(value_shape)
         output_dim = self.output_dim or query_shape[-1]
         self.output_dense = self._dense(
@@ -534,6 +544,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "value_dim": self.value_dim,
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
+                "qkv_bias": self.qkv_bias,
                 "output_dim": self.output_dim,
                 "num_key_value_heads": self.num_key_value_heads,
                 "fused_qkv": self.fused_qkv,

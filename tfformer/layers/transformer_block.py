@@ -52,6 +52,7 @@ class TransformerBlock(keras.layers.Layer):
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
+        qkv_bias=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         **kwargs,
@@ -86,6 +87,7 @@ class TransformerBlock(keras.layers.Layer):
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
+        self.qkv_bias = qkv_bias
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
@@ -119,6 +121,7 @@ class TransformerBlock(keras.layers.Layer):
             ),
             output_dim=hidden_dim,
             use_bias=self.use_bias,
+            qkv_bias=self.qkv_bias,
             fused_qkv=self.fused_qkv and self_attention,
             rotary_max_wavelength=(
                 self.rotary_max_wavelength if self_attention else None
@@ -207,6 +210,7 @@ class TransformerBlock(keras.layers.Layer):
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,
+                "qkv_bias": self.qkv_bias,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

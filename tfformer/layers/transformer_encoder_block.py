@@ -37,6 +37,8 @@ class TransformerEncoderBlock(TransformerBlock):
         normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`).
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
         use_bias: biases in the attention and feed-forward projections.
+        qkv_bias: biases in the query, key and value projections; None:
+            `use_bias`.
         kernel_initializer, bias_initializer: initializers of every projection.
 
     Call arguments:

@@ -46,6 +46,8 @@ class GPTBackbone(Backbone):
             for every norm including the final one.
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
         use_bias: biases in the attention and feed-forward projections.
+        qkv_bias: biases in the query, key and value projections (Qwen2's);
+            None: `use_bias`.
         padding_logit: None, or the constant logit of id 0 (padding): a
             checkpoint converted with its ids shifted by one (GPT-2's id 0
             is "!") writes -1e4 there (see `TokenAndPositionEmbedding`).
@@ -95,6 +97,7 @@ class GPTBackbone(Backbone):
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
+        qkv_bias=None,
         padding_logit=None,
         dtype=None,
         **kwargs,
@@ -154,6 +157,7 @@ class GPTBackbone(Backbone):
             normalization=normalization,
             gated_ffn=gated_ffn,
             use_bias=use_bias,
+            qkv_bias=qkv_bias,
         )
         x, final_norm = apply_final_norm(
             x,
@@ -190,6 +194,7 @@ class GPTBackbone(Backbone):
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
+        self.qkv_bias = qkv_bias
         self.padding_logit = padding_logit
 
     def get_config(self):
@@ -215,6 +220,7 @@ class GPTBackbone(Backbone):
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,
+                "qkv_bias": self.qkv_bias,
                 "padding_logit": self.padding_logit,
             }
         )

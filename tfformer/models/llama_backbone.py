@@ -28,6 +28,8 @@ class LlamaBackbone(GPTBackbone):
             "low_freq_factor", "high_freq_factor",
             "original_max_position_embeddings"}`).
         layer_norm_epsilon: epsilon of the RMS norms (`rms_norm_eps`).
+        qkv_bias: biases in the query, key and value projections (Qwen2's
+            decoder is Llama's with these).
         tie_embeddings: share the token embedding with the output projection.
         dropout, activation_dropout: dropout rates (Llama has none).
         padding_logit: the constant logit of id 0 when a conversion shifts
@@ -50,6 +52,7 @@ class LlamaBackbone(GPTBackbone):
         rope_max_wavelength=10000,
         rope_scaling=None,
         layer_norm_epsilon=1e-5,
+        qkv_bias=False,
         tie_embeddings=False,
         dropout=0.0,
         activation_dropout=None,
@@ -77,6 +80,7 @@ class LlamaBackbone(GPTBackbone):
             normalization="rms",
             gated_ffn=True,
             use_bias=False,
+            qkv_bias=qkv_bias,
             padding_logit=padding_logit,
             dtype=dtype,
             **kwargs,

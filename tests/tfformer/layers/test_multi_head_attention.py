@@ -551,3 +551,36 @@ def test_per_head_initializer_configs_saved_before_the_move_still_load(
     want = keras.ops.convert_to_numpy(current(shape))
     keras.utils.set_random_seed(11)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(shape)), want)
+
+
+@pytest.mark.parametrize("fused_qkv", [False, True])
+def test_qkv_bias_biases_the_projections_in_and_not_the_one_out(fused_qkv):
+    """Qwen2's attention: use_bias=False with qkv_bias=True. The bias of the
+    query, key and value projections shifts them: computed by hand."""
+    mha = MultiHeadAttention(
+        num_heads=2, key_dim=4, use_bias=False, qkv_bias=True, fused_qkv=fused_qkv
+    )
+    x = _normal(1, 3, 8)
+    mha(x)
+    inputs = (
+        [mha.query_key_value_dense]
+        if fused_qkv
+        else [
+            mha.query_dense,
+            mha.key_dense,
+            mha.value_dense,
+        ]
+    )
+    assert all(dense.bias is not None for dense in inputs)
+    assert mha.output_dense.bias is None
+    clone = MultiHeadAttention.from_config(mha.get_config())
+    assert (clone.use_bias, clone.qkv_bias) == (False, True)
+    # Values biased by b with all-equal scores average to mean(v) + b.
+    if not fused_qkv:
+        for dense in (mha.query_dense, mha.key_dense):
+            dense.kernel.assign(np.zeros(dense.kernel.shape, "float32"))
+        mha.value_dense.bias.assign(np.full((8,), 0.5, "float32"))
+        mha.output_dense.kernel.assign(np.eye(8, dtype="float32"))
+        values = x @ mha.value_dense.kernel.numpy() + 0.5
+        expected = np.broadcast_to(values.mean(1, keepdims=True), values.shape)
+        np.testing.assert_allclose(mha(x), expected, atol=1e-5)

@@ -97,8 +97,8 @@ def rope_scaling(config):
 
 
 def load_llama(model, weights, sizes):
-    """Copies a Hugging Face Llama's tensors into a `CausalLM` on a
-    `LlamaBackbone`."""
+    """Copies a Hugging Face Llama's tensors (and, with `qkv_bias`, Qwen2's
+    query, key and value biases) into a `CausalLM` on a `LlamaBackbone`."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
     kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
     decoders.load_token_embeddings(model, weights, "embed_tokens.weight", sizes)
@@ -112,6 +112,9 @@ def load_llama(model, weights, sizes):
         ):
             name = f"{layer}.self_attn.{part}_proj.weight"
             assign(dense.kernel, weights(name, (units, d)).T, name)
+            if sizes.get("qkv_bias"):
+                name = f"{layer}.self_attn.{part}_proj.bias"
+                assign(dense.bias, weights(name, (units,)), name)
         name = f"{layer}.self_attn.o_proj.weight"
         assign(attention.output_dense.kernel, weights(name, (d, d)).T, name)
         ffn = block.ffn
@@ -131,11 +134,12 @@ def load_llama(model, weights, sizes):
     assign(model.backbone.final_norm.gamma, weights("norm.weight", (d,)), "norm.weight")
 
 
-def convert(source, config, staging, progress, *, family="Llama"):
+def convert(source, config, staging, progress, *, family="Llama", qkv_bias=False):
     """A Llama-style decoder (`LlamaForCausalLM`, or another `family` of the
-    same architecture) into a `causal_lm` run that reads and writes token
+    same architecture, with biases on the query, key and value projections
+    when `qkv_bias`) into a `causal_lm` run that reads and writes token
     ids."""
-    sizes = llama_sizes(config)
+    sizes = {**llama_sizes(config), "qkv_bias": qkv_bias}
     vocab = sizes["vocabulary_size"] - decoders.ID_OFFSET
     start = decoders.special_id(config, "bos_token_id", 1, vocab, progress)
     end = decoders.special_id(config, "eos_token_id", 2, vocab, progress)
@@ -147,7 +151,9 @@ def convert(source, config, staging, progress, *, family="Llama"):
     progress(
         f"{family} decoder: {sizes['num_layers']} layers, width "
         f"{sizes['hidden_dim']}, {sizes['num_heads']} heads "
-        f"({sizes['num_key_value_heads']} key/value), {vocab} tokens, context "
+        f"({sizes['num_key_value_heads']} key/value"
+        + (", biased query/key/value" if qkv_bias else "")
+        + f"), {vocab} tokens, context "
         f"{sizes['max_sequence_length']}"
         + (
             f", Llama 3.1 rotary scaling (factor {sizes['rope_scaling']['factor']:g})"
