@@ -10,8 +10,14 @@ from tfformer.layers.dropout import Dropout
 from tfformer.layers.mha_from_keras import mha_from_keras
 from tfformer.layers.padding import keras_mask
 from tfformer.layers.per_head_initializer import PerHeadInitializer
+from tfformer.layers.rms_normalization import RMSNormalization
 from tfformer.layers.rotary_embedding import RotaryEmbedding, check_frequency_scaling
-from tfformer.layers.validation import check_positive_int, check_rate, static_dim
+from tfformer.layers.validation import (
+    check_positive_int,
+    check_positive_number,
+    check_rate,
+    static_dim,
+)
 
 
 def _check_rank3(name, tensor):
@@ -63,6 +69,10 @@ class MultiHeadAttention(keras.layers.Layer):
             to queries and keys (positions offset by `cache_update_index`).
         rotary_scaling: the rotary embedding's `frequency_scaling` (Llama
             3.1's `rope_scaling`), or None.
+        qk_norm_epsilon: if set, each query and key head is RMS-normalized
+            over its `key_dim` features with this epsilon, before the rotary
+            embedding (Qwen3's `q_norm` and `k_norm`; weights `query_norm`
+            and `key_norm`, shared by the heads).
         kernel_initializer, bias_initializer: initializers of the projections.
             Kernels are drawn per head, `(features, heads, head_dim)`, so a
             fan-based initializer counts the fans of tf.keras 2's layer
@@ -121,6 +131,7 @@ class MultiHeadAttention(keras.layers.Layer):
         fused_qkv=False,
         rotary_max_wavelength=None,
         rotary_scaling=None,
+        qk_norm_epsilon=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         seed=None,
@@ -143,6 +154,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "rotary_scaling needs rotary_max_wavelength (rotary positions). "
                 f"Received: rotary_scaling={rotary_scaling!r}"
             )
+        if qk_norm_epsilon is not None:
+            check_positive_number("qk_norm_epsilon", qk_norm_epsilon)
         if rotary_max_wavelength is not None and key_dim % 2:
             raise ValueError(
                 f"Rotary embeddings need an even key_dim. Received: key_dim={key_dim}"
@@ -159,6 +172,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.fused_qkv = bool(fused_qkv)
         self.rotary_max_wavelength = rotary_max_wavelength
         self.rotary_scaling = rotary_scaling
+        self.qk_norm_epsilon = qk_norm_epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.seed = seed
@@ -248,6 +262,16 @@ class MultiHeadAttention(keras.layers.Layer):
                 name="rotary",
             )
             self.rotary.build((None, None, self.num_heads, self.key_dim))
+        self.query_norm = self.key_norm = None
+        if self.qk_norm_epsilon is not None:
+            self.query_norm, self.key_norm = (
+                RMSNormalization(
+                    self.qk_norm_epsilon, dtype=self.dtype_policy, name=name
+                )
+                for name in ("query_norm", "key_norm")
+            )
+            self.query_norm.build((None, None, self.num_heads, self.key_dim))
+            self.key_norm.build((None, None, self._kv_heads, self.key_dim))
         self.built = True
 
     # ------------------------------------------------------------------ cache
@@ -280,10 +304,9 @@ class MultiHeadAttention(keras.layers.Layer):
         key = value if key is None else key
         k = self._split_heads(self.key_dense(key), self._kv_heads, self.key_dim)
         v = self._split_heads(self.value_dense(value), self._kv_heads, self._value_dim)
-        if self.rotary is not None:
-            # At positions from 0, as the direct call rotates them (and as a
-            # self-attention cache stores its keys, rotated).
-            k = self.rotary(k, start_index=0)
+        # At positions from 0, as the direct call rotates them (and as a
+        # self-attention cache stores its keys, rotated).
+        k = self._place(k, self.key_norm, 0)
         k, v = self._heads_first(k), self._heads_first(v)
         return ops.stack([k, v], axis=1)  # (B, 2, kv_heads, S, d)
 
@@ -481,10 +504,18 @@ class MultiHeadAttention(keras.layers.Layer):
         """Self- or cross-attention: queries, keys and values projected from
         the inputs, rotated to positions from `start_index`, heads first."""
         q, k, v = self._project(query, value, key)
-        if self.rotary is not None:
-            q = self.rotary(q, start_index=start_index)
-            k = self.rotary(k, start_index=start_index)
+        q = self._place(q, self.query_norm, start_index)
+        k = self._place(k, self.key_norm, start_index)
         return self._heads_first(q), self._heads_first(k), self._heads_first(v)
+
+    def _place(self, x, norm, start_index):
+        """Query or key heads `(B, T, heads, d)`: normalized (with `norm`,
+        if any), then rotated to positions from `start_index` (if rotary)."""
+        if norm is not None:
+            x = norm(x)
+        if self.rotary is not None:
+            x = self.rotary(x, start_index=start_index)
+        return x
 
     def _write_cache(self, query, value, key, cache, cache_update_index):
         """Decoding step: the T new keys/values are written into the cache at
@@ -518,10 +549,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "projections; this layer was built with fused_qkv=True."
             )
         q = self._split_heads(self.query_dense(query), self.num_heads, self.key_dim)
-        if self.rotary is not None:
-            # Without a cache_update_index the queries sit at positions from
-            # 0; `compute_key_value_cache` rotated the keys from 0 too.
-            q = self.rotary(q, start_index=0)
+        # Without a cache_update_index the queries sit at positions from 0;
+        # `compute_key_value_cache` rotated the keys from 0 too.
+        q = self._place(q, self.query_norm, 0)
         k, v = ops.unstack(cache, 2, axis=1)  # (B, KV, S, d) each
         return self._heads_first(q), k, v
 
@@ -550,6 +580,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 "fused_qkv": self.fused_qkv,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
                 "rotary_scaling": self.rotary_scaling,
+                "qk_norm_epsilon": self.qk_norm_epsilon,
                 "kernel_initializer": keras.initializers.serialize(
                     self.kernel_initializer
                 ),

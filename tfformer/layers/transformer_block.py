@@ -49,6 +49,7 @@ class TransformerBlock(keras.layers.Layer):
         fused_qkv=False,
         rotary_max_wavelength=None,
         rotary_scaling=None,
+        qk_norm_epsilon=None,
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
@@ -84,6 +85,7 @@ class TransformerBlock(keras.layers.Layer):
         self.fused_qkv = fused_qkv
         self.rotary_max_wavelength = rotary_max_wavelength
         self.rotary_scaling = rotary_scaling
+        self.qk_norm_epsilon = qk_norm_epsilon
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
@@ -127,6 +129,7 @@ class TransformerBlock(keras.layers.Layer):
                 self.rotary_max_wavelength if self_attention else None
             ),
             rotary_scaling=self.rotary_scaling if self_attention else None,
+            qk_norm_epsilon=self.qk_norm_epsilon,
             kernel_initializer=self.kernel_initializer.clone(),
             bias_initializer=self.bias_initializer.clone(),
             dtype=self.dtype_policy,
@@ -207,6 +210,7 @@ class TransformerBlock(keras.layers.Layer):
                 "fused_qkv": self.fused_qkv,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
                 "rotary_scaling": self.rotary_scaling,
+                "qk_norm_epsilon": self.qk_norm_epsilon,
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,

@@ -34,6 +34,7 @@ class TransformerEncoderBlock(TransformerBlock):
         fused_qkv: one matrix for the query, key and value projections.
         rotary_max_wavelength: apply rotary position embeddings in attention.
         rotary_scaling: their Llama 3.1 frequency scaling, or None.
+        qk_norm_epsilon: RMS-normalize each query and key head (Qwen3).
         normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`).
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
         use_bias: biases in the attention and feed-forward projections.

@@ -42,6 +42,10 @@ class GPTBackbone(Backbone):
         rotary_max_wavelength: base of the rotary frequencies.
         rotary_scaling: None, or Llama 3.1's scaling of those frequencies
             (`RotaryEmbedding`'s `frequency_scaling`); rotary positions only.
+        key_dim: features per attention head; None: `hidden_dim /
+            num_heads` (Qwen3 and Gemma set their own `head_dim`).
+        qk_norm_epsilon: RMS-normalize each query and key head with this
+            epsilon before the rotation (Qwen3); None: no norm.
         normalization: "layer" (LayerNorm) or "rms" (`RMSNormalization`),
             for every norm including the final one.
         gated_ffn: a gated feed-forward network (SwiGLU with "silu").
@@ -94,6 +98,8 @@ class GPTBackbone(Backbone):
         num_key_value_heads=None,
         rotary_max_wavelength=10000,
         rotary_scaling=None,
+        key_dim=None,
+        qk_norm_epsilon=None,
         normalization="layer",
         gated_ffn=False,
         use_bias=True,
@@ -154,6 +160,8 @@ class GPTBackbone(Backbone):
                 rotary_max_wavelength if position == "rotary" else None
             ),
             rotary_scaling=rotary_scaling if position == "rotary" else None,
+            key_dim=key_dim,
+            qk_norm_epsilon=qk_norm_epsilon,
             normalization=normalization,
             gated_ffn=gated_ffn,
             use_bias=use_bias,
@@ -191,6 +199,8 @@ class GPTBackbone(Backbone):
         self.num_key_value_heads = num_key_value_heads
         self.rotary_max_wavelength = rotary_max_wavelength
         self.rotary_scaling = rotary_scaling
+        self.key_dim = key_dim
+        self.qk_norm_epsilon = qk_norm_epsilon
         self.normalization = normalization
         self.gated_ffn = gated_ffn
         self.use_bias = use_bias
@@ -217,6 +227,8 @@ class GPTBackbone(Backbone):
                 "num_key_value_heads": self.num_key_value_heads,
                 "rotary_max_wavelength": self.rotary_max_wavelength,
                 "rotary_scaling": self.rotary_scaling,
+                "key_dim": self.key_dim,
+                "qk_norm_epsilon": self.qk_norm_epsilon,
                 "normalization": self.normalization,
                 "gated_ffn": self.gated_ffn,
                 "use_bias": self.use_bias,

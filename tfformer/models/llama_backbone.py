@@ -30,6 +30,10 @@ class LlamaBackbone(GPTBackbone):
         layer_norm_epsilon: epsilon of the RMS norms (`rms_norm_eps`).
         qkv_bias: biases in the query, key and value projections (Qwen2's
             decoder is Llama's with these).
+        head_dim: features per attention head (`head_dim`); None:
+            `hidden_dim / num_heads`.
+        qk_norm: RMS-normalize each query and key head before the rotation,
+            with `layer_norm_epsilon` (Qwen3's `q_norm` and `k_norm`).
         tie_embeddings: share the token embedding with the output projection.
         dropout, activation_dropout: dropout rates (Llama has none).
         padding_logit: the constant logit of id 0 when a conversion shifts
@@ -53,6 +57,8 @@ class LlamaBackbone(GPTBackbone):
         rope_scaling=None,
         layer_norm_epsilon=1e-5,
         qkv_bias=False,
+        head_dim=None,
+        qk_norm=False,
         tie_embeddings=False,
         dropout=0.0,
         activation_dropout=None,
@@ -81,12 +87,16 @@ class LlamaBackbone(GPTBackbone):
             gated_ffn=True,
             use_bias=False,
             qkv_bias=qkv_bias,
+            key_dim=head_dim,
+            qk_norm_epsilon=layer_norm_epsilon if qk_norm else None,
             padding_logit=padding_logit,
             dtype=dtype,
             **kwargs,
         )
         self.rope_max_wavelength = rope_max_wavelength
         self.rope_scaling = self.rotary_scaling  # checked by the attention
+        self.head_dim = head_dim
+        self.qk_norm = bool(qk_norm)
 
     def get_config(self):
         config = super().get_config()
@@ -100,8 +110,12 @@ class LlamaBackbone(GPTBackbone):
             "normalization",
             "gated_ffn",
             "use_bias",
+            "key_dim",
+            "qk_norm_epsilon",
         ):
             del config[fixed]
         config["rope_max_wavelength"] = self.rope_max_wavelength
         config["rope_scaling"] = self.rope_scaling
+        config["head_dim"] = self.head_dim
+        config["qk_norm"] = self.qk_norm
         return config

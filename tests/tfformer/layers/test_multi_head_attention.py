@@ -385,6 +385,10 @@ def test_layer_contract_with_explicit_mask_input(tmp_path):
             ),
             "rotary_scaling needs rotary_max_wavelength",
         ),
+        (
+            dict(num_heads=2, key_dim=4, qk_norm_epsilon=0),
+            "qk_norm_epsilon must be a positive number",
+        ),
     ],
 )
 def test_bad_constructor_arguments(kwargs, message):

@@ -20,18 +20,31 @@ from tfformer.training.convert.huggingface.checkpoint import (
 MODEL_TYPES = ("llama",)
 
 
-def llama_sizes(config):
+def llama_sizes(config, *, own_head_dim=False):
     """`LlamaBackbone` keyword arguments from a Llama config.json (plus
-    `vocabulary_size`, in the model's ids: one more than the checkpoint's)."""
-    hidden, heads = attention_sizes(config)
+    `vocabulary_size`, in the model's ids: one more than the checkpoint's).
+    With `own_head_dim` (Qwen3), config.json's `head_dim` may differ from
+    `hidden_size / num_attention_heads`."""
+    head_dim = config.get("head_dim")
+    if own_head_dim and head_dim is not None:
+        heads = config_value(config, "num_attention_heads", int)
+        hidden = config_value(config, "hidden_size", int)
+        head_dim = config_value(config, "head_dim", int)
+        if head_dim % 2:
+            raise ValueError(
+                f"config.json: head_dim must be even (rotary positions). "
+                f"Received: {head_dim!r}"
+            )
+    else:
+        hidden, heads = attention_sizes(config)
+        if head_dim is not None and head_dim != hidden // heads:
+            raise ValueError(
+                "config.json: head_dim must be hidden_size / num_attention_heads "
+                f"({hidden // heads}). Received: {head_dim!r}"
+            )
+        head_dim = None
     kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
     check_multiple("num_attention_heads", heads, "num_key_value_heads", kv_heads)
-    head_dim = config.get("head_dim")
-    if head_dim is not None and head_dim != hidden // heads:
-        raise ValueError(
-            "config.json: head_dim must be hidden_size / num_attention_heads "
-            f"({hidden // heads}). Received: {head_dim!r}"
-        )
     act = config.get("hidden_act", "silu")
     if act != "silu":
         raise ValueError(
@@ -62,6 +75,7 @@ def llama_sizes(config):
         ),
         "rope_max_wavelength": float(theta),
         "rope_scaling": rope_scaling(config),
+        "head_dim": head_dim,
         "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
     }
 
@@ -100,13 +114,14 @@ def load_llama(model, weights, sizes):
     """Copies a Hugging Face Llama's tensors (and, with `qkv_bias`, Qwen2's
     query, key and value biases) into a `CausalLM` on a `LlamaBackbone`."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
-    kv = sizes["num_key_value_heads"] * (d // sizes["num_heads"])
+    head_dim = sizes.get("head_dim") or d // sizes["num_heads"]
+    q, kv = sizes["num_heads"] * head_dim, sizes["num_key_value_heads"] * head_dim
     decoders.load_token_embeddings(model, weights, "embed_tokens.weight", sizes)
     for i, block in enumerate(model.backbone.decoder_blocks):
         attention = block.self_attention
         layer = f"layers.{i}"
         for part, dense, units in (
-            ("q", attention.query_dense, d),
+            ("q", attention.query_dense, q),
             ("k", attention.key_dense, kv),
             ("v", attention.value_dense, kv),
         ):
@@ -116,7 +131,11 @@ def load_llama(model, weights, sizes):
                 name = f"{layer}.self_attn.{part}_proj.bias"
                 assign(dense.bias, weights(name, (units,)), name)
         name = f"{layer}.self_attn.o_proj.weight"
-        assign(attention.output_dense.kernel, weights(name, (d, d)).T, name)
+        assign(attention.output_dense.kernel, weights(name, (d, q)).T, name)
+        if sizes.get("qk_norm"):
+            for part, norm in (("q", attention.query_norm), ("k", attention.key_norm)):
+                name = f"{layer}.self_attn.{part}_norm.weight"
+                assign(norm.gamma, weights(name, (head_dim,)), name)
         ffn = block.ffn
         for part, dense, shape in (
             ("gate", ffn.gate_dense, (inner, d)),
@@ -134,12 +153,19 @@ def load_llama(model, weights, sizes):
     assign(model.backbone.final_norm.gamma, weights("norm.weight", (d,)), "norm.weight")
 
 
-def convert(source, config, staging, progress, *, family="Llama", qkv_bias=False):
+def convert(
+    source, config, staging, progress, *, family="Llama", qkv_bias=False, qk_norm=False
+):
     """A Llama-style decoder (`LlamaForCausalLM`, or another `family` of the
-    same architecture, with biases on the query, key and value projections
-    when `qkv_bias`) into a `causal_lm` run that reads and writes token
-    ids."""
-    sizes = {**llama_sizes(config), "qkv_bias": qkv_bias}
+    same architecture: with biases on the query, key and value projections
+    when `qkv_bias` (Qwen2), with normalized query and key heads of their
+    own `head_dim` when `qk_norm` (Qwen3)) into a `causal_lm` run that
+    reads and writes token ids."""
+    sizes = {
+        **llama_sizes(config, own_head_dim=qk_norm),
+        "qkv_bias": qkv_bias,
+        "qk_norm": qk_norm,
+    }
     vocab = sizes["vocabulary_size"] - decoders.ID_OFFSET
     start = decoders.special_id(config, "bos_token_id", 1, vocab, progress)
     end = decoders.special_id(config, "eos_token_id", 2, vocab, progress)
@@ -153,6 +179,8 @@ def convert(source, config, staging, progress, *, family="Llama", qkv_bias=False
         f"{sizes['hidden_dim']}, {sizes['num_heads']} heads "
         f"({sizes['num_key_value_heads']} key/value"
         + (", biased query/key/value" if qkv_bias else "")
+        + (", normalized query/key" if qk_norm else "")
+        + (f", heads of {sizes['head_dim']}" if sizes["head_dim"] else "")
         + f"), {vocab} tokens, context "
         f"{sizes['max_sequence_length']}"
         + (

@@ -14,9 +14,9 @@ MODEL_TYPES = ("qwen2",)
 DEFAULTS = {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False}
 
 
-def convert(source, config, staging, progress):
-    """A Qwen2 decoder into a `causal_lm` run that reads and writes token
-    ids: Llama's conversion with biased query/key/value projections."""
+def refuse_sliding_windows(config):
+    """ValueError naming `use_sliding_window` or `layer_types` when either
+    turns on sliding-window attention, which tfformer's attention has not."""
     if config.get("use_sliding_window", False) is not False:
         raise ValueError(
             "config.json: use_sliding_window must be false: tfformer's attention "
@@ -29,6 +29,12 @@ def convert(source, config, staging, progress):
             "config.json: layer_types must all be 'full_attention' (tfformer's "
             f"attention has no sliding window). Received: {layer_types!r}"
         )
+
+
+def convert(source, config, staging, progress):
+    """A Qwen2 decoder into a `causal_lm` run that reads and writes token
+    ids: Llama's conversion with biased query/key/value projections."""
+    refuse_sliding_windows(config)
     config = {**DEFAULTS, **config}
     return llama.convert(
         source, config, staging, progress, family="Qwen2", qkv_bias=True
