@@ -24,6 +24,17 @@ neither space, letter nor number, so the cut falls where it falls around the
 NUL; each piece is unescaped before its bytes are looked up, and a NUL is
 byte 0 as in Hugging Face.
 
+Llama 3's tokenizer is the same machine with another pattern (its
+tokenizer.json's `Split` pre-tokenizer, then `ByteLevel` without a regex):
+`(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|
+ ?[^\\s\\p{L}\\p{N}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+` (`pre_tokenizer="llama3"`).
+There `\\s*[\r\n]+` comes before the lookahead: a whitespace run that ends
+in a line break is one piece, and only a run ending in other whitespace
+gives its last character to the next piece, and the one character that
+may lead a run of letters may be an escaped NUL. Its `ignore_merges` (a piece
+that is a token of the vocabulary is that token, whatever the merges
+would make of it) is an option too.
+
 Limits: BPE dropout and `continuing_subword_prefix` are not reproduced
 (conversions refuse them).
 """
@@ -51,6 +62,23 @@ PIECE = (
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
     rf"| ?[^{WHITESPACE}\p{{L}}\p{{N}}\x00]+|[{WHITESPACE}]+"
 )
+# Llama 3's pattern in RE2 (see the module's docstring): the run of
+# whitespace before a non-space gives its last character away only when
+# that character is no line break.
+NOT_LINE_BREAK = WHITESPACE.replace(r"\n", "").replace(r"\r", "")
+SPLIT_LAST_SPACE_LLAMA3 = rf"([{WHITESPACE}]+)([{NOT_LINE_BREAK}])([^{WHITESPACE}\x00])"
+# The one character that may lead letters can be an escaped NUL or U+FDD0
+# (two characters here, one in the text).
+PIECE_LLAMA3 = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+    r"|(?:\x{fdd0}[\x{fdd1}\x{fdd2}]|[^\r\n\p{L}\p{N}\x00\x{fdd0}])?\p{L}+|\p{N}{1,3}"
+    rf"| ?[^{WHITESPACE}\p{{L}}\p{{N}}\x00]+[\r\n]*|[{WHITESPACE}]*[\r\n]+"
+    rf"|[{WHITESPACE}]+"
+)
+PRE_TOKENIZERS = {
+    "gpt2": (SPLIT_LAST_SPACE, PIECE),
+    "llama3": (SPLIT_LAST_SPACE_LLAMA3, PIECE_LLAMA3),
+}
 NO_MERGE = 2**31 - 1
 
 
@@ -101,6 +129,10 @@ class ByteLevelBPETokenizer(tf.Module):
         add_prefix_space: put a space before a text (each text between
             special tokens) that does not start with one (the tokenizer's
             `add_prefix_space`).
+        pre_tokenizer: how text is cut into pieces before BPE: "gpt2" or
+            "llama3" (see the module's docstring).
+        ignore_merges: a piece that is a token of the vocabulary becomes that
+            token without merges (Llama 3's `ignore_merges`).
 
     Raises:
         ValueError: a special, start or end token not in the vocabulary, a
@@ -120,8 +152,15 @@ class ByteLevelBPETokenizer(tf.Module):
         end_token,
         id_offset=0,
         add_prefix_space=False,
+        pre_tokenizer="gpt2",
+        ignore_merges=False,
     ):
         super().__init__()
+        if pre_tokenizer not in PRE_TOKENIZERS:
+            raise ValueError(
+                f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}. "
+                f"Received: pre_tokenizer={pre_tokenizer!r}"
+            )
         vocabulary, merges = list(vocabulary), [tuple(m) for m in merges]
         index = {token: i for i, token in enumerate(vocabulary)}
         if len(index) != len(vocabulary):
@@ -175,6 +214,8 @@ class ByteLevelBPETokenizer(tf.Module):
         self.special_tokens = special_tokens
         self.start_token, self.end_token = start_token, end_token
         self.id_offset, self.add_prefix_space = id_offset, bool(add_prefix_space)
+        self.pre_tokenizer, self.ignore_merges = pre_tokenizer, bool(ignore_merges)
+        self._split_last_space, piece = PRE_TOKENIZERS[pre_tokenizer]
         self.pad_id = 0
         self.start_id = index[start_token] + id_offset
         self.end_id = index[end_token] + id_offset
@@ -182,7 +223,6 @@ class ByteLevelBPETokenizer(tf.Module):
         # Longest first, so that one special token inside another is not cut.
         ordered = sorted(special_tokens, key=len, reverse=True)
         self._special_pattern = "|".join(_escape_re2(t) for t in ordered) or None
-        piece = PIECE
         if ordered:
             piece = self._special_pattern + "|" + piece
         self._piece_pattern = f"({piece})"
@@ -228,7 +268,7 @@ class ByteLevelBPETokenizer(tf.Module):
                 strings, f"(^|{after or '^'})([^ {SEP}])", r"\1 \2"
             )
         strings = tf.strings.regex_replace(
-            strings, SPLIT_LAST_SPACE, r"\1" + SEP + r"\2\3"
+            strings, self._split_last_space, r"\1" + SEP + r"\2\3"
         )
         strings = tf.strings.regex_replace(strings, self._piece_pattern, SEP + r"\1")
         pieces = tf.strings.split(strings, sep=SEP)
@@ -253,6 +293,18 @@ class ByteLevelBPETokenizer(tf.Module):
         characters = tf.gather(
             self._byte_symbols, tf.reshape(tf.cast(codes, tf.int32), [-1])
         )
+        whole = words
+        if self.ignore_merges:
+            # A piece that is a token is taken whole (so is a special one).
+            mapped = tf.strings.reduce_join(
+                tf.RaggedTensor.from_row_splits(
+                    characters, raw.row_splits, validate=False
+                ),
+                axis=1,
+            )
+            in_vocabulary = self._token_to_id.lookup(mapped) >= 0
+            whole = tf.where(is_special, words, mapped)
+            is_special = tf.logical_or(is_special, in_vocabulary)
         lengths = tf.where(is_special, 1, tf.cast(raw.row_lengths(), tf.int32))
         starts = tf.where(
             is_special,
@@ -261,7 +313,7 @@ class ByteLevelBPETokenizer(tf.Module):
             tf.cast(raw.row_starts(), tf.int32),
         )
         take = tf.ragged.range(lengths) + starts[:, None]
-        symbols = tf.gather(tf.concat([characters, words], 0), take.flat_values)
+        symbols = tf.gather(tf.concat([characters, whole], 0), take.flat_values)
         values, splits = self._merge(symbols, tf.cast(take.row_splits, tf.int64))
         ids = self._token_to_id.lookup(values) + self.id_offset
         per_piece = tf.RaggedTensor.from_row_splits(ids, splits, validate=False)
@@ -373,6 +425,8 @@ class ByteLevelBPETokenizer(tf.Module):
                     "special_tokens": self.special_tokens,
                     "id_offset": self.id_offset,
                     "add_prefix_space": self.add_prefix_space,
+                    "pre_tokenizer": self.pre_tokenizer,
+                    "ignore_merges": self.ignore_merges,
                     "vocabulary": self.vocabulary,
                     "merges": [f"{a} {b}" for a, b in self.merges],
                 },
@@ -393,6 +447,9 @@ class ByteLevelBPETokenizer(tf.Module):
                 end_token=spec["end_token"],
                 id_offset=spec["id_offset"],
                 add_prefix_space=spec["add_prefix_space"],
+                # Files written before Llama 3's tokenizer hold GPT-2's.
+                pre_tokenizer=spec.get("pre_tokenizer", "gpt2"),
+                ignore_merges=spec.get("ignore_merges", False),
             )
         except KeyError as e:
             raise ValueError(f"{path} lacks {e}.") from None

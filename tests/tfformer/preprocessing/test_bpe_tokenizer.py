@@ -248,3 +248,121 @@ def test_bad_vocabularies_are_refused(pair):
         ByteLevelBPETokenizer(tokens, merges, start_token=END, end_token="<eos>")
     with pytest.raises(ValueError, match="special_tokens: '<x>' is not a token"):
         ByteLevelBPETokenizer(tokens, merges, special_tokens=["<x>"], **kwargs)
+
+
+# -- Llama 3's pre-tokenizer ---------------------------------------------------
+
+# Llama 3's tokenizer.json: a Split on this regex (isolated), then ByteLevel
+# without its own regex; ignore_merges in the BPE model.
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_CASES = [
+    "a \n\nb",
+    "a\n\n  b",
+    "a \n b",
+    " \n  x",
+    "\n x",
+    "!\n\n abc",
+    "x  \n",
+    "\t\tabc",
+    "12345 678",
+    "I'LL DON'T we'Re",
+    "\r\n\r\n  \r x",
+    "a\u2028\u2029 b",
+    "  \x00\n x",
+]
+
+
+def llama3_style_hf(ignore_merges=True, vocab_size=400):
+    """A byte-level BPE trained by Hugging Face's tokenizers with Llama 3's
+    pre-tokenizer (Split, then ByteLevel without its regex)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    rng = random.Random(0)
+    words = ["the", "cat", "2024", "don't", "!!", "\n", "  ", "naïve", "日本"]
+    corpus = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
+    hf = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    hf.train_from_iterator(corpus, trainer)
+    return hf
+
+
+def llama3_ours(hf, ignore_merges=True):
+    model = json.loads(hf.to_str())["model"]
+    return ByteLevelBPETokenizer(
+        sorted(model["vocab"], key=model["vocab"].get),
+        [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
+        special_tokens=[END],
+        start_token=END,
+        end_token=END,
+        pre_tokenizer="llama3",
+        ignore_merges=ignore_merges,
+    )
+
+
+def test_llama3_pieces_are_hugging_faces():
+    """The pre-tokenizer alone: the pieces Hugging Face's Split cuts, on
+    fixed cases and 1,000 random strings."""
+    from tokenizers import Regex, pre_tokenizers
+
+    split = pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated")
+    ours = llama3_ours(llama3_style_hf())
+    texts = [*CASES, *LLAMA3_CASES, *random_texts(1000, seed=5)]
+    texts = [t.replace(END, "") for t in texts]  # specials are cut out first
+    want = [[p for p, _ in split.pre_tokenize_str(t)] for t in texts]
+    got = [[p.decode("utf-8") for p in row] for row in ours.pieces(texts).to_list()]
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+
+
+def test_llama3_ids_are_hugging_faces():
+    hf = llama3_style_hf()
+    ours = llama3_ours(hf)
+    texts = [*CASES, *LLAMA3_CASES, *random_texts(1000, seed=6)]
+    want = [hf.encode(t).ids for t in texts]
+    got = ours.tokenize(texts).to_list()
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+    back = ours.detokenize(ours.tokenize(texts)).numpy()
+    assert [b.decode("utf-8") for b in back] == texts
+
+
+def test_ignore_merges_takes_a_vocabulary_piece_whole():
+    """ "abc" is a token, but the merges (b c first, no "a bc") make "a",
+    "bc" of it: with ignore_merges it is one token, as in Hugging Face."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {token: i for i, token in enumerate([END, *alphabet, "bc", "ab", "abc"])}
+    merges = [("b", "c"), ("a", "b")]
+    for ignore in (False, True):
+        hf = Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(
+            add_prefix_space=False, use_regex=False
+        )
+        ours = ByteLevelBPETokenizer(
+            list(vocab),
+            merges,
+            start_token=END,
+            end_token=END,
+            pre_tokenizer="llama3",
+            ignore_merges=ignore,
+        )
+        texts = ["abc", "abcabc", "xabc"]
+        want = [hf.encode(t).ids for t in texts]
+        assert ours.tokenize(texts).to_list() == want
+        assert want[0] == ([vocab["abc"]] if ignore else [vocab["a"], vocab["bc"]])
