@@ -174,6 +174,18 @@ class ByteLevelBPE:
     """GPT-2's byte-level BPE from a run's `text_tokenizer.json`."""
 
     def __init__(self, spec):
+        # Llama 3's pieces and template are the SavedModel's (graph ops) only.
+        for key, plain in (
+            ("pre_tokenizer", "gpt2"),
+            ("ignore_merges", False),
+            ("add_start_token", False),
+        ):
+            if spec.get(key, plain) != plain:
+                raise ValueError(
+                    f"tokenizer.py reads GPT-2's byte-level BPE only. Received: a "
+                    f"tokenizer file with {key}={spec[key]!r} (Llama 3's): use the "
+                    "SavedModel's generate signature for text, or token ids."
+                )
         self.vocabulary = spec["vocabulary"]
         self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.ranks = {

@@ -86,3 +86,24 @@ def test_gpt2_pieces_by_hand():
     assert gpt2_pieces("a \n\n b") == ["a", " \n\n", " b"]
     assert gpt2_pieces("x 's 2024!!") == ["x", " '", "s", " 2024", "!!"]
     assert gpt2_pieces("\tab\u3000cd  ") == ["\t", "ab", "\u3000", "cd", "  "]
+
+
+def test_llama3_tokenizer_files_are_refused_naming_the_setting(tmp_path):
+    """Llama 3's pieces are the SavedModel's graph ops only: the device
+    tokenizer refuses its file instead of cutting it GPT-2's way."""
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import (
+        llama3_ours,
+        llama3_style_hf,
+    )
+
+    ours = llama3_ours(llama3_style_hf())
+    ours.save(str(tmp_path / "text_tokenizer.json"))
+    settings = {
+        "tokenizer": "bpe",
+        "tokenizer_file": "text_tokenizer.json",
+        "special_ids": {"pad": 0, "start": ours.start_id, "end": ours.end_id},
+        "source_length": 8,
+    }
+    (tmp_path / "text.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="pre_tokenizer='llama3'"):
+        DeviceTokenizer(str(tmp_path))

@@ -133,6 +133,8 @@ class ByteLevelBPETokenizer(tf.Module):
             "llama3" (see the module's docstring).
         ignore_merges: a piece that is a token of the vocabulary becomes that
             token without merges (Llama 3's `ignore_merges`).
+        add_start_token: every text's ids begin with `start_token`'s (what
+            Llama 3's post-processor template does: `<|begin_of_text|> $A`).
 
     Raises:
         ValueError: a special, start or end token not in the vocabulary, a
@@ -154,6 +156,7 @@ class ByteLevelBPETokenizer(tf.Module):
         add_prefix_space=False,
         pre_tokenizer="gpt2",
         ignore_merges=False,
+        add_start_token=False,
     ):
         super().__init__()
         if pre_tokenizer not in PRE_TOKENIZERS:
@@ -215,6 +218,7 @@ class ByteLevelBPETokenizer(tf.Module):
         self.start_token, self.end_token = start_token, end_token
         self.id_offset, self.add_prefix_space = id_offset, bool(add_prefix_space)
         self.pre_tokenizer, self.ignore_merges = pre_tokenizer, bool(ignore_merges)
+        self.add_start_token = bool(add_start_token)
         self._split_last_space, piece = PRE_TOKENIZERS[pre_tokenizer]
         self.pad_id = 0
         self.start_id = index[start_token] + id_offset
@@ -320,7 +324,11 @@ class ByteLevelBPETokenizer(tf.Module):
         nested = tf.RaggedTensor.from_row_splits(
             per_piece, pieces.row_splits, validate=False
         )
-        return nested.merge_dims(1, 2)
+        ids = nested.merge_dims(1, 2)
+        if self.add_start_token:
+            start = tf.fill([ids.nrows(), 1], tf.constant(self.start_id, tf.int32))
+            ids = tf.concat([tf.RaggedTensor.from_tensor(start), ids], axis=1)
+        return ids
 
     def _merge(self, values, splits):
         """BPE over every piece at once: `values` (symbols, flat) in rows cut
@@ -387,13 +395,22 @@ class ByteLevelBPETokenizer(tf.Module):
         """Ids (Ragged or dense) back to strings (bytes; a token cut inside
         a UTF-8 character stays cut). Padding and ids outside the
         vocabulary are dropped; special tokens are written as text, as
-        Hugging Face's `decode` does."""
+        Hugging Face's `decode` does, but for the start token that
+        `add_start_token` puts first (it is no part of the text)."""
         if not isinstance(ids, tf.RaggedTensor):
             ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
-        ids = tf.cast(ids, tf.int32) - self.id_offset
-        ids = tf.ragged.boolean_mask(
-            ids, tf.logical_and(ids >= 0, ids < len(self.vocabulary))
+        ids = tf.cast(ids, tf.int32)
+        keep = tf.logical_and(
+            ids >= self.id_offset, ids < len(self.vocabulary) + self.id_offset
         )
+        if self.add_start_token:
+            first = tf.equal(
+                tf.ragged.range(ids.row_lengths(), dtype=ids.row_splits.dtype), 0
+            )
+            keep = tf.logical_and(
+                keep, tf.logical_not(tf.logical_and(first, ids == self.start_id))
+            )
+        ids = tf.ragged.boolean_mask(ids, keep) - self.id_offset
         text = tf.strings.reduce_join(tf.gather(self._id_to_token, ids), axis=-1)
         characters = tf.strings.unicode_split(text, "UTF-8", errors="replace")
         points = tf.strings.unicode_decode(text, "UTF-8", errors="replace")
@@ -427,6 +444,7 @@ class ByteLevelBPETokenizer(tf.Module):
                     "add_prefix_space": self.add_prefix_space,
                     "pre_tokenizer": self.pre_tokenizer,
                     "ignore_merges": self.ignore_merges,
+                    "add_start_token": self.add_start_token,
                     "vocabulary": self.vocabulary,
                     "merges": [f"{a} {b}" for a, b in self.merges],
                 },
@@ -450,6 +468,7 @@ class ByteLevelBPETokenizer(tf.Module):
                 # Files written before Llama 3's tokenizer hold GPT-2's.
                 pre_tokenizer=spec.get("pre_tokenizer", "gpt2"),
                 ignore_merges=spec.get("ignore_merges", False),
+                add_start_token=spec.get("add_start_token", False),
             )
         except KeyError as e:
             raise ValueError(f"{path} lacks {e}.") from None

@@ -1,9 +1,9 @@
 """Llama-style decoders (`model_type` "llama", `LlamaForCausalLM`:
 RMSNorm, SwiGLU, rotary positions with Llama 3.1's frequency scaling or
-none, grouped-query attention) into a
-`causal_lm` run on a `LlamaBackbone` that reads and writes token ids (the
-tokenizer is not converted); a causal_lm config's `model.init_from`
-fine-tunes it on a file of ids."""
+none, grouped-query attention) into a `causal_lm` run on a
+`LlamaBackbone`: text in and out when the directory's `tokenizer.json` is
+a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
+reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 
 from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import LlamaBackbone
@@ -15,6 +15,10 @@ from tfformer.training.convert.huggingface.checkpoint import (
     check_multiple,
     config_value,
     refuse_unused,
+)
+from tfformer.training.convert.huggingface.tokenizers import (
+    UnsupportedTokenizer,
+    byte_level_bpe_tokenizer,
 )
 
 MODEL_TYPES = ("llama",)
@@ -169,7 +173,9 @@ def convert(
     vocab = sizes["vocabulary_size"] - decoders.ID_OFFSET
     start = decoders.special_id(config, "bos_token_id", 1, vocab, progress)
     end = decoders.special_id(config, "eos_token_id", 2, vocab, progress)
-    tokenizer = decoders.token_id_tokenizer(sizes, start, end)
+    tokenizer, kind = text_tokenizer(source, config, vocab, progress), "bpe"
+    if tokenizer is None:
+        tokenizer, kind = decoders.token_id_tokenizer(sizes, start, end), "ids"
     weights = Weights.open(source, "embed_tokens.weight", ("model.", ""))
     model = decoders.causal_lm(LlamaBackbone, sizes, family.lower())
     load_llama(model, weights, sizes)
@@ -188,10 +194,28 @@ def convert(
             if sizes["rope_scaling"]
             else ""
         )
-        + "; token ids in and out (the checkpoint's; "
-        f"the model's are one higher, id 0 padding), start {start - offset}, "
-        f"end {end - offset}"
+        + (
+            "; text in and out (the model's ids are the checkpoint's plus one, "
+            "id 0 padding)"
+            if kind == "bpe"
+            else "; token ids in and out (the checkpoint's; the model's are one "
+            "higher, id 0 padding)"
+        )
+        + f", start {start - offset}, end {end - offset}"
     )
     unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
-    return decoders.write_decoder_run(staging, model, tokenizer, "ids", sizes)
+    return decoders.write_decoder_run(staging, model, tokenizer, kind, sizes)
+
+
+def text_tokenizer(source, config, vocab, progress):
+    """The checkpoint's byte-level BPE tokenizer (Llama 3's), or None when
+    the directory has none that tfformer reproduces (Llama 2's
+    SentencePiece, Qwen2's NFC normalizer, ...): the run then reads and
+    writes token ids, and `progress` says why."""
+    try:
+        tokenizer = byte_level_bpe_tokenizer(source, config, vocab, progress, (1, 2))
+    except UnsupportedTokenizer as e:
+        progress(f"{e}\nThe tokenizer is not converted.")
+        tokenizer = None
+    return tokenizer

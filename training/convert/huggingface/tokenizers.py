@@ -1,8 +1,10 @@
 """Tokenizer conversions: BERT's WordPiece (`vocab.txt` or
-`tokenizer.json`, with tokenizer_config.json's casing) and GPT-2's
-byte-level BPE (`tokenizer.json`, or `vocab.json` and `merges.txt`), each
-checked to be what tfformer's graph-op tokenizers reproduce."""
+`tokenizer.json`, with tokenizer_config.json's casing) and the byte-level
+BPEs of GPT-2 (`tokenizer.json`, or `vocab.json` and `merges.txt`) and
+Llama 3 (`tokenizer.json`), each checked to be what tfformer's graph-op
+tokenizers reproduce."""
 
+import json
 import os
 
 import tensorflow as tf
@@ -222,12 +224,81 @@ def _added_tokens(added, tokens, where):
     return contents
 
 
+class UnsupportedTokenizer(ValueError):
+    """A tokenizer.json feature tfformer's tokenizers do not reproduce (a
+    decoder conversion may then keep the checkpoint's token ids instead)."""
+
+
+# Llama 3's pre-tokenizer: tokenizer.json's Split pattern, verbatim.
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 def _expect(value, expected, where):
     if value != expected:
-        raise ValueError(
-            f"{where} must be {expected!r} (GPT-2's byte-level BPE). Received: "
-            f"{value!r}"
+        raise UnsupportedTokenizer(
+            f"{where} must be {expected!r} (a byte-level BPE as GPT-2's or Llama "
+            f"3's). Received: {value!r}"
         )
+
+
+def _pre_tokenizer(pre, where):
+    """(`ByteLevelBPETokenizer`'s pre_tokenizer, add_prefix_space) of
+    tokenizer.json's pre_tokenizer: GPT-2's ByteLevel with its regex, or
+    Llama 3's Split on its pattern followed by ByteLevel without one."""
+    if pre.get("type") == "ByteLevel":
+        _expect(pre.get("use_regex", True), True, f"{where}.use_regex")
+        return "gpt2", bool(pre.get("add_prefix_space", False))
+    parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
+    kinds = [p.get("type") if isinstance(p, dict) else p for p in parts or []]
+    if kinds != ["Split", "ByteLevel"]:
+        raise UnsupportedTokenizer(
+            f"{where} must be GPT-2's ByteLevel or Llama 3's Sequence of Split and "
+            f"ByteLevel. Received: {json.dumps(pre)[:300]}"
+        )
+    split, level = parts
+    pattern = split.get("pattern")
+    pattern = pattern.get("Regex") if isinstance(pattern, dict) else pattern
+    if pattern != LLAMA3_SPLIT:
+        raise UnsupportedTokenizer(
+            f"{where}: the Split pattern must be Llama 3's {LLAMA3_SPLIT!r} "
+            f"(Qwen2's and others are not converted). Received: {pattern!r}"
+        )
+    _expect(split.get("behavior"), "Isolated", f"{where}: Split.behavior")
+    _expect(split.get("invert", False), False, f"{where}: Split.invert")
+    _expect(level.get("use_regex", True), False, f"{where}: ByteLevel.use_regex")
+    prefix = level.get("add_prefix_space", False)
+    _expect(prefix, False, f"{where}: ByteLevel.add_prefix_space")
+    return "llama3", False
+
+
+def _template_start(post, where):
+    """The special token tokenizer.json's post-processor puts before a text
+    (Llama 3's TemplateProcessing: `<|begin_of_text|> $A`), or None; what
+    else a post-processor adds is refused."""
+    if not post:
+        return None
+    steps = post.get("processors") if post.get("type") == "Sequence" else [post]
+    start = None
+    for step in steps or []:
+        kind = step.get("type") if isinstance(step, dict) else step
+        if kind == "ByteLevel":
+            continue
+        single = step.get("single") if kind == "TemplateProcessing" else None
+        pieces = [next(iter(p)) if isinstance(p, dict) else p for p in single or []]
+        if pieces == ["Sequence"]:
+            continue
+        if pieces == ["SpecialToken", "Sequence"]:
+            start = single[0]["SpecialToken"].get("id")
+            continue
+        raise UnsupportedTokenizer(
+            f"{where}.type must be null, ByteLevel or a TemplateProcessing that "
+            f"puts at most a start token before the text. Received: "
+            f"{json.dumps(post)[:300]}"
+        )
+    return start
 
 
 def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_default):
@@ -235,7 +306,12 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
     from `tokenizer.json` (Hugging Face's fast tokenizer) or `vocab.json`
     and `merges.txt`; None when it has neither. Its ids are the model's
     (one higher than the checkpoint's); config.json's bos and eos ids
-    default to `special_default`."""
+    default to `special_default` (an id, or a (bos, eos) pair).
+
+    Raises:
+        UnsupportedTokenizer: a tokenizer.json feature tfformer does not
+            reproduce, named.
+        ValueError: files that are malformed or do not fit the model."""
     settings = read_json(source, "tokenizer_config.json", required=False) or {}
     spec = read_json(source, "tokenizer.json", required=False)
     if spec is not None:
@@ -247,7 +323,6 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
             ("continuing_subword_prefix", ""),
             ("end_of_word_suffix", ""),
             ("byte_fallback", False),
-            ("ignore_merges", False),
         ):
             value = model.get(key)
             if key == "dropout" and value == 0:
@@ -255,24 +330,25 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
             if value is not None or expected is None:  # null means unset
                 _expect(value, expected, f"{where}: model.{key}")
         _expect(spec.get("normalizer"), None, f"{where}: normalizer")
-        pre = spec.get("pre_tokenizer") or {}
-        _expect(pre.get("type"), "ByteLevel", f"{where}: pre_tokenizer.type")
-        _expect(pre.get("use_regex", True), True, f"{where}: pre_tokenizer.use_regex")
-        for part in ("post_processor", "decoder"):
-            kind = (spec.get(part) or {}).get("type")
-            if kind not in (None, "ByteLevel"):
-                raise ValueError(
-                    f"{where}: {part}.type must be null or 'ByteLevel' (nothing "
-                    f"added around the text, bytes decoded). Received: {kind!r}"
-                )
+        pre_tokenizer, prefix = _pre_tokenizer(
+            spec.get("pre_tokenizer") or {}, f"{where}: pre_tokenizer"
+        )
+        ignore_merges = bool(model.get("ignore_merges", False))
+        kind = (spec.get("decoder") or {}).get("type")
+        if kind not in (None, "ByteLevel"):
+            raise UnsupportedTokenizer(
+                f"{where}: decoder.type must be null or 'ByteLevel' (bytes "
+                f"decoded). Received: {kind!r}"
+            )
+        template_start = _template_start(
+            spec.get("post_processor") or {}, f"{where}: post_processor"
+        )
         tokens = _bpe_vocabulary(model.get("vocab"), where)
         merges = _bpe_merges(model.get("merges") or [], where)
         special = _added_tokens(spec.get("added_tokens") or [], tokens, where)
         # transformers' GPT2TokenizerFast rebuilds the pre-tokenizer with
         # tokenizer_config.json's add_prefix_space when it has one.
-        add_prefix_space = bool(
-            settings.get("add_prefix_space", pre.get("add_prefix_space", False))
-        )
+        add_prefix_space = bool(settings.get("add_prefix_space", prefix))
     elif os.path.isfile(os.path.join(source, "vocab.json")):
         where = f"{source}/vocab.json"
         tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
@@ -285,6 +361,7 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
         merges = _bpe_merges(lines, path)
         special = []
         add_prefix_space = bool(settings.get("add_prefix_space", False))
+        pre_tokenizer, ignore_merges, template_start = "gpt2", False, None
     else:
         return None
     if len(tokens) > vocab_size:
@@ -293,8 +370,14 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
             f"({vocab_size})."
         )
     names = {}
-    for key in ("bos_token_id", "eos_token_id"):
-        value = config.get(key, special_default)
+    if not isinstance(special_default, tuple):
+        special_default = (special_default, special_default)
+    for key, default in zip(
+        ("bos_token_id", "eos_token_id"), special_default, strict=True
+    ):
+        value = config.get(key, default)
+        if isinstance(value, list) and value:
+            value = value[0]  # Llama 3.1's eos list: generation stops at the first
         if (
             isinstance(value, int)
             and not isinstance(value, bool)
@@ -306,6 +389,12 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
                 f"config.json: {key} ({value!r}) is not an id of the tokenizer's "
                 f"{len(tokens)} tokens."
             )
+    if template_start is not None and template_start != names["bos_token_id"]:
+        raise UnsupportedTokenizer(
+            f"{where}: the post-processor starts a text with {template_start!r}, "
+            f"not config.json's bos token {names['bos_token_id']!r} (with which "
+            "tfformer starts one)."
+        )
     for token in names.values():
         if token not in special:
             special.append(token)
@@ -318,6 +407,9 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
             end_token=names["eos_token_id"],
             id_offset=ID_OFFSET,
             add_prefix_space=add_prefix_space,
+            pre_tokenizer=pre_tokenizer,
+            ignore_merges=ignore_merges,
+            add_start_token=template_start is not None,
         )
     except ValueError as e:
         raise ValueError(f"{where}: {e}") from None
@@ -329,7 +421,10 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
             f"{e.message}"
         ) from None
     progress(
-        f"Tokenizer: byte-level BPE from {os.path.basename(where)}, "
+        f"Tokenizer: byte-level BPE ({pre_tokenizer} pieces"
+        + (", ignore_merges" if ignore_merges else "")
+        + (f", {template_start} first" if template_start else "")
+        + f") from {os.path.basename(where)}, "
         f"{len(tokens)} tokens, {len(merges)} merges, special {special}"
     )
     return tokenizer

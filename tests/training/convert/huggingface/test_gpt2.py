@@ -239,7 +239,7 @@ def test_the_tokenizer_is_converted_into_graph_ops(tmp_path, bpe, files):
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
     loaded = tfformer.load(run)
     assert loaded.directory.tokenizer("text").kind == "bpe"
-    assert any(f"byte-level BPE from {files}" in line for line in said)
+    assert any(f"byte-level BPE (gpt2 pieces) from {files}" in line for line in said)
     tokenizer = loaded.tokenizers["text"]
     texts = ["the cat don't  stop", f"{END_OF_TEXT}naïve 日本語 😀\n", ""]
     got = [[i - 1 for i in row] for row in tokenizer.tokenize(texts).to_list()]
@@ -273,9 +273,9 @@ def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsy
     "change, message",
     [
         ({"normalizer": {"type": "NFC"}}, "normalizer must be None"),
-        ({"model.ignore_merges": True}, "model.ignore_merges must be False"),
+        ({"model.byte_fallback": True}, "model.byte_fallback must be False"),
         ({"model.dropout": 0.1}, "model.dropout must be None"),
-        ({"pre_tokenizer": {"type": "Whitespace"}}, "pre_tokenizer.type must be"),
+        ({"pre_tokenizer": {"type": "Whitespace"}}, "pre_tokenizer must be GPT-2's"),
         ({"post_processor": {"type": "TemplateProcessing"}}, "post_processor.type"),
         ({"config": {"vocab_size": 200}}, "300 tokens, more than config.json's"),
     ],

@@ -511,3 +511,111 @@ def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
         tmp_path / "hf", rng, tensors=tensors, config=change.get("config")
     )
     assert_refused(tmp_path, source, message)
+
+
+# -- Llama 3's tokenizer ---------------------------------------------------------
+
+BEGIN, END_OF_TEXT = "<|begin_of_text|>", "<|end_of_text|>"
+
+
+def llama3_tokenizer(tmp_path):
+    """A tokenizer.json in Llama 3's form (Split on its pattern, ByteLevel
+    without a regex, ignore_merges, a template that starts every text with
+    <|begin_of_text|>), trained here by Hugging Face's tokenizers."""
+    from tokenizers import processors
+
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import llama3_style_hf
+
+    hf = llama3_style_hf(vocab_size=300)
+    hf.add_special_tokens([BEGIN, END_OF_TEXT])
+    hf.post_processor = processors.TemplateProcessing(
+        single=f"{BEGIN} $A", special_tokens=[(BEGIN, hf.token_to_id(BEGIN))]
+    )
+    return hf
+
+
+def write_llama3_checkpoint(path, hf, rng):
+    sizes = {**SIZES, "vocab": hf.get_vocab_size()}
+    source = write_checkpoint(
+        path,
+        rng,
+        sizes=sizes,
+        tensors=llama_tensors(rng, sizes=sizes),
+        config={
+            "vocab_size": sizes["vocab"],
+            "bos_token_id": hf.token_to_id(BEGIN),
+            "eos_token_id": [hf.token_to_id(END_OF_TEXT), 7],
+        },
+    )
+    hf.save(str(source / "tokenizer.json"))
+    return source
+
+
+def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, capsys):
+    """With Llama 3's tokenizer.json, the run takes and gives text: its ids
+    are Hugging Face's (the template's <|begin_of_text|> first), and
+    `tfformer-predict` continues a prompt with keras-hub's greedy tokens,
+    decoded as Hugging Face decodes them."""
+    keras_hub = pytest.importorskip("keras_hub")
+    hf = llama3_tokenizer(tmp_path)
+    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any(
+        "BPE (llama3 pieces, ignore_merges, <|begin_of_text|> first) from tokenizer"
+        in line
+        for line in said
+    )
+    assert any("text in and out" in line for line in said)
+    loaded = tfformer.load(run)
+    tokenizer = loaded.tokenizers["text"]
+    texts = ["the cat", "don't\n\n  2024 naïve!!", " \tx", "日本\r\n"]
+    ours = [[i - 1 for i in row] for row in tokenizer.tokenize(texts).to_list()]
+    assert ours == [hf.encode(t).ids for t in texts]
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    prompt = "the cat"
+    ids = hf.encode(prompt).ids
+    for _ in range(6):
+        x = np.array([ids], "int32")
+        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
+        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
+        ids.append(int(logits.argmax()))
+        if ids[-1] == hf.token_to_id(END_OF_TEXT):
+            ids.pop()
+            break
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed == hf.decode(ids) + "\n"
+    # The SavedModel's in-graph tokenizer starts the text the same way.
+    import tensorflow as tf
+
+    from tfformer.export.saved_model import export_saved_model
+
+    path = export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    served = tf.saved_model.load(path)
+    out = served_greedy(served, [prompt], [6])
+    assert prompt + out["text"].numpy()[0].decode("utf-8", "replace") == printed[:-1]
+    tokens = served.signatures["tokenize"](text=tf.constant(texts))["token_ids"]
+    got = [[i - 1 for i in row if i] for row in tokens.numpy().tolist()]
+    assert got == [hf.encode(t).ids for t in texts]
+
+
+def test_a_tokenizer_tfformer_does_not_reproduce_leaves_token_ids(tmp_path, capsys):
+    """Qwen2's NFC normalizer (or Llama 2's SentencePiece-style BPE): the
+    conversion says which feature, and the run reads and writes ids."""
+    hf = llama3_tokenizer(tmp_path)
+    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(9))
+    spec = json.loads((source / "tokenizer.json").read_text())
+    spec["normalizer"] = {"type": "NFC"}
+    (source / "tokenizer.json").write_text(json.dumps(spec))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any(
+        "tokenizer.json: normalizer must be None" in line
+        and "The tokenizer is not converted." in line
+        for line in said
+    )
+    assert any("token ids in and out" in line for line in said)
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "1", "hi"]) == 2
+    assert "reads token ids" in capsys.readouterr().err
