@@ -3,9 +3,14 @@
 A bundle, written with `litert-lm-builder`, holds:
 - the float32 `prefill`/`decode` model of `tfformer.export.tflite` (caches
   `(1, kv_heads, context, head_dim)`, the layout LiteRT-LM reads);
-- the tokenizer as a Hugging Face `tokenizer.json`;
-- an `LlmMetadata` record: the start token, the stop token, the context as
-  `max_num_tokens`, and the `GenericModel` type.
+- the tokenizer as a Hugging Face `tokenizer.json` in the model's ids: for
+  runs trained on bytes, a byte-level BPE without merges; for converted
+  GPT-2 and Llama 3 runs, their byte-level BPE with every id one higher
+  and a padding token at id 0 (what the converted model reads);
+- an `LlmMetadata` record: the start token (which LiteRT-LM puts before a
+  prompt: tfformer's start token for byte runs, `<|begin_of_text|>` for
+  Llama 3, none for GPT-2, whose prompts start with their own text), the
+  stop token, the context as `max_num_tokens`, and the `GenericModel` type.
 
 Before the bundle is written, LiteRT-LM (its Python package, on this
 machine's CPU) loads it and decodes greedily from a fixed prompt, and the
@@ -14,9 +19,9 @@ reference runtime, on the same TFLite model), to the last byte and the
 same stopping point. A bundle the runtime cannot run, or runs differently,
 is not written. The check sets LiteRT-LM's process-wide log level to ERROR.
 
-Supported: runs trained on bytes (`data.tokenizer=byte`). Runs on WordPiece
-and converted checkpoints (GPT-2's BPE, token ids) are refused, naming
-their tokenizer.
+Supported: runs trained on bytes (`data.tokenizer=byte`) and converted
+runs with a byte-level BPE (GPT-2's, Llama 3's). Runs on WordPiece and
+converted runs of token ids are refused, naming their tokenizer.
 """
 
 import json
@@ -24,6 +29,11 @@ import os
 import tempfile
 
 from tfformer.export.tflite import export_tflite
+from tfformer.preprocessing.bpe_tokenizer import (
+    LLAMA3_SPLIT,
+    ByteLevelBPETokenizer,
+    bytes_to_unicode,
+)
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
 from tfformer.runs.directory import RunDirectory
@@ -35,22 +45,9 @@ CHECK_PROMPT = "ROMEO:"
 CHECK_TOKENS = 8
 
 
-def byte_level_alphabet():
-    """GPT-2's map from each byte to the printable character that stands for
-    it in a byte-level BPE vocabulary (Hugging Face's `bytes_to_unicode`)."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars = list(printable)
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            chars.append(256 + extra)
-            extra += 1
-    return {byte: chr(char) for byte, char in zip(printable, chars, strict=True)}
+# The token a converted run's bundle puts at id 0, which the model reads as
+# padding (never produced from text: the pre-tokenizers cut "<|" off).
+BUNDLE_PADDING = "<|tfformer_padding|>"
 
 
 def byte_tokenizer_json():
@@ -59,7 +56,7 @@ def byte_tokenizer_json():
     byte is one token. The reserved tokens are in the vocabulary but not
     "added tokens", which Hugging Face would match in the text itself: a
     prompt holding "[END]" is five bytes, as in tfformer."""
-    alphabet = byte_level_alphabet()
+    alphabet = bytes_to_unicode()
     vocabulary = {token: i for i, token in enumerate(RESERVED_TOKENS)}
     vocabulary.update({alphabet[b]: b + ByteTokenizer.offset for b in range(256)})
     byte_level = {
@@ -92,11 +89,75 @@ def byte_tokenizer_json():
     }
 
 
+def bpe_tokenizer_json(tokenizer):
+    """A converted run's `ByteLevelBPETokenizer` as a Hugging Face
+    `tokenizer.json` in the model's ids (the checkpoint's plus
+    `id_offset`, `BUNDLE_PADDING` below them): the same pieces, merges,
+    special tokens and `ignore_merges`; no post-processor (LiteRT-LM puts
+    the metadata's start token first)."""
+    offset = tokenizer.id_offset
+    if offset not in (0, 1):
+        raise ValueError(f"id_offset must be 0 or 1. Received: {offset!r}")
+    vocabulary = {BUNDLE_PADDING: 0} if offset else {}
+    vocabulary.update({t: i + offset for i, t in enumerate(tokenizer.vocabulary)})
+    byte_level = {
+        "type": "ByteLevel",
+        "add_prefix_space": tokenizer.add_prefix_space,
+        "trim_offsets": True,
+        "use_regex": tokenizer.pre_tokenizer == "gpt2",
+    }
+    pre_tokenizer = byte_level
+    if tokenizer.pre_tokenizer == "llama3":
+        split = {
+            "type": "Split",
+            "pattern": {"Regex": LLAMA3_SPLIT},
+            "behavior": "Isolated",
+            "invert": False,
+        }
+        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, byte_level]}
+    added = [
+        {
+            "id": vocabulary[token],
+            "content": token,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for token in tokenizer.special_tokens
+    ]
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": None,
+        "decoder": {**byte_level, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": tokenizer.ignore_merges,
+            "vocab": vocabulary,
+            "merges": [[a, b] for a, b in tokenizer.merges],
+        },
+    }
+
+
 def llm_metadata(start_id, end_id, context):
-    """The `LlmMetadata` text proto of a generic model."""
+    """The `LlmMetadata` text proto of a generic model (no start token when
+    `start_id` is None)."""
+    start = f"start_token {{ token_ids {{ ids: {start_id} }} }}\n"
     return (
-        f"start_token {{ token_ids {{ ids: {start_id} }} }}\n"
-        f"stop_tokens {{ token_ids {{ ids: {end_id} }} }}\n"
+        (start if start_id is not None else "")
+        + f"stop_tokens {{ token_ids {{ ids: {end_id} }} }}\n"
         f"max_num_tokens: {context}\n"
         "llm_model_type { generic_model {} }\n"
     )
@@ -145,23 +206,36 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
             session.close()
 
 
-def reference_greedy(tflite_path, prompt, max_tokens):
-    """The text `generate.py`'s greedy search decodes from [START] and the
-    bytes of `prompt`: at most `max_tokens` tokens, up to [END]."""
+def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None):
+    """The text `generate.py`'s greedy search decodes from `prompt`: at most
+    `max_tokens` tokens, up to the end token. The prompt's ids are [START]
+    and its bytes, or, for a converted run, its `tokenizer`'s (which start
+    with the start token where the checkpoint's template puts it)."""
     from tfformer.export.runtimes.generate import LiteRTGenerator
 
-    offset = ByteTokenizer.offset
-    ids = [START_ID, *(b + offset for b in prompt.encode("utf-8"))]
+    if tokenizer is None:
+        offset = ByteTokenizer.offset
+        ids, end = [START_ID, *(b + offset for b in prompt.encode("utf-8"))], END_ID
+    else:
+        ids, end = tokenizer.tokenize([prompt])[0].numpy().tolist(), tokenizer.end_id
     tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
-    if END_ID in tokens:
-        tokens = tokens[: tokens.index(END_ID)]
+    if end in tokens:
+        tokens = tokens[: tokens.index(end)]
+    if tokenizer is not None:
+        if not tokens:
+            return ""
+        return tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
     return bytes(t - offset for t in tokens if t >= offset).decode(
         "utf-8", errors="replace"
     )
 
 
 def check_bundle(
-    bundle_path, tflite_path, prompt=CHECK_PROMPT, max_tokens=CHECK_TOKENS
+    bundle_path,
+    tflite_path,
+    prompt=CHECK_PROMPT,
+    max_tokens=CHECK_TOKENS,
+    tokenizer=None,
 ):
     """Raises ValueError unless LiteRT-LM's greedy text from `prompt` is the
     reference runtime's (`generate.py`) on the bundled model."""
@@ -169,7 +243,7 @@ def check_bundle(
         got = litert_lm_greedy(bundle_path, prompt, max_tokens)
     except RuntimeError as e:
         raise ValueError(f"LiteRT-LM could not run the bundle: {e}") from None
-    expected = reference_greedy(tflite_path, prompt, max_tokens)
+    expected = reference_greedy(tflite_path, prompt, max_tokens, tokenizer)
     if got != expected:
         raise ValueError(
             f"LiteRT-LM decoded {got!r} from {prompt!r}; the reference runtime "
@@ -187,28 +261,39 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             f"run ({run.path})"
         )
     # From the manifest: the model is loaded once, by the TFLite export.
-    kind = run.tokenizer("text").kind
-    if kind != "byte":
+    spec = run.tokenizer("text")
+    if spec.kind not in ("byte", "bpe"):
         raise ValueError(
             "--format litertlm supports runs trained on bytes "
-            f"(data.tokenizer=byte). Received: a run with the {kind!r} tokenizer"
+            "(data.tokenizer=byte) and converted runs with a byte-level BPE "
+            f"(GPT-2's, Llama 3's). Received: a run with the {spec.kind!r} tokenizer"
         )
+    tokenizer, start, end = None, START_ID, END_ID
+    if spec.kind == "bpe":
+        tokenizer = ByteLevelBPETokenizer.load(spec.path)
+        start = tokenizer.start_id if tokenizer.add_start_token else None
+        end = tokenizer.end_id
     progress(f"Converting {run.path} to the bundle's TFLite model...")
     with tempfile.TemporaryDirectory() as staging:
         tflite_dir = os.path.join(staging, "tflite")
         tflite = export_tflite(
             run.path, tflite_dir, checkpoint=checkpoint, progress=lambda *_: None
         )
-        tokenizer = os.path.join(staging, "tokenizer.json")
-        with open(tokenizer, "w", encoding="utf-8") as f:
-            json.dump(byte_tokenizer_json(), f, ensure_ascii=False)
+        tokenizer_path = os.path.join(staging, "tokenizer.json")
+        described = (
+            byte_tokenizer_json()
+            if tokenizer is None
+            else bpe_tokenizer_json(tokenizer)
+        )
+        with open(tokenizer_path, "w", encoding="utf-8") as f:
+            json.dump(described, f, ensure_ascii=False)
         metadata = os.path.join(staging, "llm_metadata.textproto")
         with open(metadata, "w", encoding="utf-8") as f:
-            f.write(llm_metadata(START_ID, END_ID, run.manifest.max_length))
+            f.write(llm_metadata(start, end, run.manifest.max_length))
         bundle = os.path.join(staging, BUNDLE)
-        build_bundle(tflite, tokenizer, metadata, bundle)
+        build_bundle(tflite, tokenizer_path, metadata, bundle)
         progress("Checking the bundle in LiteRT-LM...")
-        check_bundle(bundle, tflite)
+        check_bundle(bundle, tflite, tokenizer=tokenizer)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, BUNDLE)
         atomic_copy(bundle, path)

@@ -143,3 +143,104 @@ def test_runs_it_cannot_bundle_are_refused_naming_them(
     assert export_main([*argv, "--prefill-lengths", "8,16"]) == 2
     assert "--prefill-lengths '8,16'" in capsys.readouterr().err
     assert not os.path.exists(out)
+
+
+# -- converted runs: GPT-2's and Llama 3's byte-level BPE -------------------------
+
+
+def converted_gpt2(tmp_path):
+    from tests.testing import train_byte_level_bpe
+    from tests.training.convert.huggingface.test_gpt2 import with_tokenizer
+    from tfformer.training.convert import convert
+
+    hf = train_byte_level_bpe(vocab_size=300)
+    source = with_tokenizer(tmp_path / "hf", hf)
+    return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+
+
+def converted_llama3(tmp_path):
+    from tests.training.convert.huggingface.test_llama import (
+        llama3_tokenizer,
+        write_llama3_checkpoint,
+    )
+    from tfformer.training.convert import convert
+
+    hf = llama3_tokenizer(tmp_path)
+    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
+    return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+
+
+@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
+def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, converted):
+    """The bundle's tokenizer.json, read by Hugging Face's `tokenizers`,
+    gives the run's ids (the checkpoint's plus one) on fixed and 300 random
+    strings; LiteRT-LM puts the metadata's start token first, so the run's
+    own start token (Llama 3's template) is not in it."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
+    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+
+    checkpoint_hf, run = converted(tmp_path)
+    ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
+    bundled = Tokenizer.from_str(json.dumps(litertlm.bpe_tokenizer_json(ours)))
+    texts = [*TEXTS, *random_texts(300, seed=7)]
+    skip = 1 if ours.add_start_token else 0
+    expected = [row[skip:] for row in ours.tokenize(texts).to_list()]
+    got = [bundled.encode(t).ids for t in texts]
+    mismatched = [
+        (t, e, g) for t, e, g in zip(texts, expected, got, strict=True) if e != g
+    ]
+    assert not mismatched, mismatched[:3]
+    # And they are the checkpoint's own ids, one higher.
+    own = [checkpoint_hf.encode(t).ids[skip:] for t in texts]
+    assert [[i - 1 for i in row] for row in got] == own
+    assert bundled.token_to_id(litertlm.BUNDLE_PADDING) == 0
+
+
+@needs_runtime
+@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
+def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
+    tmp_path, capsys, converted
+):
+    """`--format litertlm` on a converted GPT-2 and a converted Llama 3
+    (random weights): the bundle passes its runtime check, and LiteRT-LM's
+    greedy text equals `tfformer-predict --search greedy`'s continuation."""
+    import litert_lm
+
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
+    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+    from tfformer.training.commands import predict as predict_cli
+
+    _, run = converted(tmp_path)
+    ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
+    out = tmp_path / "bundle"
+    assert (
+        export_main(["--checkpoint", run, "--out", str(out), "--format", "litertlm"])
+        == 0
+    )
+    capsys.readouterr()
+    bundle = str(out / litertlm.BUNDLE)
+    # The last prompt is cut into other pieces by Llama 3's pattern than by
+    # GPT-2's (digits in threes, line breaks with the spaces before them).
+    for prompt in ("the cat", "don't stop", "x 2024123 \n\n  y"):
+        argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
+        assert predict_cli.main([*argv, prompt]) == 0
+        printed = capsys.readouterr().out[:-1]
+        got = litertlm.litert_lm_greedy(bundle, prompt, 8)
+        assert got, "LiteRT-LM decoded nothing"
+        assert prompt + got == printed, (prompt, got, printed)
+    # The runtime's own tokenizer gives the run's ids (its start token
+    # comes from the metadata: LiteRT-LM's bos).
+    with litert_lm.Engine(bundle) as engine:
+        # (Its tokenize takes a C string: a text ends at its first NUL.)
+        # "x, \ny": " \n" is one piece of Llama 3's, two of GPT-2's.
+        for prompt in ("the cat", "x, \ny", *TEXTS, *random_texts(20, seed=8)):
+            prompt = prompt.split("\x00")[0]
+            ids = ours.tokenize([prompt])[0].numpy().tolist()
+            if ours.add_start_token:
+                assert ids[0] == engine.bos_token_id == ours.start_id
+                ids = ids[1:]
+            assert engine.tokenize(prompt) == ids, prompt

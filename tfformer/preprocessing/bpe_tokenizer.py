@@ -62,6 +62,12 @@ PIECE = (
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
     rf"| ?[^{WHITESPACE}\p{{L}}\p{{N}}\x00]+|[{WHITESPACE}]+"
 )
+# Llama 3's pre-tokenizer pattern as its tokenizer.json writes it (for
+# Hugging Face's fancy-regex, with a lookahead).
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # Llama 3's pattern in RE2 (see the module's docstring): the run of
 # whitespace before a non-space gives its last character away only when
 # that character is no line break.

@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
 from tfformer.runs.manifest import TokenizerEntry
 from tfformer.training.convert.huggingface.checkpoint import read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
@@ -227,13 +227,6 @@ def _added_tokens(added, tokens, where):
 class UnsupportedTokenizer(ValueError):
     """A tokenizer.json feature tfformer's tokenizers do not reproduce (a
     decoder conversion may then keep the checkpoint's token ids instead)."""
-
-
-# Llama 3's pre-tokenizer: tokenizer.json's Split pattern, verbatim.
-LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 
 
 def _expect(value, expected, where):
