@@ -183,8 +183,8 @@ class ByteLevelBPE:
             if spec.get(key, plain) != plain:
                 raise ValueError(
                     f"tokenizer.py reads GPT-2's byte-level BPE only. Received: a "
-                    f"tokenizer file with {key}={spec[key]!r} (Llama 3's): use the "
-                    "SavedModel's generate signature for text, or token ids."
+                    f"tokenizer file with {key}={spec[key]!r}: use the SavedModel's "
+                    "generate signature for text, or the .tflite models on ids."
                 )
         self.vocabulary = spec["vocabulary"]
         self.index = {token: i for i, token in enumerate(self.vocabulary)}

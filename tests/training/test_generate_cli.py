@@ -58,8 +58,8 @@ def byte_ids(text):
     "argv, settings",
     [
         ([], dict(search="greedy")),
-        # Slow: test_greedy_and_sampling_stream_their_tokens samples through
-        # the command in the default run.
+        # Slow: test_top_k_zero_means_no_top_k_filter samples through the
+        # command in the default run (and the stream test through the API).
         pytest.param(
             [
                 "--search",

@@ -355,6 +355,31 @@ def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision
     assert keras.config.dtype_policy().name == "float32"
 
 
+def test_float16_compiles_with_loss_scaling_and_float32_logits(tmp_path):
+    """What the slow float16 training run checks of the model, without
+    training: loss scaling wraps the optimizer, float16 blocks, float32
+    logits, and the global policy restored."""
+    from tfformer.training.distribution.strategy import build_strategy
+    from tfformer.training.trainer import build_compiled_model, prepare_inputs
+
+    config = tiny_config(tmp_path, "train.precision=mixed_float16")
+    quiet = lambda *_: None  # noqa: E731
+    inputs = prepare_inputs(config, build_strategy("one_device"), quiet)
+    model, _ = build_compiled_model(config, inputs)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert model.backbone.decoder_blocks[0].compute_dtype == "float16"
+    stream = pipeline.training_stream(
+        inputs.data.examples["train"],
+        batch_size=2,
+        bucket_lengths=inputs.data.bucket_lengths,
+        steps_per_epoch=1,
+        seed=0,
+    )
+    inputs, _ = next(iter(stream))
+    assert keras.ops.convert_to_numpy(model(inputs)).dtype == np.float32
+    assert keras.config.dtype_policy().name == "float32"
+
+
 def test_executions_of_several_steps_with_xla_evaluate_each_example_once(tmp_path):
     """Executions of 2 steps compiled with XLA, with dropout, train 2 epochs
     of 4 steps. Validation and test splits of 3 batches in executions of 2

@@ -8,6 +8,7 @@ from tfformer.layers.feed_forward import FeedForward, get_activation
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.multi_head_attention import MultiHeadAttention
 from tfformer.layers.rms_normalization import RMSNormalization
+from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.layers.validation import (
     check_positive_int,
     check_positive_number,
@@ -61,6 +62,8 @@ class TransformerBlock(keras.layers.Layer):
         check_positive_int("num_heads", num_heads)
         check_positive_int("intermediate_dim", intermediate_dim)
         check_positive_int("key_dim", key_dim, allow_none=True)
+        # Checked here too, so a bad one fails at construction, not first call.
+        check_frequency_scaling(rotary_scaling, "rotary_scaling")
         check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
         check_rate("dropout", dropout)
         check_rate("attention_dropout", attention_dropout, allow_none=True)

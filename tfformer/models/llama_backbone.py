@@ -2,6 +2,8 @@
 
 import keras
 
+from tfformer.layers.rotary_embedding import check_frequency_scaling
+from tfformer.layers.validation import check_positive_int
 from tfformer.models.gpt_backbone import GPTBackbone
 
 
@@ -66,6 +68,9 @@ class LlamaBackbone(GPTBackbone):
         dtype=None,
         **kwargs,
     ):
+        # Under this class's names (the decoder's are rotary_scaling, key_dim).
+        check_frequency_scaling(rope_scaling, "rope_scaling")
+        check_positive_int("head_dim", head_dim, allow_none=True)
         super().__init__(
             vocabulary_size,
             num_layers=num_layers,

@@ -170,6 +170,12 @@ class ByteLevelBPETokenizer(tf.Module):
                 f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}. "
                 f"Received: pre_tokenizer={pre_tokenizer!r}"
             )
+        if pre_tokenizer == "llama3" and add_prefix_space:
+            # Hugging Face's ByteLevel after a Split adds it to every piece.
+            raise ValueError(
+                "add_prefix_space=True is an option of GPT-2's pieces only. "
+                'Received: pre_tokenizer="llama3", add_prefix_space=True'
+            )
         vocabulary, merges = list(vocabulary), [tuple(m) for m in merges]
         index = {token: i for i, token in enumerate(vocabulary)}
         if len(index) != len(vocabulary):

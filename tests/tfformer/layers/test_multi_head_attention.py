@@ -284,16 +284,55 @@ def test_precomputed_cross_attention_cache_equals_direct_call():
     np.testing.assert_array_equal(same_cache, cache)
 
 
-def test_a_rotary_cross_attention_cache_equals_the_direct_call():
+@pytest.mark.parametrize("qk_norm_epsilon", [None, 1e-6], ids=["plain", "qk_norm"])
+def test_a_rotary_cross_attention_cache_equals_the_direct_call(qk_norm_epsilon):
     """Rotary cross-attention rotates queries and keys from position 0; the
-    precomputed cache must hold the keys rotated as the direct call does."""
+    precomputed cache must hold the keys (normalized, then) rotated as the
+    direct call does."""
     layer = MultiHeadAttention(
-        num_heads=4, key_dim=8, num_key_value_heads=2, rotary_max_wavelength=100
+        num_heads=4,
+        key_dim=8,
+        num_key_value_heads=2,
+        rotary_max_wavelength=100,
+        qk_norm_epsilon=qk_norm_epsilon,
     )
     x_q, memory = _normal(2, 3, 16), _normal(2, 6, 16)
     direct = layer(x_q, memory)
+    if qk_norm_epsilon:  # scales far from 1, so a path without them differs
+        layer.query_norm.gamma.assign(np.linspace(0.2, 3.0, 8, dtype="float32"))
+        layer.key_norm.gamma.assign(np.linspace(3.0, 0.5, 8, dtype="float32"))
+        direct = layer(x_q, memory)
     out, _ = layer(x_q, cache=layer.compute_key_value_cache(memory))
     np.testing.assert_allclose(out, direct, atol=1e-5)
+
+
+def test_qk_norm_normalizes_each_head_before_the_rotation(tmp_path):
+    """Qwen3's q_norm and k_norm by hand: the scores of a layer whose query
+    and key heads are RMS-normalized (scale `gamma`) before rotary; and its
+    config round trip."""
+    layer = MultiHeadAttention(
+        num_heads=2, key_dim=4, rotary_max_wavelength=100, qk_norm_epsilon=1e-6
+    )
+    x = _normal(1, 3, 8)
+    layer(x)
+    gamma = np.array([0.5, 2.0, 1.5, 0.25], "float32")
+    layer.query_norm.gamma.assign(gamma)
+    layer.key_norm.gamma.assign(gamma[::-1].copy())
+    _, scores = layer(x, return_attention_scores=True)
+
+    def heads(dense, scale):
+        h = (x @ dense.kernel.numpy() + dense.bias.numpy()).reshape(1, 3, 2, 4)
+        h = h / np.sqrt(np.mean(h**2, axis=-1, keepdims=True) + 1e-6) * scale
+        rotated = [ref.rotary(h[0, :, i], max_wavelength=100) for i in range(2)]
+        return np.stack(rotated)
+
+    q, k = heads(layer.query_dense, gamma), heads(layer.key_dense, gamma[::-1])
+    logits = q @ k.transpose(0, 2, 1) / 2.0  # sqrt(key_dim)
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(scores)[0], expected, atol=1e-5)
+    clone = MultiHeadAttention.from_config(layer.get_config())
+    assert clone.qk_norm_epsilon == 1e-6
 
 
 def test_dropout_reaches_attention_weights_only_in_training():

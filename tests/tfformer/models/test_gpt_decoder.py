@@ -96,6 +96,13 @@ def test_cached_decoding_equals_full_pass(position):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="position must be one of"):
         gpt_decoder(10, position="alibi")
+    from tfformer.models import LlamaBackbone
+
+    sizes = dict(num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8)
+    with pytest.raises(ValueError, match="rope_scaling of rope_type llama3 takes"):
+        LlamaBackbone(10, rope_scaling={"rope_type": "llama3"}, **sizes)
+    with pytest.raises(ValueError, match="head_dim must be a positive int"):
+        LlamaBackbone(10, head_dim=0, **sizes)
     with pytest.raises(ValueError, match='rotary_scaling needs position="rotary"'):
         gpt_decoder(10, position="learned", rotary_scaling={"rope_type": "llama3"})
     with pytest.raises(ValueError, match="vocabulary_size must be a positive int"):

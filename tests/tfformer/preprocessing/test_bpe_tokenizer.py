@@ -341,6 +341,20 @@ def test_llama3_ids_are_hugging_faces():
     assert [b.decode("utf-8") for b in back] == texts
 
 
+def test_llama3_pieces_take_no_prefix_space():
+    hf = llama3_style_hf()
+    model = json.loads(hf.to_str())["model"]
+    with pytest.raises(ValueError, match='pre_tokenizer="llama3", add_prefix_space'):
+        ByteLevelBPETokenizer(
+            sorted(model["vocab"], key=model["vocab"].get),
+            [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
+            start_token=END,
+            end_token=END,
+            pre_tokenizer="llama3",
+            add_prefix_space=True,
+        )
+
+
 def test_ignore_merges_takes_a_vocabulary_piece_whole():
     """ "abc" is a token, but the merges (b c first, no "a bc") make "a",
     "bc" of it: with ignore_merges it is one token, as in Hugging Face."""

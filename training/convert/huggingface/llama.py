@@ -61,6 +61,10 @@ def llama_sizes(config, *, own_head_dim=False):
                 f"biases). Received: {config[key]!r}"
             )
     rope = config.get("rope_parameters") or {}
+    if not isinstance(rope, dict):
+        raise ValueError(
+            f"config.json: rope_parameters must be an object. Received: {rope!r}"
+        )
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
         raise ValueError(
@@ -93,8 +97,10 @@ def rope_scaling(config):
     key, scaling = "rope_scaling", config.get("rope_scaling")
     parameters = config.get("rope_parameters")
     if scaling is None and isinstance(parameters, dict):
-        key = "rope_parameters"
-        scaling = {k: v for k, v in parameters.items() if k != "rope_theta"}
+        key, scaling = "rope_parameters", parameters
+    if isinstance(scaling, dict):
+        # transformers writes rope_theta beside the scaling in either dict.
+        scaling = {k: v for k, v in scaling.items() if k != "rope_theta"}
     if not scaling:
         return None
     kind = None
@@ -214,7 +220,9 @@ def text_tokenizer(source, config, vocab, progress):
     SentencePiece, Qwen2's NFC normalizer, ...): the run then reads and
     writes token ids, and `progress` says why."""
     try:
-        tokenizer = byte_level_bpe_tokenizer(source, config, vocab, progress, (1, 2))
+        tokenizer = byte_level_bpe_tokenizer(
+            source, config, vocab, progress, (1, 2), gpt2_files=False
+        )
     except UnsupportedTokenizer as e:
         progress(f"{e}\nThe tokenizer is not converted.")
         tokenizer = None

@@ -245,7 +245,7 @@ def _pre_tokenizer(pre, where):
         _expect(pre.get("use_regex", True), True, f"{where}.use_regex")
         return "gpt2", bool(pre.get("add_prefix_space", False))
     parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
-    kinds = [p.get("type") if isinstance(p, dict) else p for p in parts or []]
+    kinds = [p.get("type") if isinstance(p, dict) else None for p in parts or []]
     if kinds != ["Split", "ByteLevel"]:
         raise UnsupportedTokenizer(
             f"{where} must be GPT-2's ByteLevel or Llama 3's Sequence of Split and "
@@ -275,15 +275,19 @@ def _template_start(post, where):
         return None
     steps = post.get("processors") if post.get("type") == "Sequence" else [post]
     start = None
-    for step in steps or []:
-        kind = step.get("type") if isinstance(step, dict) else step
+    for step in steps if isinstance(steps, list) else [None]:
+        kind = step.get("type") if isinstance(step, dict) else None
         if kind == "ByteLevel":
             continue
         single = step.get("single") if kind == "TemplateProcessing" else None
-        pieces = [next(iter(p)) if isinstance(p, dict) else p for p in single or []]
+        pieces = [
+            next(iter(p), None) if isinstance(p, dict) else None for p in single or []
+        ]
         if pieces == ["Sequence"]:
             continue
-        if pieces == ["SpecialToken", "Sequence"]:
+        if pieces == ["SpecialToken", "Sequence"] and isinstance(
+            single[0]["SpecialToken"], dict
+        ):
             start = single[0]["SpecialToken"].get("id")
             continue
         raise UnsupportedTokenizer(
@@ -294,12 +298,16 @@ def _template_start(post, where):
     return start
 
 
-def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_default):
+def byte_level_bpe_tokenizer(
+    source, config, vocab_size, progress, special_default, *, gpt2_files=True
+):
     """The byte-level BPE tokenizer of a GPT-2-style checkpoint directory,
     from `tokenizer.json` (Hugging Face's fast tokenizer) or `vocab.json`
     and `merges.txt`; None when it has neither. Its ids are the model's
     (one higher than the checkpoint's); config.json's bos and eos ids
     default to `special_default` (an id, or a (bos, eos) pair).
+    `vocab.json` and `merges.txt` are read as GPT-2's only with
+    `gpt2_files` (they do not say how text is cut into pieces).
 
     Raises:
         UnsupportedTokenizer: a tokenizer.json feature tfformer does not
@@ -340,9 +348,17 @@ def byte_level_bpe_tokenizer(source, config, vocab_size, progress, special_defau
         merges = _bpe_merges(model.get("merges") or [], where)
         special = _added_tokens(spec.get("added_tokens") or [], tokens, where)
         # transformers' GPT2TokenizerFast rebuilds the pre-tokenizer with
-        # tokenizer_config.json's add_prefix_space when it has one.
-        add_prefix_space = bool(settings.get("add_prefix_space", prefix))
+        # tokenizer_config.json's add_prefix_space when it has one (other
+        # classes, Llama 3's among them, keep tokenizer.json's).
+        add_prefix_space = prefix
+        if pre_tokenizer == "gpt2":
+            add_prefix_space = bool(settings.get("add_prefix_space", prefix))
     elif os.path.isfile(os.path.join(source, "vocab.json")):
+        if not gpt2_files:
+            raise UnsupportedTokenizer(
+                f"{source} has vocab.json but no tokenizer.json: its pieces (GPT-2's, "
+                "Qwen's, ...) are not known"
+            )
         where = f"{source}/vocab.json"
         tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
         path = os.path.join(source, "merges.txt")

@@ -276,6 +276,14 @@ def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsy
         ({"model.byte_fallback": True}, "model.byte_fallback must be False"),
         ({"model.dropout": 0.1}, "model.dropout must be None"),
         ({"pre_tokenizer": {"type": "Whitespace"}}, "pre_tokenizer must be GPT-2's"),
+        (
+            {"pre_tokenizer": {"type": "Sequence", "pretokenizers": ["Split", "x"]}},
+            "pre_tokenizer must be GPT-2's",
+        ),
+        (
+            {"post_processor": {"type": "Sequence", "processors": ["Template"]}},
+            "post_processor.type must be null",
+        ),
         ({"post_processor": {"type": "TemplateProcessing"}}, "post_processor.type"),
         ({"config": {"vocab_size": 200}}, "300 tokens, more than config.json's"),
     ],

@@ -140,9 +140,11 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
     "config",
     [
         {"rope_scaling": LLAMA3_SCALING},
-        # transformers 5 writes the scaling and rope_theta in rope_parameters.
+        # transformers 5 writes the scaling and rope_theta in rope_parameters
+        # (read before a top-level rope_theta, here another one).
         {
             "rope_scaling": None,
+            "rope_theta": 10000.0,
             "rope_parameters": {**LLAMA3_SCALING, "rope_theta": 500},
         },
     ],
@@ -488,6 +490,10 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
             "high_freq_factor must exceed low_freq_factor",
         ),
         ({"config": {"attention_bias": True}}, "attention_bias must be false"),
+        (
+            {"config": {"rope_parameters": [500.0]}},
+            r"rope_parameters must be an object\. Received: \[500\.0\]",
+        ),
         ({"config": {"hidden_act": "gelu"}}, "hidden_act must be 'silu'"),
         ({"config": {"head_dim": 8}}, "head_dim must be hidden_size / num_attention"),
         (
@@ -599,6 +605,19 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
     tokens = served.signatures["tokenize"](text=tf.constant(texts))["token_ids"]
     got = [[i - 1 for i in row if i] for row in tokens.numpy().tolist()]
     assert got == [hf.encode(t).ids for t in texts]
+
+
+def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
+    """vocab.json and merges.txt do not say how text is cut into pieces
+    (GPT-2's? Qwen's?): in a Llama-style directory they are not read."""
+    hf = llama3_tokenizer(tmp_path)
+    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(9))
+    (source / "tokenizer.json").unlink()
+    hf.model.save(str(source))  # vocab.json, merges.txt
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("has vocab.json but no tokenizer.json" in line for line in said)
+    assert tfformer.load(run).directory.tokenizer("text").kind == "ids"
 
 
 def test_a_tokenizer_tfformer_does_not_reproduce_leaves_token_ids(tmp_path, capsys):
