@@ -65,15 +65,23 @@ def byte_tokenizer_json():
         "trim_offsets": True,
         "use_regex": False,
     }
+    return hf_bpe_json(vocabulary, [], byte_level, byte_level)
+
+
+def hf_bpe_json(vocabulary, merges, pre_tokenizer, decoder, added=(), **model):
+    """A Hugging Face `tokenizer.json` of a byte-level BPE: `vocabulary`
+    ({token: id}), `merges` ([left, right] pairs), the given pre-tokenizer
+    and decoder, `added` tokens, no normalizer or post-processor; `model`
+    overrides BPE options (`ignore_merges`)."""
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [],
+        "added_tokens": list(added),
         "normalizer": None,
-        "pre_tokenizer": byte_level,
+        "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
-        "decoder": byte_level,
+        "decoder": decoder,
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -83,8 +91,9 @@ def byte_tokenizer_json():
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": False,
+            **model,
             "vocab": vocabulary,
-            "merges": [],
+            "merges": merges,
         },
     }
 
@@ -127,28 +136,14 @@ def bpe_tokenizer_json(tokenizer):
         }
         for token in tokenizer.special_tokens
     ]
-    return {
-        "version": "1.0",
-        "truncation": None,
-        "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": None,
-        "decoder": {**byte_level, "use_regex": True},
-        "model": {
-            "type": "BPE",
-            "dropout": None,
-            "unk_token": None,
-            "continuing_subword_prefix": None,
-            "end_of_word_suffix": None,
-            "fuse_unk": False,
-            "byte_fallback": False,
-            "ignore_merges": tokenizer.ignore_merges,
-            "vocab": vocabulary,
-            "merges": [[a, b] for a, b in tokenizer.merges],
-        },
-    }
+    return hf_bpe_json(
+        vocabulary,
+        [[a, b] for a, b in tokenizer.merges],
+        pre_tokenizer,
+        {**byte_level, "use_regex": True},
+        added,
+        ignore_merges=tokenizer.ignore_merges,
+    )
 
 
 def llm_metadata(start_id, end_id, context):

@@ -252,17 +252,27 @@ BPE_WORDS = [
 ]
 
 
-def train_byte_level_bpe(vocab_size=400, add_prefix_space=False):
-    """A GPT-2-style byte-level BPE (`<|endoftext|>` its first token)
-    trained by Hugging Face's tokenizers on sentences of `BPE_WORDS`."""
+def train_byte_level_bpe(
+    vocab_size=400,
+    add_prefix_space=False,
+    *,
+    words=BPE_WORDS,
+    pre_tokenizer=None,
+    ignore_merges=False,
+):
+    """A byte-level BPE (`<|endoftext|>` its first token) trained by
+    Hugging Face's tokenizers on sentences of `words`: GPT-2's pieces, or
+    those of the Hugging Face `pre_tokenizer` given."""
     import random
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     rng = random.Random(0)
-    corpus = [" ".join(rng.choice(BPE_WORDS) for _ in range(12)) for _ in range(400)]
-    hf = Tokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    corpus = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
+    hf = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    hf.pre_tokenizer = pre_tokenizer or pre_tokenizers.ByteLevel(
+        add_prefix_space=add_prefix_space
+    )
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

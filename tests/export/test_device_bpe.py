@@ -23,7 +23,12 @@ pytest.importorskip("tokenizers")
 def device_from(hf, path, add_prefix_space=False):
     """A `DeviceTokenizer` over `ByteLevelBPETokenizer`'s file of `hf`
     (ids shifted by one, as a converted GPT-2's are)."""
-    ours = ours_from(hf, add_prefix_space=add_prefix_space)
+    return device_of(ours_from(hf, add_prefix_space=add_prefix_space), path)
+
+
+def device_of(ours, path):
+    """A `DeviceTokenizer` over the file of the `ByteLevelBPETokenizer`
+    `ours`, written into `path` with its `text.json`."""
     ours.save(str(path / "text_tokenizer.json"))
     settings = {
         "tokenizer": "bpe",
@@ -96,14 +101,5 @@ def test_llama3_tokenizer_files_are_refused_naming_the_setting(tmp_path):
         llama3_style_hf,
     )
 
-    ours = llama3_ours(llama3_style_hf())
-    ours.save(str(tmp_path / "text_tokenizer.json"))
-    settings = {
-        "tokenizer": "bpe",
-        "tokenizer_file": "text_tokenizer.json",
-        "special_ids": {"pad": 0, "start": ours.start_id, "end": ours.end_id},
-        "source_length": 8,
-    }
-    (tmp_path / "text.json").write_text(json.dumps(settings))
     with pytest.raises(ValueError, match="pre_tokenizer='llama3'"):
-        DeviceTokenizer(str(tmp_path))
+        device_of(llama3_ours(llama3_style_hf()), tmp_path)

@@ -165,7 +165,7 @@ def converted_llama3(tmp_path):
     )
     from tfformer.training.convert import convert
 
-    hf = llama3_tokenizer(tmp_path)
+    hf = llama3_tokenizer()
     source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
     return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
 

@@ -278,27 +278,20 @@ LLAMA3_CASES = [
 def llama3_style_hf(ignore_merges=True, vocab_size=400):
     """A byte-level BPE trained by Hugging Face's tokenizers with Llama 3's
     pre-tokenizer (Split, then ByteLevel without its regex)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, pre_tokenizers
 
-    rng = random.Random(0)
-    words = ["the", "cat", "2024", "don't", "!!", "\n", "  ", "naïve", "日本"]
-    corpus = [" ".join(rng.choice(words) for _ in range(12)) for _ in range(400)]
-    hf = Tokenizer(models.BPE(ignore_merges=ignore_merges))
-    hf.pre_tokenizer = pre_tokenizers.Sequence(
+    split = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[END],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+    return train_byte_level_bpe(
+        vocab_size,
+        words=["the", "cat", "2024", "don't", "!!", "\n", "  ", "naïve", "日本"],
+        pre_tokenizer=split,
+        ignore_merges=ignore_merges,
     )
-    hf.train_from_iterator(corpus, trainer)
-    return hf
 
 
 def llama3_ours(hf, ignore_merges=True):

@@ -18,6 +18,7 @@ from tests.training.convert.huggingface.testing import (
     assert_refused,
     changed,
     quiet,
+    reference_greedy,
     served_greedy,
 )
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
@@ -255,15 +256,8 @@ def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsy
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     reference = keras_hub.models.GPT2Backbone.from_preset(str(source))
     prompt = "the cat sat on"
-    ids = bpe.encode(prompt).ids
-    for _ in range(6):
-        x = np.array([ids], "int32")
-        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
-        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
-        ids.append(int(logits.argmax()))
-        if ids[-1] == 0:  # <|endoftext|> stops tfformer's decoding
-            ids.pop()
-            break
+    # <|endoftext|> (id 0) stops tfformer's decoding.
+    ids = reference_greedy(reference, bpe.encode(prompt).ids, 6, end=0)
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
     assert code == 0
     assert capsys.readouterr().out == bpe.decode(ids) + "\n"

@@ -12,8 +12,10 @@ import pytest
 import tfformer
 from tests.training.convert.huggingface.testing import (
     assert_refused,
+    backbone_logits,
     changed,
     quiet,
+    reference_greedy,
     served_greedy,
 )
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
@@ -185,8 +187,7 @@ def test_llama3_rope_scaling_equals_keras_hub(tmp_path, capsys, config):
     reference = keras_hub.models.Llama3Backbone.from_preset(str(as_keras_hub_reads_it))
     ids = rng.integers(0, SIZES["vocab"], (2, 24)).astype("int32")
     mask = np.arange(24)[None] < np.array([[24], [17]])
-    hidden = reference({"token_ids": ids, "padding_mask": mask})
-    expected = np.asarray(reference.token_embedding(hidden, reverse=True))
+    expected = backbone_logits(reference, ids, mask)
     ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
     np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-4)
     plain = write_checkpoint(
@@ -198,15 +199,7 @@ def test_llama3_rope_scaling_equals_keras_hub(tmp_path, capsys, config):
     # Greedy decoding with the cache (the offsets of cached positions go
     # through the scaled frequencies too) picks keras-hub's argmax.
     prompt = [int(i) for i in ids[0, :5]]
-    continued = list(prompt)
-    for _ in range(8):
-        x = np.array([continued], "int32")
-        h = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
-        logits = np.asarray(reference.token_embedding(h, reverse=True))[0, -1]
-        continued.append(int(logits.argmax()))
-        if continued[-1] == 2:  # the end id stops tfformer's decoding
-            continued.pop()
-            break
+    continued = reference_greedy(reference, prompt, 8, end=2)
     argv = ["--checkpoint", run, "--max-new-tokens", "8", " ".join(map(str, prompt))]
     assert predict_cli.main(argv) == 0
     printed = capsys.readouterr().out.split("\n")[0].split()
@@ -246,17 +239,11 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
-    ids = [1, 5, 0, 12]  # id 0 is a real token of the checkpoint
-    for _ in range(6):
-        x = np.array([ids], "int32")
-        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
-        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
-        ids.append(int(logits.argmax()))
-        if ids[-1] == 2:  # the end id stops tfformer's decoding
-            break
+    # id 0 is a real token of the checkpoint.
+    ids = reference_greedy(reference, [1, 5, 0, 12], 6, end=2)
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
     assert code == 0
-    expected = " ".join(str(i) for i in ids if i != 2)
+    expected = " ".join(str(i) for i in ids)
     assert capsys.readouterr().out.split("\n")[0].strip() == expected
 
 
@@ -524,7 +511,7 @@ def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, change, message):
 BEGIN, END_OF_TEXT = "<|begin_of_text|>", "<|end_of_text|>"
 
 
-def llama3_tokenizer(tmp_path):
+def llama3_tokenizer():
     """A tokenizer.json in Llama 3's form (Split on its pattern, ByteLevel
     without a regex, ignore_merges, a template that starts every text with
     <|begin_of_text|>), trained here by Hugging Face's tokenizers."""
@@ -563,7 +550,7 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
     `tfformer-predict` continues a prompt with keras-hub's greedy tokens,
     decoded as Hugging Face decodes them."""
     keras_hub = pytest.importorskip("keras_hub")
-    hf = llama3_tokenizer(tmp_path)
+    hf = llama3_tokenizer()
     source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
@@ -580,15 +567,9 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
     assert ours == [hf.encode(t).ids for t in texts]
     reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
     prompt = "the cat"
-    ids = hf.encode(prompt).ids
-    for _ in range(6):
-        x = np.array([ids], "int32")
-        hidden = reference({"token_ids": x, "padding_mask": np.ones_like(x, bool)})
-        logits = np.asarray(reference.token_embedding(hidden, reverse=True))[0, -1]
-        ids.append(int(logits.argmax()))
-        if ids[-1] == hf.token_to_id(END_OF_TEXT):
-            ids.pop()
-            break
+    ids = reference_greedy(
+        reference, hf.encode(prompt).ids, 6, end=hf.token_to_id(END_OF_TEXT)
+    )
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
     assert code == 0
     printed = capsys.readouterr().out
@@ -610,7 +591,7 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
 def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
     """vocab.json and merges.txt do not say how text is cut into pieces
     (GPT-2's? Qwen's?): in a Llama-style directory they are not read."""
-    hf = llama3_tokenizer(tmp_path)
+    hf = llama3_tokenizer()
     source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(9))
     (source / "tokenizer.json").unlink()
     hf.model.save(str(source))  # vocab.json, merges.txt
@@ -623,7 +604,7 @@ def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
 def test_a_tokenizer_tfformer_does_not_reproduce_leaves_token_ids(tmp_path, capsys):
     """Qwen2's NFC normalizer (or Llama 2's SentencePiece-style BPE): the
     conversion says which feature, and the run reads and writes ids."""
-    hf = llama3_tokenizer(tmp_path)
+    hf = llama3_tokenizer()
     source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(9))
     spec = json.loads((source / "tokenizer.json").read_text())
     spec["normalizer"] = {"type": "NFC"}

@@ -19,8 +19,10 @@ from tests.training.convert.huggingface.test_llama import (
 )
 from tests.training.convert.huggingface.testing import (
     assert_refused,
+    backbone_logits,
     changed,
     quiet,
+    reference_greedy,
 )
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
@@ -71,11 +73,13 @@ def write_checkpoint(path, rng, *, config=None, tensors=None):
     return source
 
 
-def keras_hub_logits(source, ids, mask):
+def keras_hub_backbone(source):
     keras_hub = pytest.importorskip("keras_hub")
-    reference = keras_hub.models.Qwen3Backbone.from_preset(str(source))
-    hidden = reference({"token_ids": ids, "padding_mask": mask})
-    return np.asarray(reference.token_embedding(hidden, reverse=True))
+    return keras_hub.models.Qwen3Backbone.from_preset(str(source))
+
+
+def keras_hub_logits(source, ids, mask):
+    return backbone_logits(keras_hub_backbone(source), ids, mask)
 
 
 def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path):
@@ -118,16 +122,10 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     full keras-hub forward pass picks one at a time."""
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    ids = [1, 5, 0, 12]
-    for _ in range(6):
-        x = np.array([ids], "int32")
-        logits = keras_hub_logits(source, x, np.ones_like(x, bool))[0, -1]
-        ids.append(int(logits.argmax()))
-        if ids[-1] == 2:  # the end id stops tfformer's decoding
-            break
+    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
     assert code == 0
-    expected = " ".join(str(i) for i in ids if i != 2)
+    expected = " ".join(str(i) for i in ids)
     assert capsys.readouterr().out.split("\n")[0].strip() == expected
 
 

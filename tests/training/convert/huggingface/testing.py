@@ -1,5 +1,6 @@
-"""What the conversion tests share: a silent progress callback and the
-check that a refused checkpoint leaves nothing written beside it."""
+"""What the conversion tests share: a silent progress callback, the check
+that a refused checkpoint leaves nothing written beside it, and keras-hub's
+logits and greedy tokens as the reference."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,28 @@ from tfformer.training.convert import convert
 
 def quiet(*_):
     pass
+
+
+def backbone_logits(reference, ids, mask=None):
+    """The next-token logits `(batch, T, vocab)` a keras-hub backbone gives
+    the checkpoint's `ids` (its tied or separate output embedding)."""
+    ids = np.asarray(ids, "int32")
+    mask = np.ones_like(ids, bool) if mask is None else mask
+    hidden = reference({"token_ids": ids, "padding_mask": mask})
+    return np.asarray(reference.token_embedding(hidden, reverse=True))
+
+
+def reference_greedy(reference, ids, steps, end):
+    """`ids` continued by up to `steps` tokens, each the argmax of a full
+    forward pass of the keras-hub backbone `reference`; the end id stops
+    it and is left out, as in tfformer's decoding."""
+    ids = list(ids)
+    for _ in range(steps):
+        token = int(backbone_logits(reference, [ids])[0, -1].argmax())
+        if token == end:
+            break
+        ids.append(token)
+    return ids
 
 
 def nothing_written(tmp_path):
