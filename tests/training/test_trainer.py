@@ -482,6 +482,7 @@ def test_token_budget_batches_with_weight_averaging_on_two_replicas(tmp_path):
         tmp_path,
         TWO_BUCKETS,
         "train.batch_tokens=512",
+        "data.train_size=240",
         "train.steps_per_epoch=null",
         "train.epochs=1",
         "train.final_evaluation=false",
