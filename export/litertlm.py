@@ -2,7 +2,8 @@
 
 A bundle, written with `litert-lm-builder`, holds:
 - the float32 `prefill`/`decode` model of `tfformer.export.tflite` (caches
-  `(1, kv_heads, context, head_dim)`, the layout LiteRT-LM reads);
+  `(1, kv_heads, context, head_dim)`, the layout LiteRT-LM reads; prefill
+  signatures of several lengths, `prefill_lengths`);
 - the tokenizer as a Hugging Face `tokenizer.json` in the model's ids: for
   runs trained on bytes, a byte-level BPE without merges; for converted
   GPT-2 and Llama 3 runs, their byte-level BPE with every id one higher
@@ -10,7 +11,9 @@ A bundle, written with `litert-lm-builder`, holds:
 - an `LlmMetadata` record: the start token (which LiteRT-LM puts before a
   prompt: tfformer's start token for byte runs, `<|begin_of_text|>` for
   Llama 3, none for GPT-2, whose prompts start with their own text), the
-  stop token, the context as `max_num_tokens`, and the `GenericModel` type.
+  stop token (and, for a converted chat model, every stop id of its replies
+  and its chat template, see `STRING_CONTENTS`), the context as
+  `max_num_tokens`, and the `GenericModel` type.
 
 Before the bundle is written, LiteRT-LM (its Python package, on this
 machine's CPU) loads it and decodes greedily from a fixed prompt, and the
@@ -44,6 +47,31 @@ BUNDLE = "model.litertlm"
 CHECK_PROMPT = "ROMEO:"
 CHECK_TOKENS = 8
 
+
+# Put before a checkpoint's chat template in a bundle: LiteRT-LM's
+# Conversation hands the template each message's content as a list of
+# parts ([{"type": "text", "text": ...}]), where Hugging Face's templates
+# (and tfformer's chat) take a string; this joins the text parts back into
+# one, so that the template renders what it renders in tfformer.
+STRING_CONTENTS = (
+    "{%- set _tfformer = namespace(messages=[]) -%}"
+    "{%- for _message in messages -%}"
+    "{%- if _message['content'] is string -%}"
+    "{%- set _content = _message['content'] -%}"
+    "{%- else -%}"
+    "{%- set _content = namespace(text='') -%}"
+    "{%- for _part in _message['content'] -%}"
+    "{%- if _part['type'] == 'text' -%}"
+    "{%- set _content.text = _content.text + _part['text'] -%}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- set _content = _content.text -%}"
+    "{%- endif -%}"
+    "{%- set _tfformer.messages = _tfformer.messages + "
+    "[{'role': _message['role'], 'content': _content}] -%}"
+    "{%- endfor -%}"
+    "{%- set messages = _tfformer.messages -%}"
+)
 
 # The token a converted run's bundle puts at id 0, which the model reads as
 # padding (never produced from text: the pre-tokenizers cut "<|" off).
@@ -146,16 +174,28 @@ def bpe_tokenizer_json(tokenizer):
     )
 
 
-def llm_metadata(start_id, end_id, context):
+def llm_metadata(start_id, stop_ids, context):
     """The `LlmMetadata` text proto of a generic model (no start token when
-    `start_id` is None)."""
+    `start_id` is None; one stop token per id of `stop_ids`)."""
     start = f"start_token {{ token_ids {{ ids: {start_id} }} }}\n"
     return (
         (start if start_id is not None else "")
-        + f"stop_tokens {{ token_ids {{ ids: {end_id} }} }}\n"
-        f"max_num_tokens: {context}\n"
+        + "".join(f"stop_tokens {{ token_ids {{ ids: {i} }} }}\n" for i in stop_ids)
+        + f"max_num_tokens: {context}\n"
         "llm_model_type { generic_model {} }\n"
     )
+
+
+def prefill_lengths(context):
+    """The bundle's prefill signatures: 16, 64, 256, ... below the context,
+    and the context. LiteRT-LM prefills a prompt with a signature whose
+    length fits the cache left after the positions already used; with the
+    context's alone, no second turn of a conversation fits."""
+    lengths, length = [], 16
+    while length < context:
+        lengths.append(length)
+        length *= 4
+    return [*lengths, context]
 
 
 def require_packages():
@@ -172,11 +212,12 @@ def require_packages():
     return builder, litert_lm
 
 
-def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path):
-    """Writes the `.litertlm` file with `litert-lm-builder`."""
+def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path, template=None):
+    """Writes the `.litertlm` file with `litert-lm-builder` (with the Jinja
+    chat template in the file `template`, if given)."""
     builder, _ = require_packages()
     bundle = builder.LitertLmFileBuilder()
-    bundle.add_llm_metadata(metadata_path)
+    bundle.add_llm_metadata(metadata_path, jinja_prompt_template_path=template)
     bundle.add_tflite_model(tflite_path, builder.TfLiteModelType.PREFILL_DECODE)
     bundle.add_hf_tokenizer(tokenizer_path)
     with open(out_path, "wb") as f:
@@ -201,11 +242,12 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
             session.close()
 
 
-def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None):
+def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=()):
     """The text `generate.py`'s greedy search decodes from `prompt`: at most
-    `max_tokens` tokens, up to the end token. The prompt's ids are [START]
-    and its bytes, or, for a converted run, its `tokenizer`'s (which start
-    with the start token where the checkpoint's template puts it)."""
+    `max_tokens` tokens, up to the end token (or the first of `stop_ids`,
+    when given). The prompt's ids are [START] and its bytes, or, for a
+    converted run, its `tokenizer`'s (which start with the start token
+    where the checkpoint's template puts it)."""
     from tfformer.export.runtimes.generate import LiteRTGenerator
 
     if tokenizer is None:
@@ -214,8 +256,8 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None):
     else:
         ids, end = tokenizer.tokenize([prompt])[0].numpy().tolist(), tokenizer.end_id
     tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
-    if end in tokens:
-        tokens = tokens[: tokens.index(end)]
+    stops = set(stop_ids) or {end}
+    tokens = tokens[: next((i for i, t in enumerate(tokens) if t in stops), None)]
     if tokenizer is not None:
         if not tokens:
             return ""
@@ -231,14 +273,16 @@ def check_bundle(
     prompt=CHECK_PROMPT,
     max_tokens=CHECK_TOKENS,
     tokenizer=None,
+    stop_ids=(),
 ):
     """Raises ValueError unless LiteRT-LM's greedy text from `prompt` is the
-    reference runtime's (`generate.py`) on the bundled model."""
+    reference runtime's (`generate.py`) on the bundled model, both stopping
+    at the end token (or the first of `stop_ids`)."""
     try:
         got = litert_lm_greedy(bundle_path, prompt, max_tokens)
     except RuntimeError as e:
         raise ValueError(f"LiteRT-LM could not run the bundle: {e}") from None
-    expected = reference_greedy(tflite_path, prompt, max_tokens, tokenizer)
+    expected = reference_greedy(tflite_path, prompt, max_tokens, tokenizer, stop_ids)
     if got != expected:
         raise ValueError(
             f"LiteRT-LM decoded {got!r} from {prompt!r}; the reference runtime "
@@ -268,11 +312,18 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
         tokenizer = ByteLevelBPETokenizer.load(spec.path)
         start = tokenizer.start_id if tokenizer.add_start_token else None
         end = tokenizer.end_id
+    # A chat model's replies stop at its end-of-turn token too.
+    chat = run.chat_template()
+    stops = [end] if chat is None else chat.stop_ids
     progress(f"Converting {run.path} to the bundle's TFLite model...")
     with tempfile.TemporaryDirectory() as staging:
         tflite_dir = os.path.join(staging, "tflite")
         tflite = export_tflite(
-            run.path, tflite_dir, checkpoint=checkpoint, progress=lambda *_: None
+            run.path,
+            tflite_dir,
+            checkpoint=checkpoint,
+            prefill_lengths=prefill_lengths(run.manifest.max_length),
+            progress=lambda *_: None,
         )
         tokenizer_path = os.path.join(staging, "tokenizer.json")
         described = (
@@ -284,11 +335,16 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             json.dump(described, f, ensure_ascii=False)
         metadata = os.path.join(staging, "llm_metadata.textproto")
         with open(metadata, "w", encoding="utf-8") as f:
-            f.write(llm_metadata(start, end, run.manifest.max_length))
+            f.write(llm_metadata(start, stops, run.manifest.max_length))
+        template = None
+        if chat is not None:
+            template = os.path.join(staging, "chat_template.jinja")
+            with open(template, "w", encoding="utf-8") as f:
+                f.write(STRING_CONTENTS + chat.template)
         bundle = os.path.join(staging, BUNDLE)
-        build_bundle(tflite, tokenizer_path, metadata, bundle)
+        build_bundle(tflite, tokenizer_path, metadata, bundle, template)
         progress("Checking the bundle in LiteRT-LM...")
-        check_bundle(bundle, tflite, tokenizer=tokenizer)
+        check_bundle(bundle, tflite, tokenizer=tokenizer, stop_ids=stops)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, BUNDLE)
         atomic_copy(bundle, path)

@@ -244,3 +244,61 @@ def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
                 assert ids[0] == engine.bos_token_id == ours.start_id
                 ids = ids[1:]
             assert engine.tokenize(prompt) == ids, prompt
+
+
+@needs_runtime
+def test_a_litert_lm_conversation_replies_as_tfformer_chat_does(tmp_path):
+    """A converted chat checkpoint (Llama 3's template, random weights):
+    the bundle carries the template and every stop token, and a LiteRT-LM
+    `Conversation` (its own Jinja, greedy) gives the reply `chat` gives,
+    for a conversation and for one that starts with a history; both stop
+    at an end id that only config.json lists (here the first reply's third
+    token, from keras-hub's greedy). (A second turn in the same LiteRT-LM
+    conversation continues from its cache, the reply's own tokens, where
+    tfformer's chat renders the reply's text again: not compared.)"""
+    import litert_lm
+
+    import tfformer
+    from tests.training.convert.huggingface.test_chat import (
+        MESSAGES,
+        chat_checkpoint,
+        keras_hub_reply,
+    )
+    from tfformer.training.convert import convert
+
+    greedy, hf = keras_hub_reply(tmp_path / "reference")
+    source, _ = chat_checkpoint(
+        tmp_path / "hf", np.random.default_rng(21), eos=[greedy[2]], context=128
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+    model = tfformer.load(run)
+    out = tmp_path / "bundle"
+    assert (
+        export_main(["--checkpoint", run, "--out", str(out), "--format", "litertlm"])
+        == 0
+    )
+    stops = [[i] for i in model.chat_template.stop_ids]
+    assert len(stops) == 3 and stops[-1] == [greedy[2] + 1]
+    sampler = litert_lm.SamplerConfig(top_k=1)
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+    # The first turn, then a conversation that starts with a history (a
+    # reply that was cut at a stop token, then a new question).
+    longer = [
+        *MESSAGES,
+        {"role": "assistant", "content": "the mat"},
+        {"role": "user", "content": "and then?"},
+    ]
+    replies = []
+    with litert_lm.Engine(str(out / litertlm.BUNDLE)) as engine:
+        assert engine.eos_token_ids == stops
+        for history in (MESSAGES, longer):
+            expected = model.chat(history, max_new_tokens=8)
+            conversation = engine.create_conversation(
+                messages=history[:-1], sampler_config=sampler, max_output_tokens=8
+            )
+            got = conversation.send_message(history[-1])
+            conversation.close()
+            assert got.role == litert_lm.Role.MODEL
+            assert [c.text for c in got.contents] == [expected], len(history)
+            replies.append(expected)
+    assert replies[0] == hf.decode(greedy[:2])

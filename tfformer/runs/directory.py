@@ -8,6 +8,7 @@ Layout (what `tfformer-train` writes):
     model.keras         the final model; best.keras: lowest validation loss
     <role>_vocab.txt    a WordPiece vocabulary, one token per line
     <role>_tokenizer.json   a byte tokenizer's description
+    chat_template.json  a converted chat model's template and stop ids
     metrics.json, training_curves.png, logs/ (TensorBoard), backup/
 
 Inference (predict, evaluate, export) needs only the manifest, the
@@ -32,6 +33,8 @@ FINAL_MODEL, BEST_MODEL = CHECKPOINTS
 BACKUP = "backup"
 LOGS = "logs"
 TRAINING_CURVES = "training_curves.png"
+# A converted chat model's template (`tfformer.preprocessing.chat_template`).
+CHAT_TEMPLATE = "chat_template.json"
 
 
 def tokenizer_file(kind, role):
@@ -179,6 +182,16 @@ class RunDirectory:
                 f"{self.path} is not a finished training run: {checkpoint} is missing."
             )
         return path
+
+    def chat_template(self):
+        """The run's `ChatTemplate`, or None when its manifest names none
+        (ValueError naming a missing or damaged file)."""
+        name = getattr(self.manifest, "chat_template", None)
+        if name is None:
+            return None
+        from tfformer.preprocessing.chat_template import ChatTemplate
+
+        return ChatTemplate.load(self.file(name))
 
     def load_model(self, checkpoint="model.keras"):
         """The task model in `checkpoint` (uncompiled): a

@@ -256,6 +256,9 @@ class CausalLMManifest(RunManifest):
     roles: ClassVar[tuple] = ("text",)
     # The decoder's context in tokens (the key/value caches' length).
     max_length: int
+    # The run's chat template file (`tfformer.preprocessing.chat_template`),
+    # for a converted checkpoint that has one.
+    chat_template: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

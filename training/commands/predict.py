@@ -48,7 +48,9 @@ def main(argv=None, prog="tfformer-predict"):
             argv,
         )
         predictor = predictor(args.checkpoint, checkpoint=args.model)
-        inputs = read_inputs(args.inputs)
+        # A conversation (causal LM `--chat`) reads stdin as it goes.
+        chatting = getattr(args, "chat", None) is not None
+        inputs = args.inputs if chatting else read_inputs(args.inputs)
         # Printed as it comes: a causal LM streams its tokens.
         for text in predictor.printed(inputs, **option_values(args, options)):
             print(text, end="", flush=True)

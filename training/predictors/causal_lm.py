@@ -51,6 +51,16 @@ class CausalLMPredictor(Predictor):
         Option("--seed", type=int, help="sampling seed: the same seed, the same text"),
         Option("--beam-width", type=int, default=4),
         Option("--length-penalty", type=float, default=0.6),
+        Option(
+            "--chat",
+            nargs="?",
+            const="",
+            metavar="MESSAGES_JSON",
+            help="chat with a converted chat model through its chat template: "
+            'the reply to the messages in a JSON file ([{"role": "user", '
+            '"content": "..."}, ...]), or, with no file, a conversation on '
+            "stdin, one user message per line",
+        ),
     )
     evaluate_options = (
         Option(
@@ -111,12 +121,102 @@ class CausalLMPredictor(Predictor):
         """`generate(inputs)`: one text per prompt."""
         return self.generate(inputs, **settings)
 
-    def printed(self, inputs, **settings):
-        """Each prompt's text streamed as `stream` makes it, then a newline."""
+    def printed(self, inputs, chat=None, **settings):
+        """Each prompt's text streamed as `stream` makes it, then a newline;
+        with `chat` (a JSON file of messages, or "" for a conversation on
+        stdin), the replies `stream_chat` makes."""
         check_generation_settings(self.context, **settings)  # before any input
+        if chat is not None:
+            yield from self._printed_chat(inputs, chat, settings)
+            return
         for prompt in inputs:
             yield from self.stream(prompt, **settings)
             yield "\n"
+
+    def _printed_chat(self, inputs, path, settings):
+        if inputs:
+            raise ValueError(
+                "chat takes its messages from a JSON file or stdin, not as "
+                f"arguments. Received: {inputs[:3]!r}"
+            )
+        self.chat_template  # noqa: B018 (a run without one: refused before any input)
+        if path:
+            yield from self.stream_chat(read_messages(path), **settings)
+            yield "\n"
+            return
+        messages = []
+        for line in stdin_lines():
+            messages.append({"role": "user", "content": line})
+            reply = []
+            for piece in self.stream_chat(messages, **settings):
+                reply.append(piece)
+                yield piece
+            yield "\n"
+            messages.append({"role": "assistant", "content": "".join(reply)})
+
+    # -- chat --------------------------------------------------------------------
+
+    @property
+    def chat_template(self):
+        """The run's `ChatTemplate`; ValueError for a run without one."""
+        template = self.directory.chat_template()
+        if template is None:
+            raise ValueError(
+                f"chat needs a chat template: the run {self.directory.path} has "
+                "none (only converted checkpoints with a chat_template have one; "
+                "tfformer-convert says when it cannot take a checkpoint's)."
+            )
+        return template
+
+    def chat(self, messages, **settings):
+        """The model's reply to `messages` ([{"role": "system" | "user" |
+        "assistant", "content": str}, ...]): the conversation rendered by the
+        run's chat template with the assistant's turn opened, continued up to
+        the first of the template's stop tokens (left out) or
+        `max_new_tokens`. Greedy by default; `search="sample"` with its
+        settings as `generate` takes them (beam search is not offered).
+
+        Raises:
+            ValueError: a run without a chat template, a bad message (named),
+                a template that fails on the messages, a conversation longer
+                than the context leaves room for, or a bad setting."""
+        return "".join(self.stream_chat(messages, **settings))
+
+    def stream_chat(self, messages, **settings):
+        """`chat`'s reply, yielded in pieces as the tokens are made."""
+        template = self.chat_template
+        settings = check_generation_settings(self.context, **settings)
+        if settings["search"] == "beam":
+            raise ValueError(
+                "search='beam' is not offered in chat: use 'greedy' or 'sample'."
+            )
+        new_tokens = settings.pop("max_new_tokens")
+        ids = self.tokenizer.tokenize([template.render(messages)])[0].numpy().tolist()
+        if getattr(self.tokenizer, "add_start_token", False):
+            # The template writes the start token itself (as transformers,
+            # which tokenizes a rendered conversation without adding one).
+            ids = ids[1:]
+        if len(ids) + new_tokens > self.context:
+            raise ValueError(
+                f"messages: the conversation is {len(ids)} tokens; with "
+                f"max_new_tokens={new_tokens} it does not fit the context of "
+                f"{self.context} tokens (drop earlier messages)."
+            )
+        if new_tokens == 0:
+            return
+        from tfformer.decoding import Generator
+
+        tokenizer = self.tokenizer
+        generator = Generator(
+            self.model,
+            max_length=len(ids) + new_tokens,
+            start_id=tokenizer.start_id,
+            end_id=tokenizer.end_id,
+            pad_id=tokenizer.pad_id,
+            **settings,
+        )
+        steps = generator.stream(np.array([ids], "int32"))
+        yield from stream_text(tokenizer, [], steps, stop_ids=template.stop_ids)
 
     def _generator(self, prompt, settings):
         """(the prompt's ids, a `Generator` for them; None for no new
@@ -241,6 +341,35 @@ class CausalLMPredictor(Predictor):
         return window
 
 
+def read_messages(path):
+    """The messages of a JSON file (`--chat FILE`), ValueError naming it."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise ValueError(f"chat: cannot read {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"chat: {path} is not a JSON list of messages: {e}") from None
+
+
+def stdin_lines():
+    """The lines of stdin as they come (U+FFFD for bytes that are not UTF-8),
+    with a prompt on stderr when a person types them."""
+    interactive = sys.stdin.isatty()
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    while True:
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+        line = stdin.readline()
+        if not line:
+            return
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        yield line.rstrip("\n")
+
+
 def check_generation_settings(
     context,
     *,
@@ -293,14 +422,19 @@ def generated_text(tokenizer, prompt_ids, generator):
     return detokenize(tokenizer, np.asarray(out)[0], len(prompt_ids))
 
 
-def detokenize(tokenizer, ids, prompt_length=0):
-    """The text of `ids` (padding and everything from the first end token
-    after the prompt's `prompt_length` left out; the tokenizers drop their
-    reserved tokens, the token-id tokenizer keeps an end id in the prompt:
-    GPT-2's prompts often start with it)."""
+def detokenize(tokenizer, ids, prompt_length=0, stop_ids=None):
+    """The text of `ids` (padding and everything from the first end token,
+    or of `stop_ids` when given, after the prompt's `prompt_length` left
+    out; the tokenizers drop their reserved tokens, the token-id tokenizer
+    keeps an end id in the prompt: GPT-2's prompts often start with it)."""
     ids = [int(i) for i in ids]
-    if tokenizer.end_id in ids[prompt_length:]:
-        ids = ids[: ids.index(tokenizer.end_id, prompt_length)]
+    stops = set(stop_ids or [tokenizer.end_id])
+    # From the prompt's end (a negative length counts from the end, as in
+    # list.index).
+    for i in range(len(ids[:prompt_length]), len(ids)):
+        if ids[i] in stops:
+            ids = ids[:i]
+            break
     ids = [i for i in ids if i != tokenizer.pad_id]
     if not ids:
         return ""
@@ -308,7 +442,7 @@ def detokenize(tokenizer, ids, prompt_length=0):
     return text.decode("utf-8", "replace")
 
 
-def stream_text(tokenizer, prompt_ids, steps):
+def stream_text(tokenizer, prompt_ids, steps, stop_ids=None):
     """Pieces of the text of `prompt_ids` and then of each generated token
     from `steps` (`Generator.stream` of one prompt).
 
@@ -317,9 +451,12 @@ def stream_text(tokenizer, prompt_ids, steps):
     for now) waits for the next one; with WordPiece the text of the last two
     tokens waits, because the join rules can rewrite it ("it" "'" then "s"
     is "it's"; "well" "-" then "known" is "well-known"); the rest comes at
-    the end.
+    the end. Generation stops at the end token, or at any of `stop_ids`
+    when given (left out of the text).
     """
     from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+
+    stops = set(stop_ids or [tokenizer.end_id])
 
     held_back = 0 if isinstance(tokenizer, ByteTokenizer) else 2
     ids = list(prompt_ids)
@@ -330,12 +467,12 @@ def stream_text(tokenizer, prompt_ids, steps):
         """The text settled since the last piece ("" if none): all of it
         when `final`, else all but the held-back tokens' text."""
         nonlocal shown
-        text = detokenize(tokenizer, ids, prompt)
+        text = detokenize(tokenizer, ids, prompt, stop_ids)
         if final:
             settled = text
         else:
             kept = len(ids) - held_back
-            settled = detokenize(tokenizer, ids[:kept], min(prompt, kept))
+            settled = detokenize(tokenizer, ids[:kept], min(prompt, kept), stop_ids)
             settled = settled.rstrip("\ufffd")
         if not (text.startswith(settled) and settled.startswith(shown)):
             return ""
@@ -352,11 +489,11 @@ def stream_text(tokenizer, prompt_ids, steps):
         piece = settled_piece()
         if piece:
             yield piece
-        if int(token[0]) == tokenizer.end_id:
+        if int(token[0]) in stops:
             break
     piece = settled_piece(final=True)
     if piece:
         yield piece
-    elif not detokenize(tokenizer, ids, prompt).startswith(shown):
+    elif not detokenize(tokenizer, ids, prompt, stop_ids).startswith(shown):
         # Cannot happen with the held-back tokens; kept as a guard.
-        yield "\n" + detokenize(tokenizer, ids, prompt)
+        yield "\n" + detokenize(tokenizer, ids, prompt, stop_ids)

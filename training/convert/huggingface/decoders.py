@@ -9,11 +9,14 @@ logit is a constant (padding takes no probability). The run's tokenizer
 adds and removes the one.
 """
 
+import os
+
 import keras
 import numpy as np
 
 from tfformer.models import CausalLM
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
+from tfformer.runs.directory import CHAT_TEMPLATE
 from tfformer.runs.manifest import CausalLMManifest, TokenizerEntry
 from tfformer.training.convert.huggingface.checkpoint import Weights, assign
 from tfformer.training.convert.huggingface.runs import (
@@ -86,13 +89,17 @@ def load_token_embeddings(model, weights, name, sizes):
         checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
 
 
-def write_decoder_run(staging, model, tokenizer, kind, sizes):
-    """Writes a converted decoder's `causal_lm` run into `staging`; returns
-    its training config."""
+def write_decoder_run(staging, model, tokenizer, kind, sizes, chat=None):
+    """Writes a converted decoder's `causal_lm` run into `staging` (with its
+    `ChatTemplate` when `chat` is given); returns its training config."""
     context = sizes["max_sequence_length"]
     manifest = CausalLMManifest(
-        tokenizers={"text": TokenizerEntry(kind)}, max_length=context
+        tokenizers={"text": TokenizerEntry(kind)},
+        max_length=context,
+        chat_template=None if chat is None else CHAT_TEMPLATE,
     )
+    if chat is not None:
+        chat.save(os.path.join(staging, CHAT_TEMPLATE))
     write_run(staging, manifest, model, tokenizer, kind)
     return {
         "task": "causal_lm",

@@ -8,6 +8,7 @@ import re
 
 from tfformer.models import GPTBackbone
 from tfformer.training.convert.huggingface import decoders
+from tfformer.training.convert.huggingface.chat import chat_template
 from tfformer.training.convert.huggingface.checkpoint import (
     Weights,
     assign,
@@ -140,4 +141,5 @@ def convert(source, config, staging, progress):
     buffer = re.compile(r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias")
     unused = [n for n in weights.checkpoint.unused() if not buffer.fullmatch(n)]
     refuse_unused(source, unused)
-    return decoders.write_decoder_run(staging, model, tokenizer, kind, sizes)
+    chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
+    return decoders.write_decoder_run(staging, model, tokenizer, kind, sizes, chat)

@@ -8,6 +8,7 @@ reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import LlamaBackbone
 from tfformer.training.convert.huggingface import decoders
+from tfformer.training.convert.huggingface.chat import chat_template
 from tfformer.training.convert.huggingface.checkpoint import (
     Weights,
     assign,
@@ -211,7 +212,8 @@ def convert(
     )
     unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
-    return decoders.write_decoder_run(staging, model, tokenizer, kind, sizes)
+    chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
+    return decoders.write_decoder_run(staging, model, tokenizer, kind, sizes, chat)
 
 
 def text_tokenizer(source, config, vocab, progress):

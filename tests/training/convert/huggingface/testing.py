@@ -23,12 +23,14 @@ def backbone_logits(reference, ids, mask=None):
 
 def reference_greedy(reference, ids, steps, end):
     """`ids` continued by up to `steps` tokens, each the argmax of a full
-    forward pass of the keras-hub backbone `reference`; the end id stops
-    it and is left out, as in tfformer's decoding."""
+    forward pass of the keras-hub backbone `reference`; the end id (or any
+    of a collection of them) stops it and is left out, as in tfformer's
+    decoding."""
     ids = list(ids)
+    ends = {end} if isinstance(end, int) else set(end)
     for _ in range(steps):
         token = int(backbone_logits(reference, [ids])[0, -1].argmax())
-        if token == end:
+        if token in ends:
             break
         ids.append(token)
     return ids

@@ -1,0 +1,221 @@
+"""Chat with converted checkpoints: a tiny random Llama 3-style checkpoint
+with Llama 3's chat template and special tokens, converted; its replies
+checked against keras-hub's `Llama3Backbone` greedy on Hugging Face's
+tokenization of the rendered conversation, stopping at any of the
+checkpoint's end tokens."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tfformer
+from tests.training.convert.huggingface.test_llama import (
+    BEGIN,
+    END_OF_TEXT,
+    llama3_tokenizer,
+    write_llama3_checkpoint,
+)
+from tests.training.convert.huggingface.testing import quiet, reference_greedy
+from tfformer.training.commands import predict as predict_cli
+from tfformer.training.convert import convert
+
+# Meta-Llama-3-8B-Instruct's chat template (tokenizer_config.json).
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+TURN_TOKENS = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "the cat sat"},
+]
+
+
+def chat_checkpoint(path, rng, *, template=LLAMA3_TEMPLATE, eos=(), context=96):
+    """(checkpoint directory, its Hugging Face tokenizer): Llama 3's turn
+    tokens added, `<|eot_id|>` as tokenizer_config.json's eos_token and
+    the ids `eos` added to config.json's eos_token_id list."""
+    hf = llama3_tokenizer()
+    hf.add_special_tokens(TURN_TOKENS)
+    source = write_llama3_checkpoint(path, hf, rng)
+    config = json.loads((source / "config.json").read_text())
+    config["eos_token_id"] = [hf.token_to_id(END_OF_TEXT), *eos]
+    config["max_position_embeddings"] = context  # room for a conversation
+    (source / "config.json").write_text(json.dumps(config))
+    settings = {
+        "bos_token": BEGIN,
+        "eos_token": "<|eot_id|>",
+        "chat_template": template,
+    }
+    (source / "tokenizer_config.json").write_text(json.dumps(settings))
+    return source, hf
+
+
+def hand_rendered(messages):
+    """Llama 3's template, written out by hand."""
+    text = BEGIN
+    for m in messages:
+        text += f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n"
+        text += m["content"].strip() + "<|eot_id|>"
+    return text + "<|start_header_id|>assistant<|end_header_id|>\n\n"
+
+
+def keras_hub_reply(path):
+    """keras-hub's greedy reply to MESSAGES on the checkpoint of seed 21
+    (written to `path`) without extra end ids: (its 8 greedy tokens, the
+    Hugging Face tokenizer)."""
+    keras_hub = pytest.importorskip("keras_hub")
+    source, hf = chat_checkpoint(path, np.random.default_rng(21))
+    prompt = hf.encode(hand_rendered(MESSAGES), add_special_tokens=False).ids
+    assert prompt[0] == hf.token_to_id(BEGIN) and prompt.count(prompt[0]) == 1
+    model = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    ids = reference_greedy(model, prompt, 8, end=hf.token_to_id("<|eot_id|>"))
+    return ids[len(prompt) :], hf
+
+
+@pytest.fixture(scope="module")
+def reference_reply(tmp_path_factory):
+    return keras_hub_reply(tmp_path_factory.mktemp("reference"))
+
+
+def test_chat_replies_as_keras_hub_and_stops_at_any_end_token(
+    tmp_path, reference_reply, capsys
+):
+    """The reply is keras-hub's greedy continuation of the rendered
+    conversation (tokenized without a second start token), cut before the
+    first of the checkpoint's end tokens: one listed in config.json's
+    eos_token_id only (here the reply's third token) stops it too."""
+    greedy, hf = reference_reply
+    assert len(greedy) == 8 and greedy[2] not in greedy[:2]
+    source, _ = chat_checkpoint(
+        tmp_path / "hf", np.random.default_rng(21), eos=[greedy[2]]
+    )
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    stops = [END_OF_TEXT, "<|eot_id|>", hf.id_to_token(greedy[2])]
+    assert any(f"replies stop at {stops}" in line for line in said)
+    model = tfformer.load(run)
+    assert model.chat_template.render(MESSAGES) == hand_rendered(MESSAGES)
+    reply = model.chat(MESSAGES, max_new_tokens=8)
+    assert reply == hf.decode(greedy[:2])
+    # Without the extra end id, all eight tokens.
+    plain = tmp_path / "plain"
+    source, _ = chat_checkpoint(plain / "hf", np.random.default_rng(21))
+    plain_run = convert(str(source), str(plain / "run"), progress=quiet)
+    full = tfformer.load(plain_run).chat(MESSAGES, max_new_tokens=8)
+    assert full == hf.decode(greedy)
+    # The command prints the same reply.
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps(MESSAGES))
+    capsys.readouterr()
+    code = predict_cli.main(
+        ["--checkpoint", plain_run, "--chat", str(path), "--max-new-tokens", "8"]
+    )
+    assert code == 0
+    assert capsys.readouterr().out == full + "\n"
+
+
+def test_a_conversation_on_stdin_keeps_its_history(tmp_path, monkeypatch, capsys):
+    """`tfformer-predict --chat` with no file: each stdin line is the user's
+    next message, answered with the conversation so far."""
+    import io
+
+    source, _ = chat_checkpoint(tmp_path / "hf", np.random.default_rng(22))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    model = tfformer.load(run)
+    first = model.chat([{"role": "user", "content": "the cat"}], max_new_tokens=5)
+    history = [
+        {"role": "user", "content": "the cat"},
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "sat on"},
+    ]
+    second = model.chat(history, max_new_tokens=5)
+    assert second != model.chat(history[2:], max_new_tokens=5)  # history counts
+    stdin = io.TextIOWrapper(io.BytesIO(b"the cat\nsat on\n"), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
+    capsys.readouterr()
+    code = predict_cli.main(["--checkpoint", run, "--chat", "--max-new-tokens", "5"])
+    assert code == 0
+    assert capsys.readouterr().out == f"{first}\n{second}\n"
+
+
+@pytest.fixture(scope="module")
+def chat_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("chat")
+    source, _ = chat_checkpoint(root / "hf", np.random.default_rng(23))
+    return convert(str(source), str(root / "run"), progress=quiet)
+
+
+@pytest.mark.parametrize(
+    "messages, message",
+    [
+        ([{"role": "robot", "content": "hi"}], r"messages\[0\]: role must be one of"),
+        (
+            [{"role": "user", "content": "hi"}, {"role": "user", "content": 3}],
+            r"messages\[1\]: content must be a string. Received: 3",
+        ),
+        ([{"role": "user", "content": "hi", "name": "x"}], r"has keys \['name'\]"),
+        ({"role": "user", "content": "hi"}, "messages must be a list"),
+        ([], "messages is empty"),
+    ],
+)
+def test_bad_messages_are_refused_naming_the_message(chat_run, messages, message):
+    with pytest.raises(ValueError, match=message):
+        tfformer.load(chat_run).chat(messages)
+
+
+def test_bad_chat_requests_exit_2_in_one_line(chat_run, tiny_gpt_run, tmp_path, capsys):
+    def run(*argv):
+        capsys.readouterr()
+        code = predict_cli.main(["--max-new-tokens", "2", *argv])
+        err = capsys.readouterr().err
+        assert code == 2 and "Traceback" not in err and len(err.splitlines()) == 1
+        return err
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps([{"role": "bot", "content": "hi"}]))
+    assert "messages[0]: role must be one of" in run(
+        "--checkpoint", chat_run, "--chat", str(path)
+    )
+    path.write_text("[{")
+    assert f"{path} is not a JSON list of messages" in run(
+        "--checkpoint", chat_run, "--chat", str(path)
+    )
+    assert "cannot read" in run(
+        "--checkpoint", chat_run, "--chat", str(tmp_path / "no")
+    )
+    assert "not as arguments" in run(
+        "--checkpoint", chat_run, "--chat", str(path), "hi"
+    )
+    assert "has none" in run("--checkpoint", tiny_gpt_run, "--chat", str(path))
+    path.write_text(json.dumps(MESSAGES))
+    assert "'beam' is not offered" in run(
+        "--checkpoint", chat_run, "--chat", str(path), "--search", "beam"
+    )
+    path.write_text(json.dumps([{"role": "user", "content": "the cat " * 100}]))
+    assert "does not fit the context" in run(
+        "--checkpoint", chat_run, "--chat", str(path)
+    )
+
+
+def test_a_template_tfformer_cannot_render_is_left_out_and_said(tmp_path):
+    """A template that fails on a plain conversation, or uses
+    transformers' {% generation %} tag, is not converted; the run keeps
+    text in and out, and chat says it has no template."""
+    for i, template in enumerate(
+        ["{{ raise_exception('no') }}", "{% generation %}x{% endgeneration %}"]
+    ):
+        source, _ = chat_checkpoint(
+            tmp_path / f"hf{i}", np.random.default_rng(24), template=template
+        )
+        said = []
+        run = convert(str(source), str(tmp_path / f"run{i}"), progress=said.append)
+        assert any("The chat template is not converted." in line for line in said)
+        assert any("tokenizer_config.json: chat_template" in line for line in said)
+        with pytest.raises(ValueError, match="has none"):
+            tfformer.load(run).chat(MESSAGES)

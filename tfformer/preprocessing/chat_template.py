@@ -1,0 +1,236 @@
+"""Chat templates: a checkpoint's Jinja template that turns a list of
+messages into the text of a prompt, as Hugging Face's transformers renders
+it (`apply_chat_template`).
+
+A template comes from a downloaded file (`tokenizer_config.json`'s
+`chat_template`, or `chat_template.jinja`), so it is untrusted input: it is
+rendered in Jinja's immutable sandbox, as transformers does (no attribute
+access outside the sandbox's allow-list, no mutation of the messages, ranges
+capped), with transformers' helpers `raise_exception`, `strftime_now` and the
+`tojson` filter, `trim_blocks` and `lstrip_blocks` on. A template that does
+not compile, or fails while rendering (its own `raise_exception`, an
+undefined operation, a sandbox violation), gives a ValueError naming the
+file. Templates that use transformers' `{% generation %}` tag (for training
+masks) do not compile here.
+
+Pure Python and Jinja2; no TensorFlow.
+"""
+
+import json
+import os
+
+# The roles a message may have. Hugging Face passes any role through; these
+# are the ones chat templates handle (and LiteRT-LM's Conversation takes).
+ROLES = ("system", "user", "assistant")
+# The most text a rendered conversation may hold (a template that loops to
+# make more is refused, not rendered out of memory).
+MAX_RENDERED_CHARACTERS = 4 << 20
+
+
+def check_messages(messages):
+    """`messages` as a list of {"role", "content"} dicts, or ValueError
+    naming the first bad message (its index and what it holds)."""
+    if isinstance(messages, dict | str) or not isinstance(messages, list | tuple):
+        raise ValueError(
+            "messages must be a list of {'role': ..., 'content': ...} dicts. "
+            f"Received: {type(messages).__name__}"
+        )
+    if not messages:
+        raise ValueError("messages is empty: a conversation needs one message.")
+    checked = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise ValueError(
+                f"{where} must be a dict with 'role' and 'content'. "
+                f"Received: {message!r:.200}"
+            )
+        extra = sorted(set(message) - {"role", "content"})
+        if extra:
+            raise ValueError(
+                f"{where} has keys {extra}; a message has only 'role' and "
+                "'content' (tool calls and images are not supported)."
+            )
+        role, content = message.get("role"), message.get("content")
+        if role not in ROLES:
+            raise ValueError(
+                f"{where}: role must be one of {list(ROLES)}. Received: {role!r:.200}"
+            )
+        if not isinstance(content, str):
+            raise ValueError(
+                f"{where}: content must be a string. Received: {content!r:.200}"
+            )
+        checked.append({"role": role, "content": content})
+    return checked
+
+
+def _environment():
+    """Jinja's immutable sandbox set up as transformers sets it up."""
+    import datetime
+
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(
+            x,
+            ensure_ascii=ensure_ascii,
+            indent=indent,
+            separators=separators,
+            sort_keys=sort_keys,
+        )
+
+    def strftime_now(format):
+        return datetime.datetime.now().strftime(format)
+
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    environment.filters["tojson"] = tojson
+    environment.globals["raise_exception"] = raise_exception
+    environment.globals["strftime_now"] = strftime_now
+    return environment
+
+
+class ChatTemplate:
+    """A chat template, ready to render conversations.
+
+    Args:
+        template: the Jinja source.
+        special_tokens: {name: token text} the template may use
+            (`bos_token`, `eos_token`, ...; transformers passes the
+            tokenizer's special tokens by these names).
+        stop_ids: the model's ids at which a reply ends (the end-of-turn
+            token and the checkpoint's end tokens), in order.
+        where: what to name in errors (the file the template came from).
+
+    Raises:
+        ValueError: a template that is not a string or does not compile, or
+            special tokens or stop ids of the wrong types.
+    """
+
+    def __init__(self, template, *, special_tokens=None, stop_ids=(), where="chat"):
+        import jinja2
+
+        if not isinstance(template, str) or not template.strip():
+            raise ValueError(
+                f"{where}: the chat template must be a non-empty string. "
+                f"Received: {template!r:.200}"
+            )
+        special_tokens = dict(special_tokens or {})
+        for name, token in special_tokens.items():
+            if not (
+                isinstance(name, str)
+                and name.endswith("_token")
+                and isinstance(token, str)
+            ):
+                raise ValueError(
+                    f"{where}: special tokens must map names ending in _token "
+                    f"to strings. Received: {name!r:.100}: {token!r:.200}"
+                )
+        stop_ids = list(stop_ids)
+        if not stop_ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in stop_ids
+        ):
+            raise ValueError(
+                f"{where}: stop_ids must be a non-empty list of token ids. "
+                f"Received: {stop_ids!r:.200}"
+            )
+        self.template, self.where = template, where
+        self.special_tokens, self.stop_ids = special_tokens, stop_ids
+        try:
+            self._compiled = _environment().from_string(template)
+        except jinja2.TemplateError as e:
+            raise ValueError(
+                f"{where}: the chat template does not compile: {e}"
+            ) from None
+
+    def render(self, messages, *, add_generation_prompt=True):
+        """The prompt text of `messages` (see `check_messages`), ending with
+        the template's opening of the assistant's turn when
+        `add_generation_prompt`.
+
+        Raises:
+            ValueError: a bad message (named), or a template that fails on
+                these messages (its message, and the file)."""
+        import jinja2
+
+        messages = check_messages(messages)
+        try:
+            text = self._compiled.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                tools=None,
+                documents=None,
+                **self.special_tokens,
+            )
+        except jinja2.TemplateError as e:
+            raise ValueError(
+                f"{self.where}: the chat template failed on these messages: {e}"
+            ) from None
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            OverflowError,  # the sandbox's range cap
+            RecursionError,
+        ) as e:
+            raise ValueError(
+                f"{self.where}: the chat template failed on these messages: "
+                f"{type(e).__name__}: {e}"
+            ) from None
+        if len(text) > MAX_RENDERED_CHARACTERS:
+            raise ValueError(
+                f"{self.where}: the chat template rendered {len(text)} characters "
+                f"(more than {MAX_RENDERED_CHARACTERS})."
+            )
+        return text
+
+    # -- the file --------------------------------------------------------------
+
+    def to_json(self):
+        return {
+            "template": self.template,
+            "special_tokens": self.special_tokens,
+            "stop_ids": self.stop_ids,
+        }
+
+    def save(self, path):
+        from tfformer.runs.files import atomic_write_text
+
+        atomic_write_text(
+            os.fspath(path), json.dumps(self.to_json(), ensure_ascii=False, indent=1)
+        )
+
+    @classmethod
+    def load(cls, path):
+        """The template `save` wrote to `path`; ValueError naming the file
+        when it is missing, not JSON or lacks a key."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                spec = json.load(f)
+        except FileNotFoundError:
+            raise ValueError(f"{path} is missing (the run's chat template).") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not a JSON chat template: {e}") from None
+        if not isinstance(spec, dict) or sorted(spec) != sorted(
+            ["template", "special_tokens", "stop_ids"]
+        ):
+            keys = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
+            raise ValueError(
+                f"{path} must hold template, special_tokens and stop_ids. "
+                f"Received: {keys}"
+            )
+        return cls(
+            spec["template"],
+            special_tokens=spec["special_tokens"],
+            stop_ids=spec["stop_ids"],
+            where=path,
+        )
