@@ -22,9 +22,12 @@ import os
 # The roles a message may have. Hugging Face passes any role through; these
 # are the ones chat templates handle (and LiteRT-LM's Conversation takes).
 ROLES = ("system", "user", "assistant")
-# The most text a rendered conversation may hold (a template that loops to
-# make more is refused, not rendered out of memory).
+# The most text a rendered conversation may hold: rendering stops there (a
+# template that loops to make more is refused, not rendered out of memory),
+# and so does a string or list repeated past it, or a power past
+# MAX_EXPONENT.
 MAX_RENDERED_CHARACTERS = 4 << 20
+MAX_EXPONENT = 1024
 
 
 def check_messages(messages):
@@ -65,12 +68,38 @@ def check_messages(messages):
 
 
 def _environment():
-    """Jinja's immutable sandbox set up as transformers sets it up."""
+    """Jinja's immutable sandbox set up as transformers sets it up, with
+    repetition and powers capped."""
     import datetime
 
     import jinja2
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "*":
+                for items, times in ((left, right), (right, left)):
+                    if (
+                        isinstance(items, str | list | tuple)
+                        and isinstance(times, int)
+                        and len(items) * times > MAX_RENDERED_CHARACTERS
+                    ):
+                        raise jinja2.sandbox.SecurityError(
+                            f"a repetition of {len(items) * times} items (more "
+                            f"than {MAX_RENDERED_CHARACTERS})"
+                        )
+            if (
+                operator == "**"
+                and isinstance(right, int | float)
+                and abs(right) > MAX_EXPONENT
+            ):
+                raise jinja2.sandbox.SecurityError(
+                    f"a power of {right} (more than {MAX_EXPONENT})"
+                )
+            return super().call_binop(context, operator, left, right)
 
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
@@ -87,7 +116,7 @@ def _environment():
     def strftime_now(format):
         return datetime.datetime.now().strftime(format)
 
-    environment = ImmutableSandboxedEnvironment(
+    environment = Sandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
     )
     environment.filters["tojson"] = tojson
@@ -160,37 +189,34 @@ class ChatTemplate:
         import jinja2
 
         messages = check_messages(messages)
+        pieces, length = [], 0
         try:
-            text = self._compiled.render(
+            for piece in self._compiled.generate(
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
                 tools=None,
                 documents=None,
                 **self.special_tokens,
-            )
+            ):
+                pieces.append(piece)
+                length += len(piece)
+                if length > MAX_RENDERED_CHARACTERS:
+                    break
         except jinja2.TemplateError as e:
             raise ValueError(
                 f"{self.where}: the chat template failed on these messages: {e}"
             ) from None
-        except (
-            TypeError,
-            ValueError,
-            KeyError,
-            IndexError,
-            AttributeError,
-            OverflowError,  # the sandbox's range cap
-            RecursionError,
-        ) as e:
+        except Exception as e:  # anything a template's Python operations raise
             raise ValueError(
                 f"{self.where}: the chat template failed on these messages: "
                 f"{type(e).__name__}: {e}"
             ) from None
-        if len(text) > MAX_RENDERED_CHARACTERS:
+        if length > MAX_RENDERED_CHARACTERS:
             raise ValueError(
-                f"{self.where}: the chat template rendered {len(text)} characters "
-                f"(more than {MAX_RENDERED_CHARACTERS})."
+                f"{self.where}: the chat template rendered more than "
+                f"{MAX_RENDERED_CHARACTERS} characters."
             )
-        return text
+        return "".join(pieces)
 
     # -- the file --------------------------------------------------------------
 
@@ -227,6 +253,13 @@ class ChatTemplate:
             raise ValueError(
                 f"{path} must hold template, special_tokens and stop_ids. "
                 f"Received: {keys}"
+            )
+        if not isinstance(spec["special_tokens"], dict) or not isinstance(
+            spec["stop_ids"], list
+        ):
+            raise ValueError(
+                f"{path}: special_tokens must be an object and stop_ids a list. "
+                f"Received: {spec['special_tokens']!r:.100}, {spec['stop_ids']!r:.100}"
             )
         return cls(
             spec["template"],

@@ -189,6 +189,11 @@ class RunDirectory:
         name = getattr(self.manifest, "chat_template", None)
         if name is None:
             return None
+        if name != CHAT_TEMPLATE:  # a manifest names no other file
+            raise ValueError(
+                f"{self.file(MANIFEST)}: settings.chat_template must be "
+                f"{CHAT_TEMPLATE!r}. Received: {name!r}"
+            )
         from tfformer.preprocessing.chat_template import ChatTemplate
 
         return ChatTemplate.load(self.file(name))

@@ -57,6 +57,9 @@ def main(argv=None, prog="tfformer-predict"):
     except (ValueError, TypeError) as e:
         print(f"{prog}: error: {as_flags(str(e), options)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, in a conversation say
+        print(file=sys.stderr)
+        return 130
     return 0
 
 

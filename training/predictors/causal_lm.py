@@ -140,13 +140,21 @@ class CausalLMPredictor(Predictor):
                 f"arguments. Received: {inputs[:3]!r}"
             )
         self.chat_template  # noqa: B018 (a run without one: refused before any input)
+        check_chat_search(settings)
         if path:
-            yield from self.stream_chat(read_messages(path), **settings)
+            messages = read_messages(path)
+            try:
+                yield from self.stream_chat(messages, **settings)
+            except ValueError as e:
+                raise ValueError(f"chat: {path}: {e}") from None
             yield "\n"
             return
         messages = []
         for line in stdin_lines():
+            if not line.strip():
+                continue
             messages.append({"role": "user", "content": line})
+            messages = self._fitting(messages, settings)
             reply = []
             for piece in self.stream_chat(messages, **settings):
                 reply.append(piece)
@@ -154,12 +162,35 @@ class CausalLMPredictor(Predictor):
             yield "\n"
             messages.append({"role": "assistant", "content": "".join(reply)})
 
+    def _fitting(self, messages, settings):
+        """`messages` without their oldest exchanges (said on stderr) until
+        the conversation leaves `max_new_tokens` of the context; the last
+        message alone must fit."""
+        new_tokens = check_generation_settings(self.context, **settings)[
+            "max_new_tokens"
+        ]
+        dropped = 0
+        while len(messages) > 1 and (
+            len(self.chat_ids(messages)) + new_tokens > self.context
+        ):
+            messages, dropped = messages[2:], dropped + 2
+        if dropped:
+            print(
+                f"(the conversation outgrew the context of {self.context} "
+                f"tokens: its {dropped} oldest messages are left out)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return messages
+
     # -- chat --------------------------------------------------------------------
 
     @property
     def chat_template(self):
         """The run's `ChatTemplate`; ValueError for a run without one."""
-        template = self.directory.chat_template()
+        if getattr(self, "_chat_template", None) is None:
+            self._chat_template = self.directory.chat_template()
+        template = self._chat_template
         if template is None:
             raise ValueError(
                 f"chat needs a chat template: the run {self.directory.path} has "
@@ -182,20 +213,32 @@ class CausalLMPredictor(Predictor):
                 than the context leaves room for, or a bad setting."""
         return "".join(self.stream_chat(messages, **settings))
 
+    def chat_ids(self, messages):
+        """The token ids of `messages` rendered by the chat template, with
+        the assistant's turn opened: the rendered text tokenized without the
+        start token the tokenizer adds to a text (as transformers tokenizes
+        it: a template that wants one writes it, Llama 3's `bos_token`).
+
+        Raises:
+            ValueError: a bad message, a template that fails on the
+                messages or renders no tokens."""
+        text = self.chat_template.render(messages)
+        ids = self.tokenizer.tokenize([text])[0].numpy().tolist()
+        if getattr(self.tokenizer, "add_start_token", False):
+            ids = ids[1:]
+        if not ids:
+            raise ValueError(
+                f"messages: the chat template rendered {text!r:.100}, no tokens."
+            )
+        return ids
+
     def stream_chat(self, messages, **settings):
         """`chat`'s reply, yielded in pieces as the tokens are made."""
         template = self.chat_template
         settings = check_generation_settings(self.context, **settings)
-        if settings["search"] == "beam":
-            raise ValueError(
-                "search='beam' is not offered in chat: use 'greedy' or 'sample'."
-            )
+        check_chat_search(settings)
         new_tokens = settings.pop("max_new_tokens")
-        ids = self.tokenizer.tokenize([template.render(messages)])[0].numpy().tolist()
-        if getattr(self.tokenizer, "add_start_token", False):
-            # The template writes the start token itself (as transformers,
-            # which tokenizes a rendered conversation without adding one).
-            ids = ids[1:]
+        ids = self.chat_ids(messages)
         if len(ids) + new_tokens > self.context:
             raise ValueError(
                 f"messages: the conversation is {len(ids)} tokens; with "
@@ -341,6 +384,13 @@ class CausalLMPredictor(Predictor):
         return window
 
 
+def check_chat_search(settings):
+    if settings.get("search", "greedy") == "beam":
+        raise ValueError(
+            "search='beam' is not offered in chat: use 'greedy' or 'sample'."
+        )
+
+
 def read_messages(path):
     """The messages of a JSON file (`--chat FILE`), ValueError naming it."""
     import json
@@ -367,7 +417,7 @@ def stdin_lines():
             return
         if isinstance(line, bytes):
             line = line.decode("utf-8", "replace")
-        yield line.rstrip("\n")
+        yield line.rstrip("\r\n")
 
 
 def check_generation_settings(
@@ -428,7 +478,7 @@ def detokenize(tokenizer, ids, prompt_length=0, stop_ids=None):
     out; the tokenizers drop their reserved tokens, the token-id tokenizer
     keeps an end id in the prompt: GPT-2's prompts often start with it)."""
     ids = [int(i) for i in ids]
-    stops = set(stop_ids or [tokenizer.end_id])
+    stops = {tokenizer.end_id, *(stop_ids or ())}
     # From the prompt's end (a negative length counts from the end, as in
     # list.index).
     for i in range(len(ids[:prompt_length]), len(ids)):
@@ -456,7 +506,7 @@ def stream_text(tokenizer, prompt_ids, steps, stop_ids=None):
     """
     from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 
-    stops = set(stop_ids or [tokenizer.end_id])
+    stops = {tokenizer.end_id, *(stop_ids or ())}
 
     held_back = 0 if isinstance(tokenizer, ByteTokenizer) else 2
     ids = list(prompt_ids)

@@ -85,8 +85,15 @@ def test_gemmas_template_and_its_exceptions():
         ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "failed on these messages"),
         # The messages cannot be changed from the template.
         ("{{ messages.append(1) }}", "failed on these messages"),
-        ("{% for x in range(10**7) %}{% endfor %}", "failed on these messages"),
-        ("{{ 'x' * 10**7 }}", "rendered 10000000 characters"),
+        ("{% for x in range(10**7) %}{% endfor %}", "Range too big"),
+        ("{{ 'x' * 10**7 }}", "a repetition of 10000000 items"),
+        ("{{ [1, 2] * 10**7 }}", "a repetition of 20000000 items"),
+        ("{{ 2 ** 100000 }}", "a power of 100000"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError"),
+        (
+            "{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}",
+            "rendered more than 4194304 characters",
+        ),
     ],
 )
 def test_the_sandbox_refuses_what_a_downloaded_template_must_not_do(source, message):

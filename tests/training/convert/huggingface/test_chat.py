@@ -120,11 +120,45 @@ def test_chat_replies_as_keras_hub_and_stops_at_any_end_token(
     assert capsys.readouterr().out == full + "\n"
 
 
-def test_a_conversation_on_stdin_keeps_its_history(tmp_path, monkeypatch, capsys):
-    """`tfformer-predict --chat` with no file: each stdin line is the user's
-    next message, answered with the conversation so far."""
+def test_a_template_without_a_start_token_gets_none(tmp_path):
+    """ChatML (Qwen's form) writes no start token: the conversation's ids
+    are Hugging Face's tokenization of the rendered text without one, though
+    the Llama 3 tokenizer starts every plain text with <|begin_of_text|>."""
+    keras_hub = pytest.importorskip("keras_hub")
+    chatml = (
+        "{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '\\n' + "
+        "m['content'] + '<|eot_id|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant\\n' }}"
+        "{% endif %}"
+    )
+    source, hf = chat_checkpoint(
+        tmp_path / "hf", np.random.default_rng(25), template=chatml
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    model = tfformer.load(run)
+    rendered = model.chat_template.render(MESSAGES)
+    assert rendered.startswith("<|start_header_id|>system\nBe brief.<|eot_id|>")
+    prompt = hf.encode(rendered, add_special_tokens=False).ids
+    assert hf.token_to_id(BEGIN) not in prompt
+    assert [i - 1 for i in model.chat_ids(MESSAGES)] == prompt
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    greedy = reference_greedy(reference, prompt, 5, end=hf.token_to_id("<|eot_id|>"))
+    assert model.chat(MESSAGES, max_new_tokens=5) == hf.decode(greedy[len(prompt) :])
+
+
+def stdin_of(monkeypatch, data):
     import io
 
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", stdin)
+    return stdin
+
+
+def test_a_conversation_on_stdin_keeps_its_history(tmp_path, monkeypatch, capsys):
+    """`tfformer-predict --chat` with no file: each stdin line (CRLF or LF;
+    blank lines skipped) is the user's next message, answered with the
+    conversation so far; when it outgrows the context, its oldest exchanges
+    are left out, said on stderr."""
     source, _ = chat_checkpoint(tmp_path / "hf", np.random.default_rng(22))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     model = tfformer.load(run)
@@ -136,12 +170,28 @@ def test_a_conversation_on_stdin_keeps_its_history(tmp_path, monkeypatch, capsys
     ]
     second = model.chat(history, max_new_tokens=5)
     assert second != model.chat(history[2:], max_new_tokens=5)  # history counts
-    stdin = io.TextIOWrapper(io.BytesIO(b"the cat\nsat on\n"), encoding="utf-8")
-    monkeypatch.setattr("sys.stdin", stdin)
+    # A third message that fits only without the first exchange.
+    long = "the cat sat on the mat"
+    history += [
+        {"role": "assistant", "content": second},
+        {"role": "user", "content": long},
+    ]
+    assert len(model.chat_ids(history)) + 5 > 96  # the context
+    assert len(model.chat_ids(history[2:])) + 5 <= 96
+    third = model.chat(history[2:], max_new_tokens=5)
+    stdin_of(monkeypatch, f"the cat\r\n\nsat on\n{long}\n".encode())
     capsys.readouterr()
     code = predict_cli.main(["--checkpoint", run, "--chat", "--max-new-tokens", "5"])
     assert code == 0
-    assert capsys.readouterr().out == f"{first}\n{second}\n"
+    out, err = capsys.readouterr()
+    assert out == f"{first}\n{second}\n{third}\n"
+    assert "its 2 oldest messages are left out" in err
+    # Beam search is refused before a line is read.
+    stdin = stdin_of(monkeypatch, b"the cat\n")
+    argv = ["--checkpoint", run, "--chat", "--search", "beam"]
+    assert predict_cli.main(argv) == 2
+    assert "'beam' is not offered" in capsys.readouterr().err
+    assert stdin.read() == "the cat\n"
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +229,7 @@ def test_bad_chat_requests_exit_2_in_one_line(chat_run, tiny_gpt_run, tmp_path, 
 
     path = tmp_path / "m.json"
     path.write_text(json.dumps([{"role": "bot", "content": "hi"}]))
-    assert "messages[0]: role must be one of" in run(
+    assert f"--chat: {path}: messages[0]: role must be one of" in run(
         "--checkpoint", chat_run, "--chat", str(path)
     )
     path.write_text("[{")
@@ -201,6 +251,18 @@ def test_bad_chat_requests_exit_2_in_one_line(chat_run, tiny_gpt_run, tmp_path, 
     assert "does not fit the context" in run(
         "--checkpoint", chat_run, "--chat", str(path)
     )
+
+
+def test_a_manifest_naming_another_chat_file_is_refused(chat_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(chat_run, run)
+    manifest = json.loads((run / "run.json").read_text())
+    manifest["settings"]["chat_template"] = "../../etc/passwd"
+    (run / "run.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=r"settings\.chat_template must be"):
+        tfformer.load(str(run)).chat(MESSAGES)
 
 
 def test_a_template_tfformer_cannot_render_is_left_out_and_said(tmp_path):
