@@ -3,7 +3,7 @@ that put a head on one.
 
 Backbones (`Backbone`): `Seq2SeqBackbone` (the encoder-decoder of "Attention
 Is All You Need"), `BertBackbone`, `GPTBackbone` (GPT-2 and any decoder),
-`LlamaBackbone`, `ViTBackbone`. Task models (`TaskModel`): `Seq2SeqLM`,
+`LlamaBackbone`, `GemmaBackbone`, `ViTBackbone`. Task models (`TaskModel`): `Seq2SeqLM`,
 `CausalLM`, `TextClassifier`, `MaskedLM`, `SentenceEmbedder`,
 `ImageClassifier`. One-call builders (`transformer_seq2seq`, `gpt_decoder`,
 `bert_encoder` and its heads, `vit`), named sizes (`PRESETS`,
@@ -24,6 +24,7 @@ from tfformer.models.builders import (
 )
 from tfformer.models.cached_decoder import CachedDecoder
 from tfformer.models.causal_lm import CausalLM
+from tfformer.models.gemma_backbone import GemmaBackbone
 from tfformer.models.gpt_backbone import GPTBackbone
 from tfformer.models.image_classifier import ImageClassifier
 from tfformer.models.legacy import upgrade_legacy_model
@@ -44,6 +45,7 @@ __all__ = [
     "CachedDecoder",
     "CausalLM",
     "GPTBackbone",
+    "GemmaBackbone",
     "ImageClassifier",
     "LlamaBackbone",
     "MaskedLM",

@@ -55,6 +55,8 @@ class GPTBackbone(Backbone):
         padding_logit: None, or the constant logit of id 0 (padding): a
             checkpoint converted with its ids shifted by one (GPT-2's id 0
             is "!") writes -1e4 there (see `TokenAndPositionEmbedding`).
+        scale_embeddings: multiply the token embeddings by sqrt(hidden_dim)
+            on the way in (Gemma's; not the output projection's).
         dtype: dtype policy of every layer (None: the global policy).
 
     Attributes:
@@ -105,6 +107,7 @@ class GPTBackbone(Backbone):
         use_bias=True,
         qkv_bias=None,
         padding_logit=None,
+        scale_embeddings=False,
         dtype=None,
         **kwargs,
     ):
@@ -132,7 +135,7 @@ class GPTBackbone(Backbone):
             hidden_dim,
             sequence_length=max_sequence_length,
             position="none" if position == "rotary" else position,
-            scale_embeddings=False,
+            scale_embeddings=bool(scale_embeddings),
             tie_weights=tie_embeddings,
             mask_zero=True,
             padding_logit=padding_logit,
@@ -206,6 +209,7 @@ class GPTBackbone(Backbone):
         self.use_bias = use_bias
         self.qkv_bias = qkv_bias
         self.padding_logit = padding_logit
+        self.scale_embeddings = bool(scale_embeddings)
 
     def get_config(self):
         config = super().get_config()
@@ -234,6 +238,7 @@ class GPTBackbone(Backbone):
                 "use_bias": self.use_bias,
                 "qkv_bias": self.qkv_bias,
                 "padding_logit": self.padding_logit,
+                "scale_embeddings": self.scale_embeddings,
             }
         )
         return config

@@ -44,6 +44,9 @@ class LlamaBackbone(GPTBackbone):
     """
 
     presets = {}
+    # What this family fixes (a subclass such as `GemmaBackbone` changes them).
+    activation_name = "silu"
+    embedding_scale = False
 
     def __init__(
         self,
@@ -82,7 +85,7 @@ class LlamaBackbone(GPTBackbone):
             max_sequence_length=max_sequence_length,
             position="rotary",
             normalize_first=True,
-            activation="silu",
+            activation=self.activation_name,
             layer_norm_epsilon=layer_norm_epsilon,
             tie_embeddings=tie_embeddings,
             num_key_value_heads=num_key_value_heads,
@@ -95,6 +98,7 @@ class LlamaBackbone(GPTBackbone):
             key_dim=head_dim,
             qk_norm_epsilon=layer_norm_epsilon if qk_norm else None,
             padding_logit=padding_logit,
+            scale_embeddings=self.embedding_scale,
             dtype=dtype,
             **kwargs,
         )
@@ -117,6 +121,7 @@ class LlamaBackbone(GPTBackbone):
             "use_bias",
             "key_dim",
             "qk_norm_epsilon",
+            "scale_embeddings",
         ):
             del config[fixed]
         config["rope_max_wavelength"] = self.rope_max_wavelength

@@ -6,7 +6,7 @@ a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
 reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 
 from tfformer.layers.rotary_embedding import check_frequency_scaling
-from tfformer.models import LlamaBackbone
+from tfformer.models import GemmaBackbone, LlamaBackbone
 from tfformer.training.convert.huggingface import decoders
 from tfformer.training.convert.huggingface.chat import chat_template
 from tfformer.training.convert.huggingface.checkpoint import (
@@ -25,11 +25,12 @@ from tfformer.training.convert.huggingface.tokenizers import (
 MODEL_TYPES = ("llama",)
 
 
-def llama_sizes(config, *, own_head_dim=False):
+def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
     """`LlamaBackbone` keyword arguments from a Llama config.json (plus
     `vocabulary_size`, in the model's ids: one more than the checkpoint's).
-    With `own_head_dim` (Qwen3), config.json's `head_dim` may differ from
-    `hidden_size / num_attention_heads`."""
+    With `own_head_dim` (Qwen3, Gemma), config.json's `head_dim` may differ
+    from `hidden_size / num_attention_heads`; `hidden_act` must be one of
+    `activations` (the backbone fixes the function)."""
     head_dim = config.get("head_dim")
     if own_head_dim and head_dim is not None:
         heads = config_value(config, "num_attention_heads", int)
@@ -50,10 +51,11 @@ def llama_sizes(config, *, own_head_dim=False):
         head_dim = None
     kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
     check_multiple("num_attention_heads", heads, "num_key_value_heads", kv_heads)
-    act = config.get("hidden_act", "silu")
-    if act != "silu":
+    act = config.get("hidden_act", activations[0])
+    if act not in activations:
         raise ValueError(
-            f"config.json: hidden_act must be 'silu' (SwiGLU). Received: {act!r}"
+            f"config.json: hidden_act must be one of {list(activations)}. "
+            f"Received: {act!r}"
         )
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key, False):
@@ -121,9 +123,10 @@ def rope_scaling(config):
     )
 
 
-def load_llama(model, weights, sizes):
+def load_llama(model, weights, sizes, norm_offset=0.0):
     """Copies a Hugging Face Llama's tensors (and, with `qkv_bias`, Qwen2's
-    query, key and value biases) into a `CausalLM` on a `LlamaBackbone`."""
+    query, key and value biases) into a `CausalLM` on a `LlamaBackbone`;
+    each norm's scale plus `norm_offset` (Gemma's 1 + w)."""
     d, inner = sizes["hidden_dim"], sizes["intermediate_dim"]
     head_dim = sizes.get("head_dim") or d // sizes["num_heads"]
     q, kv = sizes["num_heads"] * head_dim, sizes["num_key_value_heads"] * head_dim
@@ -160,20 +163,35 @@ def load_llama(model, weights, sizes):
             ("post_attention_layernorm", block.ffn_norm),
         ):
             name = f"{layer}.{norm}.weight"
-            assign(target.gamma, weights(name, (d,)), name)
-    assign(model.backbone.final_norm.gamma, weights("norm.weight", (d,)), "norm.weight")
+            assign(target.gamma, weights(name, (d,)) + norm_offset, name)
+    final = weights("norm.weight", (d,)) + norm_offset
+    assign(model.backbone.final_norm.gamma, final, "norm.weight")
 
 
 def convert(
-    source, config, staging, progress, *, family="Llama", qkv_bias=False, qk_norm=False
+    source,
+    config,
+    staging,
+    progress,
+    *,
+    family="Llama",
+    qkv_bias=False,
+    qk_norm=False,
+    gemma=False,
 ):
     """A Llama-style decoder (`LlamaForCausalLM`, or another `family` of the
     same architecture: with biases on the query, key and value projections
     when `qkv_bias` (Qwen2), with normalized query and key heads of their
-    own `head_dim` when `qk_norm` (Qwen3)) into a `causal_lm` run that
-    reads and writes token ids."""
+    own `head_dim` when `qk_norm` (Qwen3), or Gemma's GeGLU, scaled
+    embeddings, (1 + w) norms and own `head_dim` when `gemma`) into a
+    `causal_lm` run: text in and out with a Llama 3-style tokenizer, token
+    ids otherwise."""
     sizes = {
-        **llama_sizes(config, own_head_dim=qk_norm),
+        **llama_sizes(
+            config,
+            own_head_dim=qk_norm or gemma,
+            activations=("gelu_pytorch_tanh", "gelu") if gemma else ("silu",),
+        ),
         "qkv_bias": qkv_bias,
         "qk_norm": qk_norm,
     }
@@ -184,8 +202,9 @@ def convert(
     if tokenizer is None:
         tokenizer, kind = decoders.token_id_tokenizer(sizes, start, end), "ids"
     weights = Weights.open(source, "embed_tokens.weight", ("model.", ""))
-    model = decoders.causal_lm(LlamaBackbone, sizes, family.lower())
-    load_llama(model, weights, sizes)
+    backbone = GemmaBackbone if gemma else LlamaBackbone
+    model = decoders.causal_lm(backbone, sizes, family.lower())
+    load_llama(model, weights, sizes, norm_offset=1.0 if gemma else 0.0)
     offset = decoders.ID_OFFSET
     progress(
         f"{family} decoder: {sizes['num_layers']} layers, width "
@@ -193,6 +212,7 @@ def convert(
         f"({sizes['num_key_value_heads']} key/value"
         + (", biased query/key/value" if qkv_bias else "")
         + (", normalized query/key" if qk_norm else "")
+        + (", GeGLU, embeddings scaled by sqrt(width), tied" if gemma else "")
         + (f", heads of {sizes['head_dim']}" if sizes["head_dim"] else "")
         + f"), {vocab} tokens, context "
         f"{sizes['max_sequence_length']}"

@@ -481,7 +481,7 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
             {"config": {"rope_parameters": [500.0]}},
             r"rope_parameters must be an object\. Received: \[500\.0\]",
         ),
-        ({"config": {"hidden_act": "gelu"}}, "hidden_act must be 'silu'"),
+        ({"config": {"hidden_act": "gelu"}}, r"hidden_act must be one of \['silu'\]"),
         ({"config": {"head_dim": 8}}, "head_dim must be hidden_size / num_attention"),
         (
             {"config": {"num_key_value_heads": 3}},

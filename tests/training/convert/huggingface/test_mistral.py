@@ -186,7 +186,7 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
             (),
             "rope_scaling must be null.*yarn",
         ),
-        ({"hidden_act": "gelu"}, (), "hidden_act must be 'silu'"),
+        ({"hidden_act": "gelu"}, (), r"hidden_act must be one of \['silu'\]"),
     ],
     ids=[
         "short_window",

@@ -1,0 +1,136 @@
+"""`tfformer-convert` on small random Gemma decoders in the Hugging Face
+layout (`GemmaForCausalLM`: Llama's tensor names, a GeGLU feed-forward
+network, embeddings scaled by sqrt(width), RMSNorms multiplying by 1 + w,
+heads of their own `head_dim`, the embedding as output projection), checked
+against keras-hub's `GemmaBackbone` reading the same directory."""
+
+import json
+
+import numpy as np
+import pytest
+
+import tfformer
+from tests.training.convert.huggingface.test_llama import (
+    SIZES,
+    llama_tensors,
+    ragged_batch,
+)
+from tests.training.convert.huggingface.test_llama import (
+    write_checkpoint as write_llama,
+)
+from tests.training.convert.huggingface.testing import (
+    assert_refused,
+    backbone_logits,
+    quiet,
+    reference_greedy,
+)
+from tfformer.training.commands import predict as predict_cli
+from tfformer.training.convert import convert
+
+pytest.importorskip("safetensors")
+
+# 4 heads of 6 features over a width of 16 (not 16 / 4), 2 key/value heads.
+HEAD_DIM = 6
+GEMMA = {
+    "architectures": ["GemmaForCausalLM"],
+    "model_type": "gemma",
+    "head_dim": HEAD_DIM,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "rope_theta": 10000.0,  # keras-hub's Gemma has this base fixed
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "tie_word_embeddings": True,
+}
+
+
+def gemma_tensors(rng):
+    """Llama's tensors (tied) with projections for heads of HEAD_DIM and
+    norm weights w around 0 (Gemma's scales are 1 + w)."""
+    tensors = llama_tensors(rng, tie=True)
+    d, heads, kv = SIZES["hidden"], SIZES["heads"], SIZES["kv"]
+    for i in range(SIZES["layers"]):
+        layer = f"model.layers.{i}.self_attn"
+        for part, rows in (("q", heads), ("k", kv), ("v", kv)):
+            shape = (rows * HEAD_DIM, d)
+            tensors[f"{layer}.{part}_proj.weight"] = 0.3 * rng.normal(size=shape)
+        tensors[f"{layer}.o_proj.weight"] = 0.3 * rng.normal(size=(d, heads * HEAD_DIM))
+    for name in tensors:
+        if name.endswith("norm.weight"):
+            tensors[name] = rng.uniform(-0.8, 1.0, size=tensors[name].shape)
+    return {name: np.asarray(t, "float32") for name, t in tensors.items()}
+
+
+def write_checkpoint(path, rng, *, config=None, tensors=None):
+    """A GemmaForCausalLM checkpoint as `save_pretrained` writes it."""
+    tensors = gemma_tensors(rng) if tensors is None else tensors
+    source = write_llama(path, rng, tensors=tensors)
+    path = source / "config.json"
+    settings = {**json.loads(path.read_text()), **GEMMA, **(config or {})}
+    settings.pop("mlp_bias", None)
+    path.write_text(json.dumps(settings))
+    return source
+
+
+def keras_hub_backbone(source):
+    keras_hub = pytest.importorskip("keras_hub")
+    return keras_hub.models.GemmaBackbone.from_preset(str(source))
+
+
+def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = gemma_tensors(rng)
+    source = write_checkpoint(tmp_path / "hf", rng, tensors=tensors)
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    model = tfformer.load(run).model
+    ids, mask = ragged_batch(rng)
+    expected = backbone_logits(keras_hub_backbone(source), ids, mask)
+    ours = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
+    np.testing.assert_allclose(ours[mask][:, 1:], expected[mask], atol=1e-4)
+    np.testing.assert_array_equal(ours[..., 0], -1e4)  # padding
+    assert model.name == "gemma"
+    backbone = model.backbone
+    assert type(backbone).__name__ == "GemmaBackbone"
+    assert (backbone.head_dim, backbone.tie_embeddings) == (HEAD_DIM, True)
+    assert backbone.token_embedding.scale_embeddings
+    assert any("Gemma decoder: 2 layers" in line and "GeGLU" in line for line in said)
+    # Each part matters: with norms read as w (not 1 + w), or without the
+    # embedding scale, the logits are another model's.
+    norms = backbone.decoder_blocks[0].self_attention_norm.gamma
+    np.testing.assert_allclose(
+        norms.numpy(), 1 + tensors["model.layers.0.input_layernorm.weight"]
+    )
+    backbone.token_embedding.scale_embeddings = False
+    unscaled = np.asarray(model({"token_ids": np.where(mask, ids + 1, 0)}))
+    assert np.abs(unscaled[mask][:, 1:] - expected[mask]).max() > 1e-2
+
+
+def test_the_run_saves_loads_and_generates_as_keras_hub(tmp_path, capsys):
+    """The saved run rebuilds a `GemmaBackbone` (scaled embeddings, GeGLU)
+    and `tfformer-predict`'s KV-cached greedy decoding continues a prompt of
+    ids with the tokens a full keras-hub forward pass picks one at a time."""
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
+    assert code == 0
+    expected = " ".join(str(i) for i in ids)
+    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"hidden_activation": "gelu"},
+            r"hidden_activation must be null or 'gelu_pytorch_tanh'.*Received: 'gelu'",
+        ),
+        ({"hidden_act": "silu"}, r"hidden_act must be one of .*Received: 'silu'"),
+        ({"tie_word_embeddings": False}, r"tie_word_embeddings must be true"),
+        ({"head_dim": 7}, r"head_dim must be even .*Received: 7"),
+    ],
+)
+def test_bad_checkpoints_are_refused_naming_the_key(tmp_path, config, message):
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(3), config=config)
+    assert_refused(tmp_path, source, message)

@@ -1,0 +1,45 @@
+"""Gemma decoders (`model_type` "gemma", `GemmaForCausalLM`: Gemma 1 and
+CodeGemma) into a `causal_lm` run on a `GemmaBackbone`: Llama's tensor
+names, with a GeGLU feed-forward network (GELU's tanh form, which
+transformers uses for Gemma whatever `hidden_act` says unless
+`hidden_activation` names another), token embeddings scaled by
+sqrt(hidden_size), RMSNorms that multiply by 1 + w (the converted gammas
+are 1 + w), heads of config.json's `head_dim` and the token embedding as
+the output projection. Gemma 2 and 3 (soft-capping, sliding windows, more
+norms) have other model types and are not converted. Gemma's tokenizer is
+SentencePiece, which tfformer does not reproduce: the run reads and writes
+token ids."""
+
+from tfformer.training.convert.huggingface import llama
+
+MODEL_TYPES = ("gemma",)
+
+# transformers' GemmaConfig defaults for keys config.json may leave out.
+DEFAULTS = {
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+}
+
+
+def convert(source, config, staging, progress):
+    """A Gemma decoder into a `causal_lm` run that reads and writes token
+    ids: Llama's conversion with Gemma's feed-forward, embedding scale and
+    norms."""
+    config = {**DEFAULTS, **config}
+    activation = config.get("hidden_activation")
+    if activation not in (None, "gelu_pytorch_tanh"):
+        raise ValueError(
+            "config.json: hidden_activation must be null or 'gelu_pytorch_tanh' "
+            f"(Gemma's GeGLU). Received: {activation!r}"
+        )
+    if config["tie_word_embeddings"] is not True:
+        raise ValueError(
+            "config.json: tie_word_embeddings must be true (Gemma's output "
+            "projection is its token embedding). Received: "
+            f"{config['tie_word_embeddings']!r}"
+        )
+    return llama.convert(source, config, staging, progress, family="Gemma", gemma=True)
