@@ -22,9 +22,12 @@ reference runtime, on the same TFLite model), to the last byte and the
 same stopping point. A bundle the runtime cannot run, or runs differently,
 is not written. The check sets LiteRT-LM's process-wide log level to ERROR.
 
-Supported: runs trained on bytes (`data.tokenizer=byte`) and converted
-runs with a byte-level BPE (GPT-2's, Llama 3's). Runs on WordPiece and
-converted runs of token ids are refused, naming their tokenizer.
+Supported: runs trained on bytes (`data.tokenizer=byte`), converted runs
+with a byte-level BPE (GPT-2's, Llama 3's) and converted runs of token ids
+(Llama 2, Gemma, Qwen and other checkpoints whose tokenizer tfformer does
+not reproduce): their bundle's tokenizer reads and writes ids as text, as
+`tfformer-predict` does ("1 450 4996"). Runs on WordPiece are refused,
+naming their tokenizer.
 """
 
 import json
@@ -39,6 +42,7 @@ from tfformer.preprocessing.bpe_tokenizer import (
 )
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
+from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_copy
 
@@ -122,6 +126,51 @@ def hf_bpe_json(vocabulary, merges, pre_tokenizer, decoder, added=(), **model):
             **model,
             "vocab": vocabulary,
             "merges": merges,
+        },
+    }
+
+
+def token_id_tokenizer_json(tokenizer):
+    """A converted run's `TokenIdTokenizer` (text of whitespace-separated
+    checkpoint ids) as a Hugging Face `tokenizer.json`: each checkpoint id
+    k is the word "k" (model id k + `id_offset`, `BUNDLE_PADDING` below
+    them), text split on whitespace, and each token decoded with a space
+    before it (so a continuation reads as `tfformer-predict` prints it
+    after the prompt, token by token). A word that is no id becomes id 0,
+    which the model reads as padding."""
+    offset = tokenizer.id_offset
+    if offset != 1:  # what conversions write; id 0 is the unknown word's
+        raise ValueError(f"id_offset must be 1. Received: {offset!r}")
+    vocabulary = {BUNDLE_PADDING: 0}
+    vocabulary.update(
+        {f"\u2581{k}": k + offset for k in range(tokenizer.vocabulary_size - offset)}
+    )
+    metaspace = {
+        "type": "Metaspace",
+        "replacement": "\u2581",
+        "prepend_scheme": "always",
+        "split": True,
+    }
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [{"type": "WhitespaceSplit"}, metaspace],
+        },
+        "post_processor": None,
+        "decoder": {
+            "type": "Replace",
+            "pattern": {"String": "\u2581"},
+            "content": " ",
+        },
+        "model": {
+            "type": "WordLevel",
+            "vocab": vocabulary,
+            "unk_token": BUNDLE_PADDING,
         },
     }
 
@@ -258,6 +307,8 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
     stops = set(stop_ids) or {end}
     tokens = tokens[: next((i for i, t in enumerate(tokens) if t in stops), None)]
+    if isinstance(tokenizer, TokenIdTokenizer):  # " 7 9", as the bundle decodes
+        return "".join(f" {t - tokenizer.id_offset}" for t in tokens)
     if tokenizer is not None:
         if not tokens:
             return ""
@@ -301,17 +352,23 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
         )
     # From the manifest: the model is loaded once, by the TFLite export.
     spec = run.tokenizer("text")
-    if spec.kind not in ("byte", "bpe"):
+    if spec.kind not in ("byte", "bpe", "ids"):
         raise ValueError(
             "--format litertlm supports runs trained on bytes "
             "(data.tokenizer=byte) and converted runs with a byte-level BPE "
-            f"(GPT-2's, Llama 3's). Received: a run with the {spec.kind!r} tokenizer"
+            "(GPT-2's, Llama 3's) or of token ids. Received: a run with the "
+            f"{spec.kind!r} tokenizer"
         )
-    tokenizer, start, end = None, START_ID, END_ID
+    tokenizer, start, end, prompt = None, START_ID, END_ID, CHECK_PROMPT
     if spec.kind == "bpe":
         tokenizer = ByteLevelBPETokenizer.load(spec.path)
         start = tokenizer.start_id if tokenizer.add_start_token else None
         end = tokenizer.end_id
+    elif spec.kind == "ids":  # prompts hold their own start id
+        tokenizer = TokenIdTokenizer.load(spec.path)
+        start, end = None, tokenizer.end_id
+        words = tokenizer.vocabulary_size - tokenizer.id_offset
+        prompt = " ".join(str(k % words) for k in (1, 5, 9))
     # A chat model's replies stop at its end-of-turn token too.
     chat = run.chat_template()
     stops = [end] if chat is None else chat.stop_ids
@@ -326,11 +383,12 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             progress=lambda *_: None,
         )
         tokenizer_path = os.path.join(staging, "tokenizer.json")
-        described = (
-            byte_tokenizer_json()
-            if tokenizer is None
-            else bpe_tokenizer_json(tokenizer)
-        )
+        if tokenizer is None:
+            described = byte_tokenizer_json()
+        elif spec.kind == "ids":
+            described = token_id_tokenizer_json(tokenizer)
+        else:
+            described = bpe_tokenizer_json(tokenizer)
         with open(tokenizer_path, "w", encoding="utf-8") as f:
             json.dump(described, f, ensure_ascii=False)
         metadata = os.path.join(staging, "llm_metadata.textproto")
@@ -344,7 +402,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
         bundle = os.path.join(staging, BUNDLE)
         build_bundle(tflite, tokenizer_path, metadata, bundle, template)
         progress("Checking the bundle in LiteRT-LM...")
-        check_bundle(bundle, tflite, tokenizer=tokenizer, stop_ids=stops)
+        check_bundle(bundle, tflite, prompt, tokenizer=tokenizer, stop_ids=stops)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, BUNDLE)
         atomic_copy(bundle, path)

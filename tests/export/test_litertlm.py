@@ -2,6 +2,7 @@
 `tokenizers` reads it, and the bundle in Google's LiteRT-LM runtime against
 the Keras generator; a bundle that fails its runtime check is not written."""
 
+import json
 import os
 
 import numpy as np
@@ -42,8 +43,6 @@ def test_the_byte_tokenizer_json_tokenizes_as_tfformer_does():
     """Hugging Face's `tokenizers` (what LiteRT-LM's HF tokenizer follows)
     reads the written tokenizer.json as tfformer's byte tokenizer: same ids,
     and decoding gives the text back."""
-    import json
-
     from tokenizers import Tokenizer
 
     hf = Tokenizer.from_str(json.dumps(litertlm.byte_tokenizer_json()))
@@ -176,8 +175,6 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
     gives the run's ids (the checkpoint's plus one) on fixed and 300 random
     strings; LiteRT-LM puts the metadata's start token first, so the run's
     own start token (Llama 3's template) is not in it."""
-    import json
-
     from tokenizers import Tokenizer
 
     from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
@@ -302,3 +299,60 @@ def test_a_litert_lm_conversation_replies_as_tfformer_chat_does(tmp_path):
             assert [c.text for c in got.contents] == [expected], len(history)
             replies.append(expected)
     assert replies[0] == hf.decode(greedy[:2])
+
+
+# -- converted runs of token ids: Gemma, Qwen3, Llama without a tokenizer ----------
+
+
+def converted_ids(tmp_path, architecture):
+    """A converted run of token ids from a random checkpoint of the test
+    module `test_<architecture>` (its vocabulary: 40 ids)."""
+    import importlib
+
+    from tfformer.training.convert import convert
+
+    module = importlib.import_module(
+        f"tests.training.convert.huggingface.test_{architecture}"
+    )
+    source = module.write_checkpoint(tmp_path / "hf", np.random.default_rng(31))
+    return convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+
+
+def test_the_token_id_tokenizer_json_reads_and_writes_ids_as_text():
+    from tokenizers import Tokenizer
+
+    from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
+
+    run = TokenIdTokenizer(41, 2, 3, pad_id=0, id_offset=1)
+    hf = Tokenizer.from_str(json.dumps(litertlm.token_id_tokenizer_json(run)))
+    for text in ("1 5 0 12", "  39\t0\n7 ", "0"):
+        assert hf.encode(text).ids == run.tokenize([text])[0].numpy().tolist()
+    # Token by token, with a space before each: predict's text after a prompt.
+    assert "".join(hf.decode([i]) for i in (8, 1, 40)) == " 7 0 39"
+    assert hf.decode([8, 1, 40]) == " 7 0 39"
+    assert hf.encode("x 3").ids == [0, 4]  # no id: padding, which no model reads
+
+
+@needs_runtime
+@pytest.mark.parametrize("architecture", ["gemma", "qwen3", "llama"])
+def test_litert_lm_continues_a_run_of_token_ids_as_tfformer_predict_does(
+    tmp_path, capsys, architecture
+):
+    """Converted runs of token ids (random weights) bundle: LiteRT-LM's
+    greedy continuation of a prompt of ids is `tfformer-predict --search
+    greedy`'s, id for id."""
+    from tfformer.training.commands import predict as predict_cli
+
+    run = converted_ids(tmp_path, architecture)
+    out = tmp_path / "bundle"
+    argv = ["--checkpoint", run, "--out", str(out), "--format", "litertlm"]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    bundle = str(out / litertlm.BUNDLE)
+    for prompt in ("1 5 0 12", "7", "39 38 2 2"):
+        argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
+        assert predict_cli.main([*argv, prompt]) == 0
+        printed = capsys.readouterr().out[:-1]
+        got = litertlm.litert_lm_greedy(bundle, prompt, 8)
+        assert got, "LiteRT-LM decoded nothing"
+        assert prompt + got == printed, (prompt, got, printed)
