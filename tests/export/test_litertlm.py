@@ -330,7 +330,7 @@ def test_the_token_id_tokenizer_json_reads_and_writes_ids_as_text():
     # Token by token, with a space before each: predict's text after a prompt.
     assert "".join(hf.decode([i]) for i in (8, 1, 40)) == " 7 0 39"
     assert hf.decode([8, 1, 40]) == " 7 0 39"
-    assert hf.encode("x 3").ids == [0, 4]  # no id: padding, which no model reads
+    assert hf.encode("x 3 007").ids == [0, 4, 0]  # no id: 0 (documented)
 
 
 @needs_runtime

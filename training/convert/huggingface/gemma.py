@@ -1,14 +1,16 @@
 """Gemma decoders (`model_type` "gemma", `GemmaForCausalLM`: Gemma 1 and
 CodeGemma) into a `causal_lm` run on a `GemmaBackbone`: Llama's tensor
 names, with a GeGLU feed-forward network (GELU's tanh form, which
-transformers uses for Gemma whatever `hidden_act` says unless
-`hidden_activation` names another), token embeddings scaled by
+transformers 4.x's GemmaMLP uses when `hidden_activation` is null, whatever
+`hidden_act` says; `hidden_act` is not read), token embeddings scaled by
 sqrt(hidden_size), RMSNorms that multiply by 1 + w (the converted gammas
 are 1 + w), heads of config.json's `head_dim` and the token embedding as
 the output projection. Gemma 2 and 3 (soft-capping, sliding windows, more
 norms) have other model types and are not converted. Gemma's tokenizer is
 SentencePiece, which tfformer does not reproduce: the run reads and writes
-token ids."""
+token ids (a prompt starts with Gemma's `<bos>`, id 2, as its tokenizer
+puts it; `GemmaConfig`'s bos 2 and eos 1 when config.json leaves them
+out)."""
 
 from tfformer.training.convert.huggingface import llama
 
@@ -19,9 +21,10 @@ DEFAULTS = {
     "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0,
     "head_dim": 256,
-    "hidden_act": "gelu_pytorch_tanh",
     "tie_word_embeddings": True,
     "attention_bias": False,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
 }
 
 
@@ -30,6 +33,8 @@ def convert(source, config, staging, progress):
     ids: Llama's conversion with Gemma's feed-forward, embedding scale and
     norms."""
     config = {**DEFAULTS, **config}
+    # transformers' Gemma uses hidden_activation, or GELU's tanh form when it
+    # is null (whatever hidden_act says, with a warning).
     activation = config.get("hidden_activation")
     if activation not in (None, "gelu_pytorch_tanh"):
         raise ValueError(

@@ -30,7 +30,7 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
     `vocabulary_size`, in the model's ids: one more than the checkpoint's).
     With `own_head_dim` (Qwen3, Gemma), config.json's `head_dim` may differ
     from `hidden_size / num_attention_heads`; `hidden_act` must be one of
-    `activations` (the backbone fixes the function)."""
+    `activations` (the backbone fixes the function; None: not read)."""
     head_dim = config.get("head_dim")
     if own_head_dim and head_dim is not None:
         heads = config_value(config, "num_attention_heads", int)
@@ -51,8 +51,8 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
         head_dim = None
     kv_heads = config_value(config, "num_key_value_heads", int, default=heads)
     check_multiple("num_attention_heads", heads, "num_key_value_heads", kv_heads)
-    act = config.get("hidden_act", activations[0])
-    if act not in activations:
+    act = config.get("hidden_act", activations[0] if activations else None)
+    if activations is not None and act not in activations:
         raise ValueError(
             f"config.json: hidden_act must be one of {list(activations)}. "
             f"Received: {act!r}"
@@ -163,8 +163,10 @@ def load_llama(model, weights, sizes, norm_offset=0.0):
             ("post_attention_layernorm", block.ffn_norm),
         ):
             name = f"{layer}.{norm}.weight"
-            assign(target.gamma, weights(name, (d,)) + norm_offset, name)
-    final = weights("norm.weight", (d,)) + norm_offset
+            gamma = weights(name, (d,)).astype("float32") + norm_offset
+            assign(target.gamma, gamma, name)
+    # (1 + w in float32, as Hugging Face computes it, for float16 weights too.)
+    final = weights("norm.weight", (d,)).astype("float32") + norm_offset
     assign(model.backbone.final_norm.gamma, final, "norm.weight")
 
 
@@ -190,7 +192,7 @@ def convert(
         **llama_sizes(
             config,
             own_head_dim=qk_norm or gemma,
-            activations=("gelu_pytorch_tanh", "gelu") if gemma else ("silu",),
+            activations=None if gemma else ("silu",),
         ),
         "qkv_bias": qkv_bias,
         "qk_norm": qk_norm,
