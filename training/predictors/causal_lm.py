@@ -247,19 +247,10 @@ class CausalLMPredictor(Predictor):
             )
         if new_tokens == 0:
             return
-        from tfformer.decoding import Generator
-
-        tokenizer = self.tokenizer
-        generator = Generator(
-            self.model,
-            max_length=len(ids) + new_tokens,
-            start_id=tokenizer.start_id,
-            end_id=tokenizer.end_id,
-            pad_id=tokenizer.pad_id,
-            **settings,
+        steps = self._new_generator(ids, new_tokens, settings).stream(
+            np.array([ids], "int32")
         )
-        steps = generator.stream(np.array([ids], "int32"))
-        yield from stream_text(tokenizer, [], steps, stop_ids=template.stop_ids)
+        yield from stream_text(self.tokenizer, [], steps, stop_ids=template.stop_ids)
 
     def _generator(self, prompt, settings):
         """(the prompt's ids, a `Generator` for them; None for no new
@@ -269,10 +260,15 @@ class CausalLMPredictor(Predictor):
         ids = self.prompt_ids(prompt, new_tokens)
         if new_tokens == 0:
             return ids, None
+        return ids, self._new_generator(ids, new_tokens, settings)
+
+    def _new_generator(self, ids, new_tokens, settings):
+        """A `Generator` continuing `ids` by `new_tokens` with `settings`
+        (`Generator` keywords)."""
         from tfformer.decoding import Generator
 
         tokenizer = self.tokenizer
-        generator = Generator(
+        return Generator(
             self.model,
             max_length=len(ids) + new_tokens,
             start_id=tokenizer.start_id,
@@ -280,7 +276,6 @@ class CausalLMPredictor(Predictor):
             pad_id=tokenizer.pad_id,
             **settings,
         )
-        return ids, generator
 
     def prompt_ids(self, prompt, max_new_tokens):
         """The token ids a prompt starts from: its tokens, cut from the left

@@ -11,8 +11,7 @@ import pytest
 
 import tfformer
 from tests.training.convert.huggingface.test_llama import (
-    SIZES,
-    llama_tensors,
+    own_head_tensors,
     ragged_batch,
 )
 from tests.training.convert.huggingface.test_llama import (
@@ -47,14 +46,7 @@ GEMMA = {
 def gemma_tensors(rng):
     """Llama's tensors (tied) with projections for heads of HEAD_DIM and
     norm weights w around 0 (Gemma's scales are 1 + w)."""
-    tensors = llama_tensors(rng, tie=True)
-    d, heads, kv = SIZES["hidden"], SIZES["heads"], SIZES["kv"]
-    for i in range(SIZES["layers"]):
-        layer = f"model.layers.{i}.self_attn"
-        for part, rows in (("q", heads), ("k", kv), ("v", kv)):
-            shape = (rows * HEAD_DIM, d)
-            tensors[f"{layer}.{part}_proj.weight"] = 0.3 * rng.normal(size=shape)
-        tensors[f"{layer}.o_proj.weight"] = 0.3 * rng.normal(size=(d, heads * HEAD_DIM))
+    tensors = own_head_tensors(rng, HEAD_DIM)
     for name in tensors:
         if name.endswith("norm.weight"):
             tensors[name] = rng.uniform(-0.8, 1.0, size=tensors[name].shape)

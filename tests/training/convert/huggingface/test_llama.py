@@ -71,6 +71,20 @@ def llama_tensors(rng, *, tie=False, sizes=SIZES):
     return t
 
 
+def own_head_tensors(rng, head_dim):
+    """Llama's tensors (tied) with query, key, value and output projections
+    for heads of `head_dim` features (not width / heads: Qwen3, Gemma)."""
+    tensors = llama_tensors(rng, tie=True)
+    d, heads, kv = SIZES["hidden"], SIZES["heads"], SIZES["kv"]
+    for i in range(SIZES["layers"]):
+        layer = f"model.layers.{i}.self_attn"
+        for part, rows in (("q", heads), ("k", kv), ("v", kv)):
+            shape = (rows * head_dim, d)
+            tensors[f"{layer}.{part}_proj.weight"] = 0.3 * rng.normal(size=shape)
+        tensors[f"{layer}.o_proj.weight"] = 0.3 * rng.normal(size=(d, heads * head_dim))
+    return tensors
+
+
 def write_checkpoint(path, rng, *, tie=False, tensors=None, config=None, sizes=SIZES):
     """A LlamaForCausalLM checkpoint as `save_pretrained` writes it (its
     tokenizer files are not read)."""

@@ -11,7 +11,7 @@ import pytest
 import tfformer
 from tests.training.convert.huggingface.test_llama import (
     SIZES,
-    llama_tensors,
+    own_head_tensors,
     ragged_batch,
 )
 from tests.training.convert.huggingface.test_llama import (
@@ -48,14 +48,9 @@ QWEN3 = {
 def qwen3_tensors(rng):
     """Llama's tensors (tied) with projections for heads of HEAD_DIM, and
     per-layer query and key norm scales far from 1."""
-    tensors = llama_tensors(rng, tie=True)
-    d, heads, kv = SIZES["hidden"], SIZES["heads"], SIZES["kv"]
+    tensors = own_head_tensors(rng, HEAD_DIM)
     for i in range(SIZES["layers"]):
         layer = f"model.layers.{i}.self_attn"
-        for part, rows in (("q", heads), ("k", kv), ("v", kv)):
-            shape = (rows * HEAD_DIM, d)
-            tensors[f"{layer}.{part}_proj.weight"] = 0.3 * rng.normal(size=shape)
-        tensors[f"{layer}.o_proj.weight"] = 0.3 * rng.normal(size=(d, heads * HEAD_DIM))
         for part in ("q", "k"):
             scale = rng.uniform(0.2, 3.0, size=(HEAD_DIM,))
             tensors[f"{layer}.{part}_norm.weight"] = scale
