@@ -38,6 +38,32 @@ def test_corrupt_weights_and_missing_files_are_named(tmp_path):
     assert nothing_written(tmp_path)
 
 
+def test_a_bit_flipped_safetensors_header_exits_2_in_one_line(tmp_path, capsys):
+    """One flipped bit in the 8-byte header length or in 40 random places of
+    the JSON header: `tfformer-convert` prints one line naming the file or
+    the tensor, exits 2 and writes nothing. (A flip in the tensor data is not
+    detectable: safetensors holds no checksum.)"""
+    import random
+    import struct
+
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(4))
+    weights = source / "model.safetensors"
+    data = weights.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    rng = random.Random(0)
+    for position in [*range(8), *rng.sample(range(8, 8 + length), 40)]:
+        flipped = bytearray(data)
+        flipped[position] ^= 1 << rng.randrange(8)
+        weights.write_bytes(bytes(flipped))
+        capsys.readouterr()
+        out = tmp_path / "run"
+        assert convert_cli.main(["--from", str(source), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert "model.safetensors" in err or "tensor" in err, err
+        assert nothing_written(tmp_path), position
+
+
 def test_the_command_exits_2_and_keeps_an_existing_run(tmp_path, capsys):
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(5))
     out = tmp_path / "run"
