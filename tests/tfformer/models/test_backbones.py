@@ -10,6 +10,7 @@ from tfformer.models import (
     BertBackbone,
     CachedDecoder,
     CausalLM,
+    GemmaBackbone,
     GPTBackbone,
     ImageClassifier,
     LlamaBackbone,
@@ -44,6 +45,18 @@ def backbones():
                 30,
                 num_layers=2,
                 num_key_value_heads=1,
+                max_sequence_length=8,
+                **SMALL,
+                **kw,
+            ),
+            {"token_ids": IDS},
+        ),
+        "gemma": (
+            lambda **kw: GemmaBackbone(
+                30,
+                num_layers=2,
+                num_key_value_heads=1,
+                head_dim=6,
                 max_sequence_length=8,
                 **SMALL,
                 **kw,
@@ -143,6 +156,47 @@ def test_llama_is_the_generic_decoder_with_llamas_options():
     )
     config = llama.get_config()
     assert "normalization" not in config and config["rope_max_wavelength"] == 10000
+
+
+def test_gemma_is_the_generic_decoder_with_gemmas_options():
+    """GEGLU (the tanh GELU on the gate), heads of their own size, a tied
+    output and token embeddings times sqrt(width) on the way in only."""
+    gemma = backbones()["gemma"][0]()
+    generic = GPTBackbone(
+        30,
+        num_layers=2,
+        max_sequence_length=8,
+        num_key_value_heads=1,
+        key_dim=6,
+        position="rotary",
+        normalization="rms",
+        gated_ffn=True,
+        activation="gelu_approximate",
+        use_bias=False,
+        tie_embeddings=True,
+        scale_embeddings=True,
+        dropout=0.0,
+        **SMALL,
+    )
+    generic.set_weights(gemma.get_weights())
+    np.testing.assert_array_equal(
+        numpy_outputs(gemma({"token_ids": IDS}))["output"],
+        numpy_outputs(generic({"token_ids": IDS}))["output"],
+    )
+    embedding = gemma.token_embedding
+    table = keras.ops.convert_to_numpy(embedding.token_embeddings)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(embedding(IDS)), table[IDS] * 4.0, rtol=1e-6
+    )  # sqrt(16)
+    hidden = np.random.default_rng(0).normal(size=(2, 3, 16)).astype("float32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(embedding(hidden, reverse=True)),
+        hidden @ table.T,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    config = gemma.get_config()
+    assert "scale_embeddings" not in config and config["tie_embeddings"] is True
 
 
 def test_a_backbone_keeps_its_dtype_policy_through_a_save(tmp_path):
