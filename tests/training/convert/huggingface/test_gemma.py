@@ -11,6 +11,7 @@ import pytest
 
 import tfformer
 from tests.training.convert.huggingface.test_llama import (
+    overlay_config,
     own_head_tensors,
     ragged_batch,
 )
@@ -18,12 +19,11 @@ from tests.training.convert.huggingface.test_llama import (
     write_checkpoint as write_llama,
 )
 from tests.training.convert.huggingface.testing import (
+    assert_predict_continues_ids,
     assert_refused,
     backbone_logits,
     quiet,
-    reference_greedy,
 )
-from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 
 pytest.importorskip("safetensors")
@@ -57,11 +57,7 @@ def write_checkpoint(path, rng, *, config=None, tensors=None):
     """A GemmaForCausalLM checkpoint as `save_pretrained` writes it."""
     tensors = gemma_tensors(rng) if tensors is None else tensors
     source = write_llama(path, rng, tensors=tensors)
-    path = source / "config.json"
-    settings = {**json.loads(path.read_text()), **GEMMA, **(config or {})}
-    settings.pop("mlp_bias", None)
-    path.write_text(json.dumps(settings))
-    return source
+    return overlay_config(source, GEMMA, config, ("mlp_bias",))
 
 
 def keras_hub_backbone(source):
@@ -104,11 +100,7 @@ def test_the_run_saves_loads_and_generates_as_keras_hub(tmp_path, capsys):
     ids with the tokens a full keras-hub forward pass picks one at a time."""
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
-    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
-    assert code == 0
-    expected = " ".join(str(i) for i in ids)
-    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+    assert_predict_continues_ids(run, keras_hub_backbone(source), capsys)
 
 
 @pytest.mark.parametrize(

@@ -12,18 +12,18 @@ import pytest
 import tfformer
 from tests.training.convert.huggingface.test_llama import (
     llama_tensors,
+    overlay_config,
     ragged_batch,
 )
 from tests.training.convert.huggingface.test_llama import (
     write_checkpoint as write_llama,
 )
 from tests.training.convert.huggingface.testing import (
+    assert_predict_continues_ids,
     assert_refused,
     backbone_logits,
     quiet,
-    reference_greedy,
 )
-from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 
 pytest.importorskip("safetensors")
@@ -48,12 +48,7 @@ def write_checkpoint(path, rng, *, config=None, absent=()):
         for name, value in llama_tensors(rng).items()
     }
     source = write_llama(path, rng, tensors=tensors)
-    path = source / "config.json"
-    settings = {**json.loads(path.read_text()), **MISTRAL, **(config or {})}
-    for key in absent:
-        del settings[key]
-    path.write_text(json.dumps(settings))
-    return source
+    return overlay_config(source, MISTRAL, config, absent)
 
 
 def rewrite_config(source, **settings):
@@ -150,12 +145,7 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     ids with the tokens a full keras-hub forward pass picks one at a time."""
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    # id 0 is a real token of the checkpoint.
-    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
-    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
-    assert code == 0
-    expected = " ".join(str(i) for i in ids)
-    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+    assert_predict_continues_ids(run, keras_hub_backbone(source), capsys)
 
 
 @pytest.mark.parametrize(

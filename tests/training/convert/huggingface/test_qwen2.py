@@ -3,8 +3,6 @@ layout (`Qwen2ForCausalLM`: Llama's tensor names and shapes plus biases on
 the query, key and value projections), checked against keras-hub's
 `QwenBackbone` reading the same directory."""
 
-import json
-
 import numpy as np
 import pytest
 
@@ -12,19 +10,19 @@ import tfformer
 from tests.training.convert.huggingface.test_llama import (
     SIZES,
     llama_tensors,
+    overlay_config,
     ragged_batch,
 )
 from tests.training.convert.huggingface.test_llama import (
     write_checkpoint as write_llama,
 )
 from tests.training.convert.huggingface.testing import (
+    assert_predict_continues_ids,
     assert_refused,
     backbone_logits,
     changed,
     quiet,
-    reference_greedy,
 )
-from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 
 pytest.importorskip("safetensors")
@@ -60,12 +58,9 @@ def write_checkpoint(path, rng, *, config=None, tensors=None, absent=()):
     the config.json keys `absent`."""
     tensors = qwen2_tensors(rng) if tensors is None else tensors
     source = write_llama(path, rng, tensors=tensors)
-    path = source / "config.json"
-    settings = {**json.loads(path.read_text()), **QWEN2, **(config or {})}
-    for key in ("attention_bias", "mlp_bias", *absent):
-        settings.pop(key, None)
-    path.write_text(json.dumps(settings))
-    return source
+    return overlay_config(
+        source, QWEN2, config, ("attention_bias", "mlp_bias", *absent)
+    )
 
 
 def keras_hub_backbone(source):
@@ -111,11 +106,7 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     ids with the tokens a full keras-hub forward pass picks one at a time."""
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
-    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
-    assert code == 0
-    expected = " ".join(str(i) for i in ids)
-    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+    assert_predict_continues_ids(run, keras_hub_backbone(source), capsys)
 
 
 @pytest.mark.parametrize(

@@ -3,14 +3,13 @@ layout (`Qwen3ForCausalLM`: Llama's tensor names plus `q_norm` and `k_norm`
 per layer, and heads of their own `head_dim`), checked against keras-hub's
 `Qwen3Backbone` reading the same directory."""
 
-import json
-
 import numpy as np
 import pytest
 
 import tfformer
 from tests.training.convert.huggingface.test_llama import (
     SIZES,
+    overlay_config,
     own_head_tensors,
     ragged_batch,
 )
@@ -18,13 +17,12 @@ from tests.training.convert.huggingface.test_llama import (
     write_checkpoint as write_llama,
 )
 from tests.training.convert.huggingface.testing import (
+    assert_predict_continues_ids,
     assert_refused,
     backbone_logits,
     changed,
     quiet,
-    reference_greedy,
 )
-from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 
 pytest.importorskip("safetensors")
@@ -61,11 +59,7 @@ def write_checkpoint(path, rng, *, config=None, tensors=None):
     """A Qwen3ForCausalLM checkpoint as `save_pretrained` writes it."""
     tensors = qwen3_tensors(rng) if tensors is None else tensors
     source = write_llama(path, rng, tensors=tensors)
-    path = source / "config.json"
-    settings = {**json.loads(path.read_text()), **QWEN3, **(config or {})}
-    settings.pop("mlp_bias", None)
-    path.write_text(json.dumps(settings))
-    return source
+    return overlay_config(source, QWEN3, config, ("mlp_bias",))
 
 
 def keras_hub_backbone(source):
@@ -117,11 +111,7 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     full keras-hub forward pass picks one at a time."""
     source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
-    ids = reference_greedy(keras_hub_backbone(source), [1, 5, 0, 12], 6, end=2)
-    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", "1 5 0 12"])
-    assert code == 0
-    expected = " ".join(str(i) for i in ids)
-    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+    assert_predict_continues_ids(run, keras_hub_backbone(source), capsys)
 
 
 @pytest.mark.parametrize(

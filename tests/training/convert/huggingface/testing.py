@@ -36,6 +36,21 @@ def reference_greedy(reference, ids, steps, end):
     return ids
 
 
+def assert_predict_continues_ids(run, reference, capsys, prompt=(1, 5, 0, 12)):
+    """`tfformer-predict` on the token-id run `run` continues `prompt` (id 0
+    a real token of the checkpoint) by 6 greedy tokens (KV-cached), the ones
+    a full forward pass of the keras-hub backbone `reference` picks one at a
+    time up to the end id 2."""
+    from tfformer.training.commands import predict as predict_cli
+
+    ids = reference_greedy(reference, list(prompt), 6, end=2)
+    text = " ".join(str(i) for i in prompt)
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", text])
+    assert code == 0
+    expected = " ".join(str(i) for i in ids)
+    assert capsys.readouterr().out.split("\n")[0].strip() == expected
+
+
 def nothing_written(tmp_path):
     """Whether `tmp_path` holds only the checkpoint directory "hf"."""
     return sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
