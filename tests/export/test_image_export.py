@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import tfformer
 from tests.fuzzing import fuzz_settings
 from tests.testing import run_python
+from tests.training.tiny import NO_XLA
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
@@ -54,6 +55,7 @@ def case(tmp_path_factory):
             "train.learning_rate=0.003",
             "train.warmup_steps=5",
             "train.verbose=0",
+            NO_XLA,
             f"train.output_dir={root / 'run'}",
         ]
     )

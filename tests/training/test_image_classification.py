@@ -13,6 +13,7 @@ from tests.tfformer.layers.test_transformer_encoder_block import (
     reference_encoder_block,
 )
 from tests.training.test_image_data import write_image
+from tests.training.tiny import NO_XLA
 from tfformer.models import vit
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
@@ -68,6 +69,7 @@ def trained(tmp_path_factory):
             "train.learning_rate=0.003",
             "train.warmup_steps=5",
             "train.verbose=0",
+            NO_XLA,
             f"train.output_dir={root / 'run'}",
         ]
     )

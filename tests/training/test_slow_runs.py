@@ -25,6 +25,7 @@ KILLABLE = [
     "data.test_size=64",
     "data.vocabulary_sample_size=500",
     "model.dropout=0.0",
+    "train.jit_compile=true",  # the default config's XLA step, killed and resumed
     "train.steps_per_epoch=40",
     "train.epochs=2",
     "train.warmup_steps=20",

@@ -15,6 +15,7 @@ import pytest
 import tfformer
 from tests.testing import transformer_blocks, tree_digest
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
+from tests.training.tiny import NO_XLA
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.convert import convert
 from tfformer.training.tasks import get_task
@@ -373,6 +374,7 @@ def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
             "train.steps_per_epoch=2",
             "train.batch_size=4",
             "train.verbose=0",
+            NO_XLA,
             f"train.output_dir={tmp_path / 'classifier'}",
         ]
     )

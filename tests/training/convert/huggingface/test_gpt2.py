@@ -21,6 +21,7 @@ from tests.training.convert.huggingface.testing import (
     reference_greedy,
     served_greedy,
 )
+from tests.training.tiny import NO_XLA
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import evaluate as evaluate_cli
 from tfformer.training.commands import predict as predict_cli
@@ -519,6 +520,7 @@ def fine_tuning_config(tmp_path, run, *overrides):
             "train.learning_rate=3e-3",
             "train.label_smoothing=0",
             "train.verbose=0",
+            NO_XLA,
             f"train.output_dir={tmp_path / 'tuned'}",
             *overrides,
         ]

@@ -19,6 +19,7 @@ from tests.training.convert.huggingface.testing import (
     reference_greedy,
     served_greedy,
 )
+from tests.training.tiny import NO_XLA
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
@@ -422,6 +423,7 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
         "train.learning_rate=1e-2",
         "train.label_smoothing=0",
         "train.verbose=0",
+        NO_XLA,
         f"train.output_dir={tmp_path / 'tuned'}",
     ]
     config = load_config(overrides=overrides)

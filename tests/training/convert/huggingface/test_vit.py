@@ -17,6 +17,7 @@ from tests.testing import transformer_blocks
 from tests.training.convert.huggingface.testing import assert_refused, changed, quiet
 from tests.training.test_image_classification import COLOURS, colour_images
 from tests.training.test_image_data import write_image
+from tests.training.tiny import NO_XLA
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.config import load_config
 from tfformer.training.convert import convert
@@ -349,6 +350,7 @@ def finetune_config(root, run, *extra, out="finetuned"):
             "train.learning_rate=0.003",
             "train.warmup_steps=2",
             "train.verbose=0",
+            NO_XLA,
             f"train.output_dir={root / out}",
             *extra,
         ]
