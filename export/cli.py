@@ -21,6 +21,7 @@ import json
 import os
 import sys
 
+from tfformer.errors import InputError
 from tfformer.runs.files import atomic_write_text
 
 FORMATS = ("saved_model", "tflite", "litertlm")
@@ -29,13 +30,13 @@ FORMATS = ("saved_model", "tflite", "litertlm")
 def read_sentences(path):
     """Lines of a UTF-8 text file (plain or .gz), for full-int8 calibration."""
     if not os.path.isfile(path):
-        raise ValueError(f"--representative-data file not found: {path!r}")
+        raise InputError(f"--representative-data file not found: {path!r}")
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rt", encoding="utf-8") as f:
             return [line.rstrip("\n") for line in f]
     except (UnicodeDecodeError, OSError) as e:
-        raise ValueError(f"--representative-data {path!r} is unreadable: {e}") from None
+        raise InputError(f"--representative-data {path!r} is unreadable: {e}") from None
 
 
 def parser():
@@ -100,7 +101,7 @@ def main(argv=None):
     try:
         args, exporter = parse_args(argv)
         path = export(args, exporter)
-    except ValueError as e:
+    except InputError as e:
         print(f"tfformer-export: error: {e}", file=sys.stderr)
         return 2
     if args.result_json:
@@ -111,12 +112,12 @@ def main(argv=None):
 
 def export(args, exporter):
     if args.format not in FORMATS:
-        raise ValueError(
+        raise InputError(
             f"--format must be one of {FORMATS}. Received: {args.format!r}"
         )
     if args.format == "saved_model":
         if args.quantize != "none":
-            raise ValueError(
+            raise InputError(
                 "--quantize applies to --format tflite. Received: "
                 f"--quantize {args.quantize!r} with --format saved_model"
             )
@@ -131,12 +132,12 @@ def export(args, exporter):
         )
     if args.format == "litertlm":
         if args.quantize != "none":
-            raise ValueError(
+            raise InputError(
                 "--format litertlm bundles the float32 model. Received: "
                 f"--quantize {args.quantize!r}"
             )
         if getattr(args, "prefill_lengths", None):
-            raise ValueError(
+            raise InputError(
                 "--format litertlm bundles one prefill of the whole context. "
                 f"Received: --prefill-lengths {args.prefill_lengths!r}"
             )

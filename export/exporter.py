@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.runs.directory import RunDirectory
 
 # The quantizations calibrated on representative inputs (`export_tflite`).
@@ -77,13 +78,13 @@ class TFLiteSource:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(
+            raise InputError(
                 f"name must be a non-empty str. Received: name={self.name!r}"
             )
         keys = self.signature_keys
         if keys is not None:
             if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
-                raise ValueError(
+                raise InputError(
                     "signature_keys must be a sequence of str or None. Received: "
                     f"signature_keys={keys!r}"
                 )
@@ -152,7 +153,7 @@ class Exporter:
         if not isinstance(run, RunDirectory):
             run = RunDirectory(run)
         if run.task != self.task:
-            raise ValueError(
+            raise InputError(
                 f"{run.path} holds a {run.task!r} run, not a {self.task} run."
             )
         tokenizers = {role: run.tokenizer(role) for role in run.manifest.roles}
@@ -160,7 +161,7 @@ class Exporter:
             if self.tokenizer_kinds is not None and spec.kind not in (
                 self.tokenizer_kinds
             ):
-                raise ValueError(
+                raise InputError(
                     f"{run.path}: exporting a {self.task} run needs a "
                     f"{' or '.join(self.tokenizer_kinds)} {role} tokenizer. "
                     f"Received: {spec.kind!r}"

@@ -34,6 +34,7 @@ import json
 import os
 import tempfile
 
+from tfformer.errors import InputError
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.bpe_tokenizer import (
     LLAMA3_SPLIT,
@@ -142,7 +143,7 @@ def token_id_tokenizer_json(tokenizer):
     it)."""
     offset = tokenizer.id_offset
     if offset != 1:  # what conversions write; id 0 is the unknown word's
-        raise ValueError(f"id_offset must be 1. Received: {offset!r}")
+        raise InputError(f"id_offset must be 1. Received: {offset!r}")
     vocabulary = {BUNDLE_PADDING: 0}
     vocabulary.update(
         {f"\u2581{k}": k + offset for k in range(tokenizer.vocabulary_size - offset)}
@@ -185,7 +186,7 @@ def bpe_tokenizer_json(tokenizer):
     the metadata's start token first)."""
     offset = tokenizer.id_offset
     if offset not in (0, 1):
-        raise ValueError(f"id_offset must be 0 or 1. Received: {offset!r}")
+        raise InputError(f"id_offset must be 0 or 1. Received: {offset!r}")
     vocabulary = {BUNDLE_PADDING: 0} if offset else {}
     vocabulary.update({t: i + offset for i, t in enumerate(tokenizer.vocabulary)})
     byte_level = {
@@ -256,7 +257,7 @@ def require_packages():
         import litert_lm
         from litert_lm_builder import litertlm_builder as builder
     except ImportError as e:
-        raise ValueError(
+        raise InputError(
             f"--format litertlm needs litert-lm-builder and litert-lm-api ({e}): "
             'pip install "tfformer[litertlm]"'
         ) from None
@@ -334,10 +335,10 @@ def check_bundle(
     try:
         got = litert_lm_greedy(bundle_path, prompt, max_tokens)
     except RuntimeError as e:
-        raise ValueError(f"LiteRT-LM could not run the bundle: {e}") from None
+        raise InputError(f"LiteRT-LM could not run the bundle: {e}") from None
     expected = reference_greedy(tflite_path, prompt, max_tokens, tokenizer, stop_ids)
     if got != expected:
-        raise ValueError(
+        raise InputError(
             f"LiteRT-LM decoded {got!r} from {prompt!r}; the reference runtime "
             f"decodes {expected!r}. The bundle is not written."
         )
@@ -349,14 +350,14 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
     require_packages()
     run = RunDirectory(run_dir)
     if run.task != "causal_lm":
-        raise ValueError(
+        raise InputError(
             f"--format litertlm is for causal_lm runs. Received: a {run.task!r} "
             f"run ({run.path})"
         )
     # From the manifest: the model is loaded once, by the TFLite export.
     spec = run.tokenizer("text")
     if spec.kind not in ("byte", "bpe", "ids"):
-        raise ValueError(
+        raise InputError(
             "--format litertlm supports runs trained on bytes "
             "(data.tokenizer=byte) and converted runs with a byte-level BPE "
             "(GPT-2's, Llama 3's) or of token ids. Received: a run with the "

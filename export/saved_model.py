@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import time
 
+from tfformer.errors import InputError
 from tfformer.export.tasks import get_exporter
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import current_umask
@@ -32,7 +33,7 @@ def next_version(out_dir):
 
 def _check_version(version):
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(
+        raise InputError(
             f"version must be a positive int (TF Serving's version directory). "
             f"Received: version={version!r}"
         )
@@ -74,7 +75,7 @@ def export_saved_model(
     version = next_version(out_dir) if version is None else version
     final = os.path.join(out_dir, str(version))
     if os.path.exists(final):
-        raise ValueError(
+        raise InputError(
             f"{final} exists already; a served version is never overwritten. "
             "Pass another version or leave it out to take the next one."
         )

@@ -44,6 +44,7 @@ import time
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.exporter import CALIBRATED
 from tfformer.export.flatbuffer import float_ops
@@ -139,7 +140,7 @@ def convert(
         if input_type is not None:
             converter.inference_input_type = input_type
     elif input_type is not None:
-        raise ValueError(
+        raise InputError(
             f"input_type applies to {CALIBRATED}. Received: quantize={quantize!r}"
         )
     flatbuffer = converter.convert()
@@ -159,7 +160,7 @@ def check_integer_only(flatbuffer):
     floats = float_ops(flatbuffer)
     if floats:
         listed = ", ".join(f"{name} x{count}" for name, count in sorted(floats.items()))
-        raise ValueError(
+        raise InputError(
             "quantize='integer_only': TensorFlow "
             f"{tf.__version__}'s quantizer left these ops in float: {listed}. "
             "This model's graph cannot run integer-only; export it with "
@@ -208,14 +209,14 @@ def export_tflite(
         no partial model.
     """
     if quantize not in QUANTIZATIONS:
-        raise ValueError(
+        raise InputError(
             f"quantize must be one of {QUANTIZATIONS}. Received: quantize={quantize!r}"
         )
     run = RunDirectory(run_dir)
     exporter = get_exporter(run.task)
     exporter.check_tflite_options(quantize, **options)
     if quantize in CALIBRATED and representative_sentences is None:
-        raise ValueError(
+        raise InputError(
             f"quantize={quantize!r} needs representative_sentences "
             "(--representative-data FILE: raw inputs, one per line: source "
             "sentences, text, or image file paths)."

@@ -31,6 +31,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
     SUFFIX,
@@ -149,9 +150,9 @@ class CoreWordPiece(tf.Module):
         try:
             ids = special_token_ids(vocabulary, special_tokens)
         except ValueError as e:
-            raise ValueError(f"{vocabulary_file}: {e}") from None
+            raise InputError(f"{vocabulary_file}: {e}") from None
         if normalizer not in (None, "bert"):
-            raise ValueError(
+            raise InputError(
                 f"normalizer must be None or 'bert'. Received: {normalizer!r}"
             )
         self.unk_id = ids["unk"]

@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 # (`tfformer.startup`; TFFORMER_VERBOSE=1 keeps them). User code that
 # imports tfformer is not touched.
 from tfformer import startup as _startup
+from tfformer.errors import InputError, InputTypeError
 
 _help_only = _startup.help_only()
 if _startup.is_command() and not _help_only:
@@ -35,7 +36,7 @@ if _startup.is_command() and not _help_only:
 if not _help_only:
     from tfformer import layers, models
 
-__all__ = ["layers", "load", "models"]
+__all__ = ["InputError", "InputTypeError", "layers", "load", "models"]
 
 
 def load(path, checkpoint="model.keras"):

@@ -14,6 +14,7 @@ import time
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.runs.files import atomic_path, atomic_write_text, read_text
 
 BACKUP_WEIGHTS = "latest.weights.h5"
@@ -60,9 +61,9 @@ def read_backup_state(directory):
     try:
         state = json.loads(read_text(path))
     except (ValueError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is damaged ({e}): {DAMAGED_BACKUP}") from None
+        raise InputError(f"{path} is damaged ({e}): {DAMAGED_BACKUP}") from None
     if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
-        raise ValueError(
+        raise InputError(
             f"{path} is damaged (no integer global_step): {DAMAGED_BACKUP}"
         )
     return state
@@ -79,7 +80,7 @@ def restore_backup(model, directory):
         return None
     weights = os.path.join(directory, BACKUP_WEIGHTS)
     if not os.path.isfile(weights):
-        raise ValueError(f"{directory} has {BACKUP_STATE} but no {BACKUP_WEIGHTS}.")
+        raise InputError(f"{directory} has {BACKUP_STATE} but no {BACKUP_WEIGHTS}.")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     try:
@@ -88,7 +89,7 @@ def restore_backup(model, directory):
         # h5py's OSError for a truncated or garbled file; Keras's ValueError
         # for one whose layers or shapes are not this model's.
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ValueError(
+        raise InputError(
             f"{weights} cannot be read ({detail}): {DAMAGED_BACKUP}"
         ) from None
     # The weights carry the optimizer's step; a kill between writing them and
@@ -175,7 +176,7 @@ class BestModel(keras.callbacks.Callback):
     def __init__(self, path, monitor="val_loss", mode="min", *, best=None, write=True):
         super().__init__()
         if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max'. Received: mode={mode!r}")
+            raise InputError(f"mode must be 'min' or 'max'. Received: mode={mode!r}")
         self.path = path
         self.monitor = monitor
         self.mode = mode
@@ -432,7 +433,7 @@ class AveragedWeights(keras.callbacks.Callback):
         optimizer = self.model.optimizer
         inner = getattr(optimizer, "inner_optimizer", optimizer)  # loss scaling
         if not inner.use_ema:
-            raise ValueError(
+            raise InputError(
                 "AveragedWeights needs an optimizer with use_ema=True. "
                 f"Received: {type(inner).__name__}(use_ema={inner.use_ema})"
             )

@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Literal
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.tasks import DEFAULT_TASK, TASK_NAMES, task_schema
 from tfformer.training.tasks.base import check_positive
 
@@ -131,7 +132,7 @@ def _check_value(where, value, annotation):
         if isinstance(value, bool) and "true" in choices:
             value = str(value).lower()
         if value not in choices:
-            raise ValueError(
+            raise InputError(
                 f"{where} must be one of {list(choices)}. Received: {where}={value!r}"
             )
         return value
@@ -140,7 +141,7 @@ def _check_value(where, value, annotation):
         if isinstance(value, str):
             value = [v for v in value.split(",") if v]
         if not isinstance(value, list | tuple):
-            raise TypeError(f"{where} must be a list. Received: {where}={value!r}")
+            raise InputTypeError(f"{where} must be a list. Received: {where}={value!r}")
         return tuple(
             _check_value(f"{where}[{i}]", v, item_type) for i, v in enumerate(value)
         )
@@ -148,7 +149,7 @@ def _check_value(where, value, annotation):
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
         if not isinstance(value, bool):
-            raise TypeError(
+            raise InputTypeError(
                 f"{where} must be true or false. Received: {where}={value!r}"
             )
         return value
@@ -159,7 +160,7 @@ def _check_value(where, value, annotation):
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{where} must be an int. Received: {where}={value!r}")
+            raise InputTypeError(f"{where} must be an int. Received: {where}={value!r}")
         return value
     if annotation is float:
         if isinstance(value, str):
@@ -168,26 +169,30 @@ def _check_value(where, value, annotation):
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TypeError(f"{where} must be a number. Received: {where}={value!r}")
+            raise InputTypeError(
+                f"{where} must be a number. Received: {where}={value!r}"
+            )
         return float(value)
     if annotation is str:
         if not isinstance(value, str):
-            raise TypeError(f"{where} must be a string. Received: {where}={value!r}")
+            raise InputTypeError(
+                f"{where} must be a string. Received: {where}={value!r}"
+            )
         return value
-    raise TypeError(f"Unsupported config type {annotation} for {where}.")
+    raise TypeError(f"no parser for {annotation} ({where})")  # a fault, not input
 
 
 def parse_section(name, cls, values):
     """A `cls` dataclass from a mapping, every value checked against its type."""
     if not isinstance(values, dict):
-        raise TypeError(
+        raise InputTypeError(
             f"Config section {name!r} must be a mapping. Received: {values!r}"
         )
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"Unknown config key(s) {[f'{name}.{k}' for k in unknown]}. "
             f"Known keys of {name!r}: {sorted(known)}"
         )
@@ -202,16 +207,16 @@ _SECTIONS = ("data", "model", "train")
 def config_from_dict(values):
     """Builds a validated `Config` from nested dicts (as read from a file)."""
     if not isinstance(values, dict):
-        raise TypeError(f"A config must be a mapping. Received: {values!r}")
+        raise InputTypeError(f"A config must be a mapping. Received: {values!r}")
     unknown = sorted(set(values) - {"task", *_SECTIONS})
     if unknown:
-        raise ValueError(
+        raise InputError(
             f"Unknown config section(s) {unknown}. Known: ['task', "
             f"{', '.join(repr(s) for s in _SECTIONS)}]"
         )
     name = values.get("task", DEFAULT_TASK)
     if name not in TASK_NAMES:
-        raise ValueError(
+        raise InputError(
             f"task must be one of {list(TASK_NAMES)}. Received: task={name!r}"
         )
     task = task_schema(name)
@@ -231,13 +236,13 @@ def apply_overrides(values, overrides):
     values = json.loads(json.dumps(values))
     for item in overrides:
         if "=" not in item:
-            raise ValueError(f"--set takes section.key=value. Received: --set {item!r}")
+            raise InputError(f"--set takes section.key=value. Received: --set {item!r}")
         key, raw = item.split("=", 1)
         if key == "task":
             values["task"] = raw
             continue
         if key.count(".") != 1:
-            raise ValueError(
+            raise InputError(
                 "--set key must be section.key (e.g. train.epochs) or task. "
                 f"Received: {key!r}"
             )
@@ -253,19 +258,27 @@ def apply_overrides(values, overrides):
 def read_config_file(path):
     """The nested dicts in a `.json`, `.yaml` or `.yml` file."""
     if not os.path.isfile(path):
-        raise ValueError(f"config file not found. Received: --config {path!r}")
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+        raise InputError(f"config file not found. Received: --config {path!r}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (UnicodeDecodeError, OSError) as e:
+        raise InputError(f"config file {path!r} is unreadable: {e}") from None
     if path.endswith((".yaml", ".yml")):
         import yaml
 
-        return yaml.safe_load(text) or {}
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            raise InputError(
+                f"{path} is not valid YAML: {' '.join(str(e).split())}"
+            ) from None
     if path.endswith(".json"):
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
-    raise ValueError(f"config must be .json, .yaml or .yml. Received: {path!r}")
+            raise InputError(f"{path} is not valid JSON: {e}") from None
+    raise InputError(f"config must be .json, .yaml or .yml. Received: {path!r}")
 
 
 def load_config(path=None, overrides=()):
@@ -287,7 +300,7 @@ def validate(config):
     if t.schedule == "paper" and (
         t.learning_rate is not None or t.schedule_steps is not None
     ):
-        raise ValueError(
+        raise InputError(
             "train.learning_rate and train.schedule_steps belong to "
             "train.schedule='cosine' or 'linear'; the paper schedule is scaled with "
             "train.learning_rate_scale. Received: "
@@ -295,25 +308,25 @@ def validate(config):
             f"train.schedule_steps={t.schedule_steps}"
         )
     if not 0.0 <= t.weight_decay < 1.0:
-        raise ValueError(
+        raise InputError(
             f"train.weight_decay must be in [0, 1). Received: {t.weight_decay}"
         )
     if t.schedule in ("cosine", "linear"):
         if t.learning_rate is None:
-            raise ValueError(
+            raise InputError(
                 f"train.schedule={t.schedule!r} needs train.learning_rate (its "
                 "peak). Received: train.learning_rate=None"
             )
         check_positive("train.learning_rate", t.learning_rate)
         if not 0.0 <= t.final_learning_rate_fraction <= 1.0:
-            raise ValueError(
+            raise InputError(
                 "train.final_learning_rate_fraction must be in [0, 1]. Received: "
                 f"{t.final_learning_rate_fraction}"
             )
         if t.schedule_steps is not None:
             check_positive("train.schedule_steps", t.schedule_steps)
             if t.schedule_steps <= t.warmup_steps:
-                raise ValueError(
+                raise InputError(
                     "train.schedule_steps must exceed train.warmup_steps. "
                     f"Received: train.schedule_steps={t.schedule_steps}, "
                     f"train.warmup_steps={t.warmup_steps}"
@@ -321,7 +334,7 @@ def validate(config):
     if t.steps_per_epoch is not None:
         check_positive("train.steps_per_epoch", t.steps_per_epoch)
         if t.steps_per_epoch % t.steps_per_execution:
-            raise ValueError(
+            raise InputError(
                 "train.steps_per_epoch must be a multiple of "
                 "train.steps_per_execution: Keras runs whole executions, so each "
                 "epoch would train on into the next one. Received: "
@@ -331,24 +344,24 @@ def validate(config):
     if t.clipnorm is not None:
         check_positive("train.clipnorm", t.clipnorm)
     if t.ema_momentum is not None and not 0.0 < t.ema_momentum < 1.0:
-        raise ValueError(
+        raise InputError(
             "train.ema_momentum must be in (0, 1), or null for no averaging. "
             f"Received: train.ema_momentum={t.ema_momentum}"
         )
     if not 0.0 <= t.label_smoothing < 1.0:
-        raise ValueError(
+        raise InputError(
             "train.label_smoothing must be in [0, 1). "
             f"Received: train.label_smoothing={t.label_smoothing}"
         )
     if t.final_evaluation_examples < 1:
-        raise ValueError(
+        raise InputError(
             "train.final_evaluation_examples must be >= 1 (train.final_evaluation"
             f"=false skips it). Received: {t.final_evaluation_examples}"
         )
     if t.schedule_clock == "budget" and (
         t.schedule not in ("cosine", "linear") or t.time_budget_minutes is None
     ):
-        raise ValueError(
+        raise InputError(
             "train.schedule_clock='budget' decays a 'cosine' or 'linear' schedule "
             "over train.time_budget_minutes; set both. Received: "
             f"train.schedule={t.schedule!r}, "
@@ -357,12 +370,12 @@ def validate(config):
     if t.time_budget_minutes is not None:
         check_positive("train.time_budget_minutes", t.time_budget_minutes)
         if t.strategy == "multi_worker":
-            raise ValueError(
+            raise InputError(
                 "train.time_budget_minutes is not supported with "
                 "train.strategy='multi_worker': workers would stop at different "
                 "steps."
             )
     if t.strategy == "tpu" and t.precision == "mixed_float16":
-        raise ValueError("TPUs train in mixed_bfloat16, not mixed_float16.")
+        raise InputError("TPUs train in mixed_bfloat16, not mixed_float16.")
     task_schema(config.task).validate(config)
     return config

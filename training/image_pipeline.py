@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.training.pipeline import Examples, epoch_stream, shard_indices
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -55,17 +56,17 @@ class ImageExamples(Examples):
         pixels = np.asarray(pixels)
         labels = np.asarray(labels, np.int32)
         if pixels.ndim != 4 or pixels.shape[-1] != 3 or pixels.dtype != np.uint8:
-            raise ValueError(
+            raise InputError(
                 "pixels must be uint8 (n, height, width, 3). Received: "
                 f"{pixels.dtype} {pixels.shape}"
             )
         if labels.shape != (len(pixels),):
-            raise ValueError(
+            raise InputError(
                 f"labels must be one class id per image ({len(pixels)}). "
                 f"Received: shape {labels.shape}"
             )
         if len(labels) and not 0 <= labels.min() <= labels.max() < num_classes:
-            raise ValueError(
+            raise InputError(
                 f"labels must be class ids in [0, {num_classes}). Received: "
                 f"{labels.min()} to {labels.max()}"
             )

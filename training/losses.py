@@ -5,6 +5,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfformer.errors import InputError
+
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
@@ -36,7 +38,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         **kwargs,
     ):
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(
+            raise InputError(
                 "label_smoothing must be in [0, 1). "
                 f"Received: label_smoothing={label_smoothing}"
             )

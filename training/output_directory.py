@@ -21,6 +21,7 @@ import json
 import os
 import time
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.runs.directory import CONFIG, MANIFEST
 
 # The config entries that make two configs the same run.
@@ -60,14 +61,16 @@ def saved_identity(output_dir):
     values = RunDirectory(output_dir).read_config()  # names a broken file
     try:
         if not isinstance(values, dict):
-            raise TypeError(f"a config must be a mapping, not {type(values).__name__}")
+            raise InputTypeError(
+                f"a config must be a mapping, not {type(values).__name__}"
+            )
         # Only what names the run: the saved train section may fail today's
         # checks and still be resumed with another.
         named = {key: values[key] for key in IDENTITY if key in values}
         return identity(config_from_dict(named).to_dict())
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         path = os.path.join(output_dir, CONFIG)
-        raise ValueError(
+        raise InputError(
             f"{path} is not a training config this version reads: {e}"
         ) from None
 
@@ -95,14 +98,14 @@ def check_output_directory(config, *, start_over=False):
     where = f"train.output_dir={output_dir!r}"
     init_from = getattr(config.model, "init_from", None)
     if init_from is not None and is_within(init_from, output_dir):
-        raise ValueError(
+        raise InputError(
             f"model.init_from={init_from!r} is inside {where}: training would "
             "write over the run it starts from. Use another train.output_dir."
         )
     if not os.path.exists(output_dir):
         return "new"
     if not os.path.isdir(output_dir):
-        raise ValueError(f"{where} is a file, not a directory.")
+        raise InputError(f"{where} is a file, not a directory.")
     entries = sorted(os.listdir(output_dir))
     if not entries:
         return "new"
@@ -130,7 +133,7 @@ def check_output_directory(config, *, start_over=False):
     else:
         listed = ", ".join(entries[:SHOWN]) + (", ..." if len(entries) > SHOWN else "")
         problem = f"{where} is not empty and holds no training run ({listed})."
-    raise ValueError(f"{problem} {way_out(output_dir)}")
+    raise InputError(f"{problem} {way_out(output_dir)}")
 
 
 def aside_path(output_dir, now=None):
@@ -151,7 +154,7 @@ def move_aside(output_dir, progress=print):
     try:
         os.rename(output_dir, aside)
     except OSError as e:  # the working directory, a mount point, no rights
-        raise ValueError(
+        raise InputError(
             f"--start-over could not rename train.output_dir={output_dir!r} to "
             f"{aside}: {e.strerror}. Move it yourself or train elsewhere."
         ) from None

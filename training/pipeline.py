@@ -16,6 +16,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from tfformer.errors import InputError, InputTypeError
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -46,7 +48,7 @@ class Examples:
 
 def _check_ids(name, ids):
     if not isinstance(ids, tf.RaggedTensor):
-        raise TypeError(f"{name} must be a tf.RaggedTensor. Received: {type(ids)}")
+        raise InputTypeError(f"{name} must be a tf.RaggedTensor. Received: {type(ids)}")
 
 
 def seq2seq_examples(source_ids, target_ids, *, start_id, end_id, max_length):
@@ -58,7 +60,7 @@ def seq2seq_examples(source_ids, target_ids, *, start_id, end_id, max_length):
     _check_ids("source_ids", source_ids)
     _check_ids("target_ids", target_ids)
     if source_ids.nrows() != target_ids.nrows():
-        raise ValueError(
+        raise InputError(
             f"source_ids and target_ids differ in length: {source_ids.nrows()} vs "
             f"{target_ids.nrows()}"
         )
@@ -84,7 +86,7 @@ def language_model_examples(ids, *, sequence_length):
     ids = np.asarray(ids, np.int32)
     windows = (len(ids) - 1) // sequence_length
     if windows < 1:
-        raise ValueError(
+        raise InputError(
             f"The text has {len(ids)} tokens, fewer than one window of "
             f"sequence_length={sequence_length} + 1."
         )
@@ -119,7 +121,7 @@ def rows_examples(features, labels):
     lengths = np.array([len(row) for row in features[names[0]]], np.int64)
     for name in names[1:]:
         if [len(row) for row in features[name]] != lengths.tolist():
-            raise ValueError(
+            raise InputError(
                 f"features[{name!r}] rows differ in length from {names[0]!r}."
             )
     ragged = {
@@ -135,7 +137,7 @@ def bucket_index(lengths, bucket_lengths):
     """Index of the smallest bucket that holds each length (numpy)."""
     lengths = np.asarray(lengths)
     if lengths.size and lengths.max() > bucket_lengths[-1]:
-        raise ValueError(
+        raise InputError(
             f"An example of length {lengths.max()} exceeds the largest bucket "
             f"{bucket_lengths[-1]}."
         )
@@ -149,7 +151,7 @@ def token_batch_sizes(bucket_lengths, batch_tokens, multiple=1, name="batch_toke
     split over). Short buckets get many rows, long ones few, so every step
     does about the same work. `name` is the argument's name in errors."""
     if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int):
-        raise TypeError(
+        raise InputTypeError(
             f"{name} must be an int. Received: {batch_tokens!r} "
             f"({type(batch_tokens).__name__})"
         )
@@ -157,7 +159,7 @@ def token_batch_sizes(bucket_lengths, batch_tokens, multiple=1, name="batch_toke
         batch_tokens // length // multiple * multiple for length in bucket_lengths
     )
     if min(sizes) < 1:
-        raise ValueError(
+        raise InputError(
             f"{name}={batch_tokens} holds no batch of {multiple} row(s) of "
             f"the longest bucket ({bucket_lengths[-1]} tokens): it must be at least "
             f"{bucket_lengths[-1] * multiple}."
@@ -174,18 +176,18 @@ def bucket_batch_sizes(batch_size, bucket_lengths):
         if np.ndim(batch_size) != 1 or not all(
             isinstance(s, (int, np.integer)) for s in batch_size
         ):
-            raise TypeError(
+            raise InputTypeError(
                 "batch_size must be an int or one int per bucket. Received: "
                 f"{batch_size!r}"
             )
         sizes = np.asarray(batch_size, np.int64)
         if sizes.shape != (len(bucket_lengths),):
-            raise ValueError(
+            raise InputError(
                 f"batch_size needs one size per bucket ({len(bucket_lengths)}: "
                 f"{list(bucket_lengths)}). Received: {list(batch_size)}"
             )
     if sizes.min() < 1:
-        raise ValueError(f"batch_size must be positive. Received: {batch_size}")
+        raise InputError(f"batch_size must be positive. Received: {batch_size}")
     return sizes
 
 
@@ -241,7 +243,7 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
     lengths = tf.constant(bucket_lengths, tf.int64)
     per_bucket = not isinstance(batch_size, (int, np.integer))
     if per_bucket and not drop_remainder:
-        raise ValueError(
+        raise InputError(
             "batch_size per bucket is for training streams (drop_remainder=True); "
             f"evaluation pads its last batches to one size. Received: "
             f"batch_size={batch_size}"
@@ -318,17 +320,17 @@ def shard_indices(count, batch_size, steps_per_epoch, num_shards, shard_index):
     """The example indices of one shard (int64 tensor), after checking a
     training stream's arguments (ValueError naming them)."""
     if np.min(batch_size) < 1 or steps_per_epoch < 1:
-        raise ValueError(
+        raise InputError(
             "batch_size and steps_per_epoch must be positive. Received: "
             f"batch_size={batch_size}, steps_per_epoch={steps_per_epoch}"
         )
     if not 0 <= shard_index < num_shards:
-        raise ValueError(
+        raise InputError(
             f"shard_index must be in [0, {num_shards}). Received: {shard_index}"
         )
     indices = tf.constant(np.arange(shard_index, count, num_shards, np.int64))
     if indices.shape[0] == 0:
-        raise ValueError(f"Shard {shard_index} of {num_shards} holds no examples.")
+        raise InputError(f"Shard {shard_index} of {num_shards} holds no examples.")
     return indices
 
 

@@ -6,6 +6,8 @@ import math
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
+
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -20,11 +22,11 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __init__(self, hidden_dim, warmup_steps=4000, scale=1.0):
         for name, value in (("hidden_dim", hidden_dim), ("warmup_steps", warmup_steps)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
+                raise InputError(
                     f"{name} must be a positive int. Received: {name}={value!r}"
                 )
         if not scale > 0:
-            raise ValueError(f"scale must be positive. Received: scale={scale!r}")
+            raise InputError(f"scale must be positive. Received: scale={scale!r}")
         self.hidden_dim = hidden_dim
         self.warmup_steps = warmup_steps
         self.scale = float(scale)
@@ -66,7 +68,7 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
         clock="steps",
     ):
         if decay not in ("cosine", "linear"):
-            raise ValueError(
+            raise InputError(
                 f"decay must be 'cosine' or 'linear'. Received: decay={decay!r}"
             )
         for name, value in (
@@ -74,22 +76,22 @@ class WarmupCosineSchedule(keras.optimizers.schedules.LearningRateSchedule):
             ("total_steps", total_steps),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
+                raise InputError(
                     f"{name} must be a positive int. Received: {name}={value!r}"
                 )
         if total_steps <= warmup_steps:
-            raise ValueError(
+            raise InputError(
                 "total_steps must exceed warmup_steps. Received: "
                 f"total_steps={total_steps}, warmup_steps={warmup_steps}"
             )
         if not peak > 0:
-            raise ValueError(f"peak must be positive. Received: peak={peak!r}")
+            raise InputError(f"peak must be positive. Received: peak={peak!r}")
         if not 0.0 <= final_fraction <= 1.0:
-            raise ValueError(
+            raise InputError(
                 f"final_fraction must be in [0, 1]. Received: {final_fraction!r}"
             )
         if clock not in ("steps", "budget"):
-            raise ValueError(
+            raise InputError(
                 f"clock must be 'steps' or 'budget'. Received: clock={clock!r}"
             )
         self.clock = clock

@@ -15,6 +15,7 @@ import time
 import keras
 from tensorflow.data.experimental import assert_cardinality
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.runs.directory import (
     BACKUP,
     BEST_MODEL,
@@ -63,13 +64,13 @@ def learning_rate(config, total_steps=None):
     if train_config.schedule in ("cosine", "linear"):
         steps = train_config.schedule_steps or total_steps
         if steps is None:
-            raise ValueError(
+            raise InputError(
                 f"train.schedule={train_config.schedule!r} needs "
                 "train.schedule_steps here (the run's total steps are not known). "
                 "Received: None"
             )
         if steps <= train_config.warmup_steps:
-            raise ValueError(
+            raise InputError(
                 f"train.warmup_steps ({train_config.warmup_steps}) must be below "
                 f"the {train_config.schedule} schedule's {steps} steps "
                 "(train.epochs x steps per epoch, or train.schedule_steps)."
@@ -172,7 +173,9 @@ def train(config, *, progress=print, start_over=False):
     config has passed every check, and trains from scratch.
     """
     if not isinstance(config, Config):
-        raise TypeError(f"config must be a training Config. Received: {type(config)}")
+        raise InputTypeError(
+            f"config must be a training Config. Received: {type(config)}"
+        )
     check_trainable(config.task)  # a converted-only task: say what to do
     started = time.perf_counter()
     train_config = config.train
@@ -253,7 +256,7 @@ class InputLayout:
     def for_strategy(cls, strategy, global_batch_size):
         replicas = strategy.num_replicas_in_sync
         if global_batch_size % replicas:
-            raise ValueError(
+            raise InputError(
                 f"train.batch_size ({global_batch_size}) must divide evenly over "
                 f"{replicas} replicas."
             )
@@ -314,7 +317,7 @@ def steps_per_epoch(config, data, layout):
         for i in range(layout.workers)
     )
     if per_shard < 1:
-        raise ValueError(
+        raise InputError(
             f"The training split ({len(lengths)} examples) gives no full batch of "
             f"{batch_description(train_config, layout, data.bucket_lengths)} in "
             "any length bucket."
@@ -323,7 +326,7 @@ def steps_per_epoch(config, data, layout):
     # next epoch's batches.
     executions = train_config.steps_per_execution
     if per_shard < executions:
-        raise ValueError(
+        raise InputError(
             f"The training split gives {per_shard} steps per epoch, fewer than "
             f"train.steps_per_execution={executions}."
         )

@@ -10,6 +10,8 @@ and the sentence embedder share.
 
 import importlib
 
+from tfformer.errors import InputError
+
 _MODULES = {
     "translation": "tfformer.export.tasks.translation",
     "causal_lm": "tfformer.export.tasks.causal_lm",
@@ -23,7 +25,7 @@ EXPORTABLE_TASKS = tuple(_MODULES)
 def get_exporter(task):
     """The `Exporter` of `task` (a run directory's task name)."""
     if task not in _MODULES:
-        raise ValueError(
+        raise InputError(
             f"tfformer-export has no exporter for task {task!r} yet "
             f"(exportable: {list(EXPORTABLE_TASKS)})."
         )

@@ -19,6 +19,7 @@ from typing import ClassVar
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.archive import SignatureArchive, traced_once
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
@@ -205,7 +206,7 @@ class BertTextExporter(Exporter):
         del quantize  # the model's inputs: the same for both
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
-            raise ValueError(
+            raise InputError(
                 "representative_sentences is empty; full-int8 calibration needs "
                 "real inputs (for example training sentences)."
             )

@@ -28,6 +28,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.archive import SignatureArchive
 from tfformer.export.exporter import CALIBRATED, Exporter, ExportRun, TFLiteSource
@@ -169,20 +170,20 @@ class ImageClassificationExporter(Exporter):
         del quantize  # the float pixels: the same for both
         paths = [p.strip() for p in paths if p.strip()][:limit]
         if not paths:
-            raise ValueError(
+            raise InputError(
                 "--representative-data is empty; calibrating an image classifier "
                 "needs image files, one path per line (training images, say)."
             )
         samples = []
         for path in paths:
             if not os.path.isfile(path):
-                raise ValueError(f"--representative-data: no such image file {path!r}")
+                raise InputError(f"--representative-data: no such image file {path!r}")
             with open(path, "rb") as f:
                 data = f.read()
             try:
                 pixels = decode_pixels(tf.constant(data), run.image_size)
             except tf.errors.InvalidArgumentError:
-                raise ValueError(
+                raise InputError(
                     f"--representative-data: {path!r} is not an image TensorFlow "
                     "decodes."
                 ) from None

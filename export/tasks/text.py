@@ -3,6 +3,7 @@
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.export.wordpiece import CoreWordPiece, probe_character_classes
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.text import (
@@ -24,7 +25,7 @@ def refuse_token_ids(spec):
     BPE) have their own classes (`causal_lm.run.converted_tokenizer`):
     refused by the WordPiece and byte helpers here."""
     if spec.kind in ("ids", "bpe"):
-        raise ValueError(
+        raise InputError(
             f"{spec.path} is a converted decoder's tokenizer ({spec.kind!r}): "
             "only causal_lm exports read it."
         )

@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
+from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.archive import SignatureArchive, traced_once
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
@@ -109,7 +110,7 @@ class TranslatorGraph(tf.Module):
     ):
         super().__init__()
         if search not in SEARCHES:
-            raise ValueError(
+            raise InputError(
                 f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
         if run.source.kind == "wordpiece" and character_classes is None:
@@ -239,7 +240,7 @@ def representative_ids(sentences, tokenizer, source_length, limit=200):
     """Calibration inputs for full-int8 quantization: `(1, S)` int32 arrays."""
     sentences = [s for s in sentences if s.strip()][:limit]
     if not sentences:
-        raise ValueError(
+        raise InputError(
             "representative_sentences is empty; full-int8 calibration needs real "
             "source sentences (for example the training sources)."
         )
@@ -286,7 +287,7 @@ class TranslationExporter(Exporter):
 
     def check_saved_model_options(self, search="beam", **_):
         if search not in SEARCHES:
-            raise ValueError(
+            raise InputError(
                 f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
 

@@ -190,6 +190,14 @@ def test_cli_reports_config_errors_without_a_traceback(capsys, tmp_path):
     assert main(["--config", str(tmp_path / "missing.json")]) == 2
     assert "config file not found" in capsys.readouterr().err
     assert main(["--set", "oops"]) == 2
+    capsys.readouterr()
+    # A file that is not UTF-8 text, or not YAML: one line naming it.
+    (tmp_path / "latin1.json").write_bytes(b'{"task": "caf\xe9"}')
+    (tmp_path / "bad.yaml").write_bytes(b"a: [1")
+    for name in ("latin1.json", "bad.yaml"):
+        assert main(["--config", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err
+        assert name in err and len(err.strip().splitlines()) == 1, err
     assert main(["--print-config", "--set", "train.epochs=2"]) == 0
     assert json.loads(capsys.readouterr().out)["train"]["epochs"] == 2
 

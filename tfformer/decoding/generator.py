@@ -21,6 +21,7 @@ from tfformer.decoding.sampling import (
     sample_inverse_cdf,
     uniform_stream,
 )
+from tfformer.errors import InputError, InputTypeError
 from tfformer.models.cached_decoder import CachedDecoder
 
 SEARCHES = ("greedy", "beam", "sample")
@@ -28,7 +29,7 @@ SEARCHES = ("greedy", "beam", "sample")
 
 def _check_int(name, value, minimum):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
+        raise InputError(
             f"{name} must be an int >= {minimum}. Received: {name}={value!r}"
         )
 
@@ -60,7 +61,7 @@ def _check_rows(max_length, **settings):
             continue
         ok, wanted = rules[name]
         if not np.all(ok(value)):
-            raise ValueError(
+            raise InputError(
                 f"{name} must be {wanted} in every row. "
                 f"Received: {name}={value.tolist()}"
             )
@@ -172,7 +173,7 @@ class Generator:
         carry_constants=False,
     ):
         if search not in SEARCHES:
-            raise ValueError(
+            raise InputError(
                 f"search must be one of {SEARCHES}. Received: search={search!r}"
             )
         _check_int("max_length", max_length, 2)
@@ -186,11 +187,11 @@ class Generator:
         if isinstance(length_penalty, bool) or not isinstance(
             length_penalty, int | float
         ):
-            raise TypeError(
+            raise InputTypeError(
                 f"length_penalty must be a number. Received: {length_penalty!r}"
             )
         if length_penalty < 0:
-            raise ValueError(f"length_penalty must be >= 0. Received: {length_penalty}")
+            raise InputError(f"length_penalty must be >= 0. Received: {length_penalty}")
         check_sampling_arguments(temperature, top_k, top_p)
         # A model, or anything with CachedDecoder's interface (tests use a
         # hand-made Markov chain).
@@ -199,7 +200,7 @@ class Generator:
             getattr(self.decoder, "embedding", None), "sequence_length", None
         )
         if capacity is not None and max_length > capacity:
-            raise ValueError(
+            raise InputError(
                 f"max_length must be at most the model's max_sequence_length "
                 f"({capacity}). Received: max_length={max_length}"
             )
@@ -213,7 +214,9 @@ class Generator:
         self.seed = seed
         self.carry_constants = bool(carry_constants)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"seed must be an int or None. Received: seed={seed!r}")
+            raise InputTypeError(
+                f"seed must be an int or None. Received: seed={seed!r}"
+            )
         self.seed = (random.getrandbits(32) if seed is None else seed) % 2**32
 
     # -- shared pieces ---------------------------------------------------------
@@ -222,7 +225,7 @@ class Generator:
         """(prompt ids `(batch, max_length)`, prompt lengths `(batch,)`, encoded)."""
         inputs = ops.convert_to_tensor(inputs)
         if "int" not in str(inputs.dtype):
-            raise TypeError(
+            raise InputTypeError(
                 f"inputs must be integer token ids. Received: {inputs.dtype}"
             )
         batch = ops.shape(inputs)[0]
@@ -238,7 +241,7 @@ class Generator:
             return prompt, ops.ones((batch,), "int32"), encoded
         length = inputs.shape[1]
         if length is not None and length >= self.max_length:
-            raise ValueError(
+            raise InputError(
                 f"max_length ({self.max_length}) must exceed the prompt length "
                 f"({length})."
             )
@@ -301,7 +304,7 @@ class Generator:
         function, cannot be, and the caller checks them (the SavedModel's
         assertions do). Returns what calling the generator returns."""
         if self.search == "beam":
-            raise ValueError("generate() needs search 'greedy' or 'sample'.")
+            raise InputError("generate() needs search 'greedy' or 'sample'.")
         _check_rows(
             self.max_length,
             max_new_tokens=max_new_tokens,
@@ -361,7 +364,7 @@ class Generator:
     def compiled(self, jit_compile=True):
         """The same search as one `tf.function` (TensorFlow backend only)."""
         if keras.backend.backend() != "tensorflow":
-            raise ValueError(
+            raise InputError(
                 "compiled() needs the TensorFlow backend; call the generator "
                 f"directly (or jax.jit it) on {keras.backend.backend()!r}."
             )
@@ -527,7 +530,7 @@ class Generator:
             copied from the prompt or padding after the end).
         """
         if self.search == "beam":
-            raise ValueError(
+            raise InputError(
                 "stream() needs search 'greedy' or 'sample'; beam search "
                 "chooses its hypotheses at the end. Received: search='beam'"
             )

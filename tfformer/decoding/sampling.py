@@ -13,6 +13,7 @@ backend's own random generator could not be reproduced on a device.
 import keras
 from keras import ops
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.layers.dropout import in_xla_compilation
 
 # Large but finite: -inf would turn 0 * -inf and -inf - -inf into NaN.
@@ -30,21 +31,21 @@ HALVINGS = 31
 def check_sampling_arguments(temperature, top_k, top_p):
     """Raises ValueError naming a bad temperature, top_k or top_p."""
     if isinstance(temperature, bool) or not isinstance(temperature, int | float):
-        raise TypeError(f"temperature must be a number. Received: {temperature!r}")
+        raise InputTypeError(f"temperature must be a number. Received: {temperature!r}")
     if not temperature > 0:
-        raise ValueError(
+        raise InputError(
             f"temperature must be positive. Received: temperature={temperature}"
         )
     if top_k is not None and (
         isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1
     ):
-        raise ValueError(f"top_k must be a positive int or None. Received: {top_k!r}")
+        raise InputError(f"top_k must be a positive int or None. Received: {top_k!r}")
     if top_p is not None and not (
         isinstance(top_p, int | float)
         and not isinstance(top_p, bool)
         and 0 < top_p <= 1
     ):
-        raise ValueError(f"top_p must be in (0, 1] or None. Received: top_p={top_p!r}")
+        raise InputError(f"top_p must be in (0, 1] or None. Received: top_p={top_p!r}")
 
 
 def filter_logits(logits, *, temperature=1.0, top_k=None, top_p=None):

@@ -8,6 +8,7 @@ TFLite converter only accepts as a Flex (SELECT_TF_OPS) op.
 
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.validation import static_dim
 
 
@@ -36,12 +37,12 @@ def causal_mask(query_length, key_length, start_index=0):
 
 def _check_mask(name, mask, rank, key_length):
     if len(mask.shape) != rank:
-        raise ValueError(
+        raise InputError(
             f"{name} must have rank {rank}. Received: {name} with shape {mask.shape}"
         )
     mask_length = static_dim(mask.shape[-1])
     if None not in (key_length, mask_length) and mask_length != key_length:
-        raise ValueError(
+        raise InputError(
             f"The last axis of {name} must match the key length {key_length}. "
             f"Received: {name} with shape {mask.shape}"
         )

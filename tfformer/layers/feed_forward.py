@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.validation import check_positive_int, check_rate
 
@@ -81,7 +82,7 @@ class FeedForward(keras.layers.Layer):
 
     def build(self, inputs_shape):
         if inputs_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "FeedForward needs a known last dimension. "
                 f"Received: inputs with shape {inputs_shape}"
             )

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import positions_from
 from tfformer.layers.validation import check_positive_int, static_dim
 
@@ -42,7 +43,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "LearnedPositionEmbedding expects (batch, length, dim) with a "
                 f"known dim. Received: inputs with shape {input_shape}"
             )
@@ -57,7 +58,7 @@ class LearnedPositionEmbedding(keras.layers.Layer):
         length = static_dim(inputs.shape[1])
         if length is not None and isinstance(start_index, int):
             if start_index + length > self.sequence_length:
-                raise ValueError(
+                raise InputError(
                     f"The sequence is longer than the position table "
                     f"(sequence_length={self.sequence_length}). Received: inputs "
                     f"of length {length} starting at position {start_index}"

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.layers.layer_normalization import LayerNormalization
 from tfformer.layers.validation import check_positive_number
 
@@ -49,7 +50,7 @@ class MaskedLMHead(keras.layers.Layer):
 
     def build(self, inputs_shape, mask_positions_shape=None):
         if len(inputs_shape) != 3 or inputs_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "MaskedLMHead expects inputs (batch, length, hidden_dim). "
                 f"Received: inputs with shape {inputs_shape}"
             )
@@ -73,7 +74,7 @@ class MaskedLMHead(keras.layers.Layer):
             getattr(mask_positions, "dtype", "int32")
         )
         if "int" not in dtype:
-            raise TypeError(
+            raise InputTypeError(
                 f"mask_positions must be integers. Received: mask_positions with "
                 f"dtype {dtype}"
             )

@@ -2,6 +2,8 @@
 
 import keras
 
+from tfformer.errors import InputError, InputTypeError
+
 
 def mha_from_keras(layer_cls, keras_mha):
     """Build a `layer_cls` equivalent to a built `keras.layers.MultiHeadAttention`.
@@ -22,24 +24,24 @@ def mha_from_keras(layer_cls, keras_mha):
         A built `layer_cls` with the same weights.
     """
     if not isinstance(keras_mha, keras.layers.MultiHeadAttention):
-        raise TypeError(
+        raise InputTypeError(
             "from_keras expects a keras.layers.MultiHeadAttention. "
             f"Received: keras_mha of type {type(keras_mha).__name__}"
         )
     if not keras_mha.built:
-        raise ValueError(
+        raise InputError(
             "from_keras needs a built layer (call it once first). "
             f"Received: keras_mha={keras_mha.name!r} with no weights"
         )
     config = keras_mha.get_config()
     if config.get("attention_axes") not in (None, (1,), [1]):
-        raise ValueError(
+        raise InputError(
             "from_keras supports attention over the sequence axis only. "
             f"Received: attention_axes={config['attention_axes']}"
         )
     for unsupported in ("use_gate", "sliding_window"):
         if config.get(unsupported):
-            raise ValueError(
+            raise InputError(
                 f"from_keras does not support {unsupported}. Received: "
                 f"{unsupported}={config[unsupported]}"
             )
@@ -48,7 +50,7 @@ def mha_from_keras(layer_cls, keras_mha):
     v_kernel = keras_mha.value_dense.kernel
     o_kernel = keras_mha.output_dense.kernel  # (H, dv, out)
     if len(q_kernel.shape) != 3 or len(o_kernel.shape) != 3:
-        raise ValueError(
+        raise InputError(
             "from_keras supports rank-3 inputs (batch, length, features). "
             f"Received: a layer with query kernel shape {q_kernel.shape}"
         )

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.mha_from_keras import mha_from_keras
@@ -22,7 +23,7 @@ from tfformer.layers.validation import (
 
 def _check_rank3(name, tensor):
     if len(tensor.shape) != 3:
-        raise ValueError(
+        raise InputError(
             f"{name} must have shape (batch, length, features). "
             f"Received: {name} with shape {tensor.shape}"
         )
@@ -143,21 +144,21 @@ class MultiHeadAttention(keras.layers.Layer):
         check_positive_int("output_dim", output_dim, allow_none=True)
         check_positive_int("num_key_value_heads", num_key_value_heads, allow_none=True)
         if num_key_value_heads is not None and num_heads % num_key_value_heads:
-            raise ValueError(
+            raise InputError(
                 "num_heads must be a multiple of num_key_value_heads. Received: "
                 f"num_heads={num_heads}, num_key_value_heads={num_key_value_heads}"
             )
         check_rate("dropout", dropout)
         rotary_scaling = check_frequency_scaling(rotary_scaling, "rotary_scaling")
         if rotary_scaling is not None and rotary_max_wavelength is None:
-            raise ValueError(
+            raise InputError(
                 "rotary_scaling needs rotary_max_wavelength (rotary positions). "
                 f"Received: rotary_scaling={rotary_scaling!r}"
             )
         if qk_norm_epsilon is not None:
             check_positive_number("qk_norm_epsilon", qk_norm_epsilon)
         if rotary_max_wavelength is not None and key_dim % 2:
-            raise ValueError(
+            raise InputError(
                 f"Rotary embeddings need an even key_dim. Received: key_dim={key_dim}"
             )
         super().__init__(**kwargs)
@@ -207,7 +208,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         if len(query_shape) != 3 or query_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "query must have shape (batch, length, features) with known "
                 f"features. Received: query with shape {query_shape}"
             )
@@ -297,7 +298,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         self._check_cacheable()
         if self.fused_qkv:
-            raise ValueError(
+            raise InputError(
                 "compute_key_value_cache needs separate projections; this layer "
                 "was built with fused_qkv=True (self-attention only)."
             )
@@ -312,7 +313,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _check_cacheable(self):
         if self._value_dim != self.key_dim:
-            raise ValueError(
+            raise InputError(
                 "A key/value cache needs value_dim == key_dim. Received: "
                 f"key_dim={self.key_dim}, value_dim={self._value_dim}"
             )
@@ -479,7 +480,7 @@ class MultiHeadAttention(keras.layers.Layer):
         _check_rank3("value", value)
         _check_rank3("key", key)
         if self.fused_qkv and not (self_attention and key is value):
-            raise ValueError(
+            raise InputError(
                 "fused_qkv=True projects the query into keys and values, so it "
                 "only supports self-attention. Received a separate value/key."
             )
@@ -493,7 +494,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 want is not None and static_dim(got) not in (None, want)
                 for got, want in zip(cache.shape[1:], expected, strict=True)
             ):
-                raise ValueError(
+                raise InputError(
                     "cache must have shape (batch, 2, num_key_value_heads, "
                     f"max_length, key_dim). Received: cache with shape "
                     f"{cache.shape}"
@@ -544,7 +545,7 @@ class MultiHeadAttention(keras.layers.Layer):
         """Cross-attention over keys/values precomputed by
         `compute_key_value_cache`: only the query is projected."""
         if self.fused_qkv:
-            raise ValueError(
+            raise InputError(
                 "A precomputed (cross-attention) cache needs separate "
                 "projections; this layer was built with fused_qkv=True."
             )

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.validation import static_dim
 
 # Keras 3 (through 3.15) exports no reader for the mask that
@@ -43,13 +44,13 @@ def resolve_padding_mask(inputs, padding_mask, name):
     if mask is None:
         return None
     if len(mask.shape) != 2:
-        raise ValueError(
+        raise InputError(
             f"{name} must have shape (batch, length). Received: {name} with "
             f"shape {mask.shape}"
         )
     length, mask_length = static_dim(inputs.shape[1]), static_dim(mask.shape[1])
     if None not in (length, mask_length) and length != mask_length:
-        raise ValueError(
+        raise InputError(
             f"{name} must cover every position of the sequence (length "
             f"{inputs.shape[1]}). Received: {name} with shape {mask.shape}"
         )

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.validation import check_positive_int
 
 
@@ -44,7 +45,7 @@ class PatchEmbedding(keras.layers.Layer):
 
     def build(self, inputs_shape):
         if len(inputs_shape) != 4:
-            raise ValueError(
+            raise InputError(
                 "PatchEmbedding expects images (batch, height, width, channels). "
                 f"Received: inputs with shape {inputs_shape}"
             )
@@ -55,7 +56,7 @@ class PatchEmbedding(keras.layers.Layer):
             or height % self.patch_size
             or width % self.patch_size
         ):
-            raise ValueError(
+            raise InputError(
                 f"Image height and width must be known and divisible by "
                 f"patch_size={self.patch_size}. Received: inputs with shape "
                 f"{inputs_shape}"

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.validation import check_positive_number
 
 
@@ -39,7 +40,7 @@ class RMSNormalization(keras.layers.Layer):
 
     def build(self, inputs_shape):
         if inputs_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "RMSNormalization needs a known last dimension. "
                 f"Received: inputs with shape {inputs_shape}"
             )

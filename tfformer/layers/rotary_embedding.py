@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.validation import check_positive_number
 
 
@@ -35,14 +36,14 @@ def check_frequency_scaling(scaling, name="frequency_scaling"):
     if scaling is None:
         return None
     if not isinstance(scaling, dict) or scaling.get("rope_type") != "llama3":
-        raise ValueError(
+        raise InputError(
             f'{name} must be None or a dict with rope_type "llama3". '
             f"Received: {name}={scaling!r}"
         )
     missing = [key for key in LLAMA3_KEYS if key not in scaling]
     unknown = sorted(set(scaling) - {"rope_type", *LLAMA3_KEYS})
     if missing or unknown:
-        raise ValueError(
+        raise InputError(
             f"{name} of rope_type llama3 takes exactly {', '.join(LLAMA3_KEYS)}. "
             f"Received: missing {missing}, unknown {unknown}"
         )
@@ -55,12 +56,12 @@ def check_frequency_scaling(scaling, name="frequency_scaling"):
             or not math.isfinite(value)
             or value <= 0
         ):
-            raise ValueError(
+            raise InputError(
                 f"{name}['{key}'] must be a positive number. Received: {value!r}"
             )
         values[key] = float(value)
     if values["high_freq_factor"] <= values["low_freq_factor"]:
-        raise ValueError(
+        raise InputError(
             f"{name}: high_freq_factor must exceed low_freq_factor. Received: "
             f"{values['high_freq_factor']} and {values['low_freq_factor']}"
         )
@@ -141,13 +142,13 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         if len(input_shape) not in (3, 4):
-            raise ValueError(
+            raise InputError(
                 "RotaryEmbedding expects inputs of rank 3 or 4. "
                 f"Received: inputs with shape {input_shape}"
             )
         dim = input_shape[-1]
         if dim is None or dim % 2:
-            raise ValueError(
+            raise InputError(
                 "RotaryEmbedding needs an even, known last dimension. "
                 f"Received: inputs with shape {input_shape}"
             )

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError, InputTypeError
+
 MODES = ("mean", "cls", "max")
 
 
@@ -32,9 +34,9 @@ class SequencePooling(keras.layers.Layer):
     def __init__(self, mode="mean", normalize=False, **kwargs):
         super().__init__(**kwargs)
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}. Received: mode={mode!r}")
+            raise InputError(f"mode must be one of {MODES}. Received: mode={mode!r}")
         if not isinstance(normalize, bool):
-            raise TypeError(f"normalize must be a bool. Received: {normalize!r}")
+            raise InputTypeError(f"normalize must be a bool. Received: {normalize!r}")
         self.mode = mode
         self.normalize = normalize
         self.supports_masking = True

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import positions_from
 from tfformer.layers.validation import check_positive_number
 
@@ -41,7 +42,7 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def build(self, input_shape):
         if len(input_shape) != 3 or input_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 "SinusoidalPositionEncoding expects (batch, length, dim) with a "
                 f"known dim. Received: inputs with shape {input_shape}"
             )

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.layers.learned_position_embedding import LearnedPositionEmbedding
 from tfformer.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from tfformer.layers.validation import check_positive_int
@@ -72,12 +73,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         check_positive_int("embedding_dim", embedding_dim)
         check_positive_int("sequence_length", sequence_length, allow_none=True)
         if position not in POSITION_KINDS:
-            raise ValueError(
+            raise InputError(
                 f"position must be one of {POSITION_KINDS}. "
                 f"Received: position={position!r}"
             )
         if position == "learned" and sequence_length is None:
-            raise ValueError(
+            raise InputError(
                 "position='learned' needs sequence_length. "
                 "Received: sequence_length=None"
             )
@@ -86,7 +87,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             or not isinstance(padding_logit, int | float)
             or not math.isfinite(padding_logit)
         ):
-            raise ValueError(
+            raise InputError(
                 "padding_logit must be None or a finite number. "
                 f"Received: padding_logit={padding_logit!r}"
             )
@@ -135,7 +136,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
             if inputs.shape[-1] != self.embedding_dim:
-                raise ValueError(
+                raise InputError(
                     f"reverse=True expects hidden states with last axis "
                     f"{self.embedding_dim}. Received: inputs with shape "
                     f"{inputs.shape}"
@@ -152,12 +153,12 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             return logits
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if "int" not in dtype:
-            raise TypeError(
+            raise InputTypeError(
                 f"TokenAndPositionEmbedding expects integer token ids. "
                 f"Received: inputs with dtype {dtype}"
             )
         if len(inputs.shape) != 2:
-            raise ValueError(
+            raise InputError(
                 "TokenAndPositionEmbedding expects token ids of shape "
                 f"(batch, length). Received: inputs with shape {inputs.shape}"
             )

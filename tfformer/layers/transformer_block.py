@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import FeedForward, get_activation
 from tfformer.layers.layer_normalization import LayerNormalization
@@ -70,7 +71,7 @@ class TransformerBlock(keras.layers.Layer):
         check_rate("activation_dropout", activation_dropout, allow_none=True)
         check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
         if normalization not in NORMALIZATIONS:
-            raise ValueError(
+            raise InputError(
                 f"normalization must be one of {NORMALIZATIONS}. Received: "
                 f"normalization={normalization!r}"
             )
@@ -101,13 +102,13 @@ class TransformerBlock(keras.layers.Layer):
 
     def _hidden_dim(self, inputs_shape, name):
         if len(inputs_shape) != 3 or inputs_shape[-1] is None:
-            raise ValueError(
+            raise InputError(
                 f"{name} must have shape (batch, length, hidden_dim) with a known "
                 f"hidden_dim. Received: {name} with shape {inputs_shape}"
             )
         hidden_dim = inputs_shape[-1]
         if self.key_dim is None and hidden_dim % self.num_heads:
-            raise ValueError(
+            raise InputError(
                 "hidden_dim must be divisible by num_heads (or pass key_dim). "
                 f"Received: hidden_dim={hidden_dim}, num_heads={self.num_heads}"
             )

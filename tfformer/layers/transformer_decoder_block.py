@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.layers.padding import resolve_padding_mask
 from tfformer.layers.transformer_block import TransformerBlock
 
@@ -70,7 +71,7 @@ class TransformerDecoderBlock(TransformerBlock):
         self.cross_attention = None
         if encoder_sequence_shape is not None:
             if len(encoder_sequence_shape) != 3:
-                raise ValueError(
+                raise InputError(
                     "encoder_sequence must have shape (batch, length, features). "
                     f"Received: encoder_sequence with shape {encoder_sequence_shape}"
                 )
@@ -107,12 +108,12 @@ class TransformerDecoderBlock(TransformerBlock):
     ):
         has_cache = self_attention_cache is not None
         if return_attention_scores and (has_cache or cross_attention_cache is not None):
-            raise ValueError(
+            raise InputError(
                 "return_attention_scores works without caches only. Received: "
                 "return_attention_scores=True with a cache."
             )
         if has_cache and self_attention_cache_update_index is None:
-            raise ValueError(
+            raise InputError(
                 "self_attention_cache needs self_attention_cache_update_index. "
                 "Received: self_attention_cache_update_index=None"
             )
@@ -157,7 +158,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 return_attention_scores,
             )
         elif encoder_sequence is not None or cross_attention_cache is not None:
-            raise ValueError(
+            raise InputError(
                 "This block was built without cross-attention (no "
                 "encoder_sequence at build time). Received: an encoder_sequence "
                 "or cross_attention_cache"
@@ -185,7 +186,7 @@ class TransformerDecoderBlock(TransformerBlock):
         return_attention_scores=False,
     ):
         if encoder_sequence is None and cross_attention_cache is None:
-            raise ValueError(
+            raise InputError(
                 "This block has cross-attention, so it needs encoder_sequence "
                 "or cross_attention_cache. Received neither."
             )

@@ -2,6 +2,8 @@
 
 import keras
 
+from tfformer.errors import InputError
+
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class Backbone(keras.Model):
@@ -74,7 +76,7 @@ class Backbone(keras.Model):
             ValueError: `preset` is not one of `cls.presets`.
         """
         if preset not in cls.presets:
-            raise ValueError(
+            raise InputError(
                 f"{cls.__name__} has no preset {preset!r}. Choose one of "
                 f"{sorted(cls.presets)}. Received: preset={preset!r}"
             )

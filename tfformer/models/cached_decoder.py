@@ -2,6 +2,7 @@
 
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.models.backbone import Backbone
 from tfformer.models.gpt_backbone import GPTBackbone
 from tfformer.models.seq2seq_backbone import Seq2SeqBackbone
@@ -37,7 +38,7 @@ class CachedDecoder:
             model if isinstance(model, Backbone) else getattr(model, "backbone", None)
         )
         if not isinstance(backbone, Seq2SeqBackbone | GPTBackbone):
-            raise ValueError(
+            raise InputError(
                 "model must be a Seq2SeqLM or CausalLM (or their backbone). "
                 f"Received: model={getattr(model, 'name', model)!r} "
                 f"({type(model).__name__})"
@@ -59,7 +60,7 @@ class CachedDecoder:
     def encode(self, encoder_token_ids):
         """Encoder output and its padding mask, computed once per source."""
         if not self.is_seq2seq:
-            raise ValueError("encode() needs an encoder-decoder model.")
+            raise InputError("encode() needs an encoder-decoder model.")
         padding_mask = ops.not_equal(encoder_token_ids, 0)
         x = self.encoder_embedding(encoder_token_ids)
         for block in self.encoder_blocks:
@@ -90,7 +91,7 @@ class CachedDecoder:
             decoder-only models. Logits are float32 `(batch, T, vocabulary)`.
         """
         if self.is_seq2seq and encoded is None:
-            raise ValueError("step() of an encoder-decoder model needs encoded.")
+            raise InputError("step() of an encoder-decoder model needs encoded.")
         x = self.embedding(token_ids, start_index=index)
         new_caches, new_cross = [], []
         for i, block in enumerate(self.blocks):

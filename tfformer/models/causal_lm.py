@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.models.gpt_backbone import GPTBackbone
 from tfformer.models.task_model import TaskModel, float32_logits
 
@@ -24,7 +25,7 @@ class CausalLM(TaskModel):
 
     def __init__(self, backbone, **kwargs):
         if not isinstance(backbone, GPTBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "CausalLM needs a GPTBackbone or LlamaBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -114,16 +115,16 @@ class GPTBackbone(Backbone):
         check_positive_int("vocabulary_size", vocabulary_size)
         check_positive_int("num_layers", num_layers)
         if position not in POSITIONS:
-            raise ValueError(
+            raise InputError(
                 f"position must be one of {POSITIONS}. Received: position={position!r}"
             )
         if rotary_scaling is not None and position != "rotary":
-            raise ValueError(
+            raise InputError(
                 'rotary_scaling needs position="rotary". Received: '
                 f"position={position!r}, rotary_scaling={rotary_scaling!r}"
             )
         if normalization not in NORMALIZATIONS:
-            raise ValueError(
+            raise InputError(
                 f"normalization must be one of {tuple(NORMALIZATIONS)}. "
                 f"Received: normalization={normalization!r}"
             )

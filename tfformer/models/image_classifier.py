@@ -3,6 +3,7 @@ token."""
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.layers.validation import check_positive_int
 from tfformer.models.task_model import TaskModel, float32_logits
 from tfformer.models.vit_backbone import ViTBackbone
@@ -26,7 +27,7 @@ class ImageClassifier(TaskModel):
 
     def __init__(self, backbone, num_classes, **kwargs):
         if not isinstance(backbone, ViTBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "ImageClassifier needs a ViTBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

@@ -16,6 +16,7 @@ upgrade is refused.
 
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.models.backbone import Backbone
 from tfformer.models.bert_backbone import BertBackbone
 from tfformer.models.causal_lm import CausalLM
@@ -216,7 +217,7 @@ def _rebuilt(model):
                 normalize=pooling.normalize,
                 name=model.name,
             )
-    raise ValueError(
+    raise InputError(
         f"{model.name!r} is not a model tfformer built: none of its layers "
         "is a tfformer block, BERT embedding or patch embedding."
     )
@@ -251,14 +252,14 @@ def upgrade_legacy_model(model):
             continue
         target = targets.get(layer.name)
         if target is None:
-            raise ValueError(
+            raise InputError(
                 f"The saved model's layer {layer.name!r} has no counterpart in "
                 f"the rebuilt {type(new).__name__}."
             )
         values = layer.get_weights()
         shapes = [w.shape for w in target.get_weights()], [v.shape for v in values]
         if shapes[0] != shapes[1]:
-            raise ValueError(
+            raise InputError(
                 f"Layer {layer.name!r}: the saved weights have shapes "
                 f"{shapes[1]}, the rebuilt layer {shapes[0]}."
             )

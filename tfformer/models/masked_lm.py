@@ -3,6 +3,7 @@ optionally next-sentence prediction) on a `BertBackbone`."""
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.layers.masked_lm_head import MaskedLMHead
 from tfformer.models.bert_backbone import BertBackbone
 from tfformer.models.task_model import TaskModel, float32_logits
@@ -33,7 +34,7 @@ class MaskedLM(TaskModel):
 
     def __init__(self, backbone, *, next_sentence_prediction=False, **kwargs):
         if not isinstance(backbone, BertBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "MaskedLM needs a BertBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

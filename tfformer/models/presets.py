@@ -1,5 +1,6 @@
 """Ready-made model sizes, and `from_preset` to build one."""
 
+from tfformer.errors import InputError
 from tfformer.models import builders
 from tfformer.models.bert_backbone import BertBackbone
 from tfformer.models.gpt_backbone import GPTBackbone
@@ -28,7 +29,7 @@ PRESETS = {
 def preset_backbone(preset):
     """The backbone class of a preset name (ValueError naming the choices)."""
     if preset not in PRESETS:
-        raise ValueError(
+        raise InputError(
             f"Unknown preset. Choose one of {sorted(PRESETS)}. "
             f"Received: preset={preset!r}"
         )

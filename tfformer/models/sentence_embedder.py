@@ -3,6 +3,7 @@ recipe."""
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.layers.sequence_pooling import SequencePooling
 from tfformer.models.bert_backbone import BertBackbone
 from tfformer.models.task_model import TaskModel
@@ -31,7 +32,7 @@ class SentenceEmbedder(TaskModel):
 
     def __init__(self, backbone, *, pooling="mean", normalize=True, **kwargs):
         if not isinstance(backbone, BertBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "SentenceEmbedder needs a BertBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

@@ -3,6 +3,7 @@ its output projection."""
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -139,7 +140,7 @@ class Seq2SeqBackbone(Backbone):
         check_positive_int("num_encoder_layers", num_encoder_layers)
         check_positive_int("num_decoder_layers", num_decoder_layers)
         if tie_embeddings not in TIE_CHOICES:
-            raise ValueError(
+            raise InputError(
                 f"tie_embeddings must be one of {TIE_CHOICES}. "
                 f"Received: tie_embeddings={tie_embeddings!r}"
             )
@@ -147,13 +148,13 @@ class Seq2SeqBackbone(Backbone):
             tie_embeddings == "all"
             and encoder_vocabulary_size != decoder_vocabulary_size
         ):
-            raise ValueError(
+            raise InputError(
                 "tie_embeddings='all' needs one shared vocabulary. Received: "
                 f"encoder_vocabulary_size={encoder_vocabulary_size}, "
                 f"decoder_vocabulary_size={decoder_vocabulary_size}"
             )
         if position not in POSITIONS:
-            raise ValueError(
+            raise InputError(
                 f"position must be one of {POSITIONS}. Received: position={position!r}"
             )
         policy = self.resolve_dtype(dtype)

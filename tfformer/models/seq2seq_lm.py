@@ -3,6 +3,7 @@ projection."""
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.models.seq2seq_backbone import Seq2SeqBackbone
 from tfformer.models.task_model import TaskModel, float32_logits
 
@@ -26,7 +27,7 @@ class Seq2SeqLM(TaskModel):
 
     def __init__(self, backbone, **kwargs):
         if not isinstance(backbone, Seq2SeqBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "Seq2SeqLM needs a Seq2SeqBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.models.backbone import Backbone
 
 
@@ -26,7 +27,7 @@ class TaskModel(keras.Model):
 
     def __init__(self, backbone, inputs, outputs, **kwargs):
         if not isinstance(backbone, Backbone):
-            raise TypeError(
+            raise InputTypeError(
                 f"{type(self).__name__} needs a tfformer backbone "
                 f"(tfformer.models.Backbone). Received: backbone={backbone!r}"
             )

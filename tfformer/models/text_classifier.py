@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputTypeError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.validation import check_positive_int, check_rate
 from tfformer.models.bert_backbone import BertBackbone
@@ -27,7 +28,7 @@ class TextClassifier(TaskModel):
 
     def __init__(self, backbone, num_classes, *, dropout=0.1, **kwargs):
         if not isinstance(backbone, BertBackbone):
-            raise TypeError(
+            raise InputTypeError(
                 "TextClassifier needs a BertBackbone. "
                 f"Received: backbone={type(backbone).__name__}"
             )

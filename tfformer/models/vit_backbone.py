@@ -2,6 +2,7 @@
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.layer_normalization import LayerNormalization
@@ -14,7 +15,7 @@ from tfformer.models.common import encoder_stack
 def _channel_values(name, values, num_channels):
     values = [float(v) for v in values]
     if len(values) != num_channels:
-        raise ValueError(
+        raise InputError(
             f"{name} needs one value per channel ({num_channels}). "
             f"Received: {name}={values}"
         )
@@ -103,7 +104,7 @@ class ViTBackbone(Backbone):
         check_positive_int("image_size", width)
         check_positive_int("num_layers", num_layers)
         if (pixel_mean is None) != (pixel_std is None):
-            raise ValueError(
+            raise InputError(
                 "Give both pixel_mean and pixel_std, or neither. Received: "
                 f"pixel_mean={pixel_mean}, pixel_std={pixel_std}"
             )
@@ -117,7 +118,7 @@ class ViTBackbone(Backbone):
             pixel_mean = _channel_values("pixel_mean", pixel_mean, num_channels)
             pixel_std = _channel_values("pixel_std", pixel_std, num_channels)
             if min(pixel_std) <= 0:
-                raise ValueError(f"pixel_std must be positive. Received: {pixel_std}")
+                raise InputError(f"pixel_std must be positive. Received: {pixel_std}")
             pixel_normalization = keras.layers.Normalization(
                 mean=pixel_mean,
                 variance=[s * s for s in pixel_std],

@@ -43,6 +43,7 @@ import json
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.text import read_tokenizer_json
 from tfformer.runs.files import atomic_write_text
 
@@ -166,13 +167,13 @@ class ByteLevelBPETokenizer(tf.Module):
     ):
         super().__init__()
         if pre_tokenizer not in PRE_TOKENIZERS:
-            raise ValueError(
+            raise InputError(
                 f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}. "
                 f"Received: pre_tokenizer={pre_tokenizer!r}"
             )
         if pre_tokenizer == "llama3" and add_prefix_space:
             # Hugging Face's ByteLevel after a Split adds it to every piece.
-            raise ValueError(
+            raise InputError(
                 "add_prefix_space=True is an option of GPT-2's pieces only. "
                 'Received: pre_tokenizer="llama3", add_prefix_space=True'
             )
@@ -184,11 +185,11 @@ class ByteLevelBPETokenizer(tf.Module):
                 if token in seen:
                     repeated.append(token)
                 seen.add(token)
-            raise ValueError(f"vocabulary repeats tokens: {repeated[:5]}")
+            raise InputError(f"vocabulary repeats tokens: {repeated[:5]}")
         symbols = bytes_to_unicode()
         missing = [c for c in symbols.values() if c not in index]
         if missing:
-            raise ValueError(
+            raise InputError(
                 "vocabulary lacks byte characters (not a byte-level BPE "
                 f"vocabulary?): {missing[:5]}"
             )
@@ -199,17 +200,17 @@ class ByteLevelBPETokenizer(tf.Module):
                 or merge[1] not in index
                 or merge[0] + merge[1] not in index
             ):
-                raise ValueError(
+                raise InputError(
                     f"merges[{rank}]={merge!r}: its tokens and their merge must "
                     "be in the vocabulary."
                 )
         for name, token in (("start_token", start_token), ("end_token", end_token)):
             if token not in index:
-                raise ValueError(f"{name}={token!r} is not in the vocabulary.")
+                raise InputError(f"{name}={token!r} is not in the vocabulary.")
         special_tokens = list(special_tokens)
         for token in special_tokens:
             if not isinstance(token, str) or not token or token not in index:
-                raise ValueError(
+                raise InputError(
                     f"special_tokens: {token!r} is not a token of the vocabulary."
                 )
         if (
@@ -217,13 +218,13 @@ class ByteLevelBPETokenizer(tf.Module):
             or not isinstance(id_offset, int)
             or id_offset < 0
         ):
-            raise ValueError(f"id_offset must be an int >= 0. Received: {id_offset!r}")
+            raise InputError(f"id_offset must be an int >= 0. Received: {id_offset!r}")
         if not merges:
-            raise ValueError("merges is empty (a BPE without merges?).")
+            raise InputError("merges is empty (a BPE without merges?).")
         seen = set()
         for rank, merge in enumerate(merges):
             if merge in seen:
-                raise ValueError(f"merges[{rank}]={merge!r} repeats an earlier merge.")
+                raise InputError(f"merges[{rank}]={merge!r} repeats an earlier merge.")
             seen.add(merge)
         self.vocabulary, self.merges = vocabulary, merges
         self.special_tokens = special_tokens
@@ -483,4 +484,4 @@ class ByteLevelBPETokenizer(tf.Module):
                 add_start_token=spec.get("add_start_token", False),
             )
         except KeyError as e:
-            raise ValueError(f"{path} lacks {e}.") from None
+            raise InputError(f"{path} lacks {e}.") from None

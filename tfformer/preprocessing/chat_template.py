@@ -19,6 +19,8 @@ Pure Python and Jinja2; no TensorFlow.
 import json
 import os
 
+from tfformer.errors import InputError
+
 # The roles a message may have. Hugging Face passes any role through; these
 # are the ones chat templates handle (and LiteRT-LM's Conversation takes).
 ROLES = ("system", "user", "assistant")
@@ -34,33 +36,33 @@ def check_messages(messages):
     """`messages` as a list of {"role", "content"} dicts, or ValueError
     naming the first bad message (its index and what it holds)."""
     if isinstance(messages, dict | str) or not isinstance(messages, list | tuple):
-        raise ValueError(
+        raise InputError(
             "messages must be a list of {'role': ..., 'content': ...} dicts. "
             f"Received: {type(messages).__name__}"
         )
     if not messages:
-        raise ValueError("messages is empty: a conversation needs one message.")
+        raise InputError("messages is empty: a conversation needs one message.")
     checked = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise ValueError(
+            raise InputError(
                 f"{where} must be a dict with 'role' and 'content'. "
                 f"Received: {message!r:.200}"
             )
         extra = sorted(set(message) - {"role", "content"})
         if extra:
-            raise ValueError(
+            raise InputError(
                 f"{where} has keys {extra}; a message has only 'role' and "
                 "'content' (tool calls and images are not supported)."
             )
         role, content = message.get("role"), message.get("content")
         if role not in ROLES:
-            raise ValueError(
+            raise InputError(
                 f"{where}: role must be one of {list(ROLES)}. Received: {role!r:.200}"
             )
         if not isinstance(content, str):
-            raise ValueError(
+            raise InputError(
                 f"{where}: content must be a string. Received: {content!r:.200}"
             )
         checked.append({"role": role, "content": content})
@@ -146,7 +148,7 @@ class ChatTemplate:
         import jinja2
 
         if not isinstance(template, str) or not template.strip():
-            raise ValueError(
+            raise InputError(
                 f"{where}: the chat template must be a non-empty string. "
                 f"Received: {template!r:.200}"
             )
@@ -157,7 +159,7 @@ class ChatTemplate:
                 and name.endswith("_token")
                 and isinstance(token, str)
             ):
-                raise ValueError(
+                raise InputError(
                     f"{where}: special tokens must map names ending in _token "
                     f"to strings. Received: {name!r:.100}: {token!r:.200}"
                 )
@@ -165,7 +167,7 @@ class ChatTemplate:
         if not stop_ids or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in stop_ids
         ):
-            raise ValueError(
+            raise InputError(
                 f"{where}: stop_ids must be a non-empty list of token ids. "
                 f"Received: {stop_ids!r:.200}"
             )
@@ -174,7 +176,7 @@ class ChatTemplate:
         try:
             self._compiled = _environment().from_string(template)
         except jinja2.TemplateError as e:
-            raise ValueError(
+            raise InputError(
                 f"{where}: the chat template does not compile: {e}"
             ) from None
 
@@ -203,16 +205,16 @@ class ChatTemplate:
                 if length > MAX_RENDERED_CHARACTERS:
                     break
         except jinja2.TemplateError as e:
-            raise ValueError(
+            raise InputError(
                 f"{self.where}: the chat template failed on these messages: {e}"
             ) from None
         except Exception as e:  # anything a template's Python operations raise
-            raise ValueError(
+            raise InputError(
                 f"{self.where}: the chat template failed on these messages: "
                 f"{type(e).__name__}: {e}"
             ) from None
         if length > MAX_RENDERED_CHARACTERS:
-            raise ValueError(
+            raise InputError(
                 f"{self.where}: the chat template rendered more than "
                 f"{MAX_RENDERED_CHARACTERS} characters."
             )
@@ -243,21 +245,21 @@ class ChatTemplate:
             with open(path, encoding="utf-8") as f:
                 spec = json.load(f)
         except FileNotFoundError:
-            raise ValueError(f"{path} is missing (the run's chat template).") from None
+            raise InputError(f"{path} is missing (the run's chat template).") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is not a JSON chat template: {e}") from None
+            raise InputError(f"{path} is not a JSON chat template: {e}") from None
         if not isinstance(spec, dict) or sorted(spec) != sorted(
             ["template", "special_tokens", "stop_ids"]
         ):
             keys = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
-            raise ValueError(
+            raise InputError(
                 f"{path} must hold template, special_tokens and stop_ids. "
                 f"Received: {keys}"
             )
         if not isinstance(spec["special_tokens"], dict) or not isinstance(
             spec["stop_ids"], list
         ):
-            raise ValueError(
+            raise InputError(
                 f"{path}: special_tokens must be an object and stop_ids a list. "
                 f"Received: {spec['special_tokens']!r:.100}, {spec['stop_ids']!r:.100}"
             )

@@ -7,6 +7,7 @@ import json
 
 import tensorflow as tf
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.runs.files import read_text
 
 PAD, UNK, START, END = "[PAD]", "[UNK]", "[START]", "[END]"
@@ -30,21 +31,21 @@ def special_token_ids(vocabulary, special_tokens=None):
     vocabulary = list(vocabulary)
     if special_tokens is None:
         if tuple(vocabulary[: len(RESERVED_TOKENS)]) != RESERVED_TOKENS:
-            raise ValueError(
+            raise InputError(
                 f"vocabulary must start with {list(RESERVED_TOKENS)} (or name "
                 "its special tokens). Received: "
                 f"{vocabulary[: len(RESERVED_TOKENS)]}"
             )
         return {"pad": PAD_ID, "unk": UNK_ID, "start": START_ID, "end": END_ID}
     if not isinstance(special_tokens, dict):
-        raise TypeError(
+        raise InputTypeError(
             "special_tokens must be a dict {role: token}. "
             f"Received: {special_tokens!r}"
         )
     unknown = sorted(set(special_tokens) - set(SPECIAL_ROLES))
     missing = [r for r in SPECIAL_ROLES[:4] if r not in special_tokens]
     if unknown or missing:
-        raise ValueError(
+        raise InputError(
             f"special_tokens must name {list(SPECIAL_ROLES[:4])} (and may name "
             f"'mask'). Received: {special_tokens!r}"
         )
@@ -52,12 +53,12 @@ def special_token_ids(vocabulary, special_tokens=None):
     ids = {}
     for role, token in special_tokens.items():
         if token not in index:
-            raise ValueError(
+            raise InputError(
                 f"special_tokens[{role!r}]={token!r} is not in the vocabulary."
             )
         ids[role] = index[token]
     if ids["pad"] != 0:
-        raise ValueError(
+        raise InputError(
             f"special_tokens['pad']={special_tokens['pad']!r} must be the "
             "vocabulary's first token (id 0: tfformer's models mask id 0). "
             f"Received: id {ids['pad']}"
@@ -136,7 +137,7 @@ def read_tokenizer_json(path, kind):
     try:
         spec = json.loads(read_text(path))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+        raise InputError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(spec, dict) or spec.get("tokenizer") != kind:
-        raise ValueError(f"{path} does not describe a {kind} tokenizer: {spec}")
+        raise InputError(f"{path} does not describe a {kind} tokenizer: {spec}")
     return spec

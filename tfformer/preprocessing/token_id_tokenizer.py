@@ -6,6 +6,7 @@ import json
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.text import read_tokenizer_json
 from tfformer.runs.files import atomic_write_text
 
@@ -34,7 +35,7 @@ class TokenIdTokenizer(tf.Module):
             or not isinstance(id_offset, int)
             or not 0 <= id_offset < vocabulary_size
         ):
-            raise ValueError(
+            raise InputError(
                 f"id_offset must be an int in [0, {vocabulary_size}). "
                 f"Received: {id_offset!r}"
             )
@@ -44,7 +45,7 @@ class TokenIdTokenizer(tf.Module):
             ("pad_id", pad_id),
         ):
             if not isinstance(value, int) or not 0 <= value < vocabulary_size:
-                raise ValueError(
+                raise InputError(
                     f"{name} must be an id below {vocabulary_size}. Received: {value!r}"
                 )
         self.vocabulary_size = vocabulary_size
@@ -61,7 +62,7 @@ class TokenIdTokenizer(tf.Module):
                 if not all(w.isascii() and w.isdigit() for w in words) or any(
                     int(w) >= limit for w in words
                 ):
-                    raise ValueError(
+                    raise InputError(
                         "This run reads token ids: whitespace-separated integers "
                         f"below {limit}. Received: {text[:200]!r}"
                     )
@@ -116,4 +117,4 @@ class TokenIdTokenizer(tf.Module):
                 spec.get("id_offset", 0),
             )
         except KeyError as e:
-            raise ValueError(f"{path} lacks {e}.") from None
+            raise InputError(f"{path} lacks {e}.") from None

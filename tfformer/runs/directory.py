@@ -20,6 +20,7 @@ import dataclasses
 import json
 import os
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.runs.files import atomic_write_text
 from tfformer.runs.manifest import TOKENIZER_KINDS, RunManifest
 
@@ -40,7 +41,7 @@ CHAT_TEMPLATE = "chat_template.json"
 def tokenizer_file(kind, role):
     """File name of the `role` tokenizer ("source", "target", "text")."""
     if kind not in TOKENIZER_KINDS:
-        raise ValueError(
+        raise InputError(
             f"tokenizer must be one of {TOKENIZER_KINDS}. Received: {kind!r}"
         )
     return f"{role}_vocab.txt" if kind == "wordpiece" else f"{role}_tokenizer.json"
@@ -82,7 +83,7 @@ class RunDirectory:
 
     def __init__(self, path):
         if not isinstance(path, str | os.PathLike) or not os.path.isdir(path):
-            raise ValueError(
+            raise InputError(
                 "The run (--checkpoint) must be a tfformer-train run directory. "
                 f"Received: {path!r} (not a directory)"
             )
@@ -96,16 +97,16 @@ class RunDirectory:
         """A JSON file of the run; ValueError naming it if missing or broken."""
         path = self.file(name)
         if not os.path.isfile(path):
-            raise ValueError(
+            raise InputError(
                 f"{self.path} is not a finished training run: {name} is missing."
             )
         with open(path, encoding="utf-8") as f:
             try:
                 return json.load(f)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from None
+                raise InputError(f"{path} is not valid JSON: {e}") from None
             except UnicodeDecodeError as e:
-                raise ValueError(f"{path} is not UTF-8 text: {e}") from None
+                raise InputError(f"{path} is not UTF-8 text: {e}") from None
 
     def write_json(self, name, values):
         """Writes `values` as `name` (atomically)."""
@@ -130,13 +131,13 @@ class RunDirectory:
         """The `TokenizerSpec` of `role`; its file is checked to exist."""
         entry = self.manifest.tokenizers.get(role)
         if entry is None:
-            raise ValueError(
+            raise InputError(
                 f"{self.file(MANIFEST)}: a {self.task} run has no {role!r} "
                 f"tokenizer (it has {sorted(self.manifest.tokenizers)})."
             )
         name = tokenizer_file(entry.kind, role)
         if not os.path.isfile(self.file(name)):
-            raise ValueError(f"{self.path} is not a finished run: {name} is missing.")
+            raise InputError(f"{self.path} is not a finished run: {name} is missing.")
         return TokenizerSpec(
             entry.kind, self.file(name), entry.lower_case, entry.options
         )
@@ -144,7 +145,7 @@ class RunDirectory:
     def write_manifest(self, manifest):
         """Writes `run.json` from a `RunManifest`."""
         if not isinstance(manifest, RunManifest):
-            raise TypeError(
+            raise InputTypeError(
                 f"manifest must be a RunManifest. Received: {type(manifest).__name__}"
             )
         self.write_json(MANIFEST, manifest.to_manifest())
@@ -172,13 +173,13 @@ class RunDirectory:
 
     def checkpoint_path(self, checkpoint="model.keras"):
         if checkpoint not in CHECKPOINTS:
-            raise ValueError(
+            raise InputError(
                 f"checkpoint file must be one of {CHECKPOINTS}. "
                 f"Received: {checkpoint!r}"
             )
         path = self.file(checkpoint)
         if not os.path.isfile(path):
-            raise ValueError(
+            raise InputError(
                 f"{self.path} is not a finished training run: {checkpoint} is missing."
             )
         return path
@@ -190,7 +191,7 @@ class RunDirectory:
         if name is None:
             return None
         if name != CHAT_TEMPLATE:  # a manifest names no other file
-            raise ValueError(
+            raise InputError(
                 f"{self.file(MANIFEST)}: settings.chat_template must be "
                 f"{CHAT_TEMPLATE!r}. Received: {name!r}"
             )
@@ -214,14 +215,14 @@ class RunDirectory:
         # Keras reads a file that is no zip as a path to look for ("File not
         # found") and lets a damaged member's error through as a traceback.
         if not zipfile.is_zipfile(path):
-            raise ValueError(
+            raise InputError(
                 f"{path} is not a Keras model file (no zip archive: truncated, "
                 "or another file saved under its name)."
             )
         try:
             model = keras.saving.load_model(path, compile=False)
         except (zipfile.BadZipFile, zlib.error, OSError, EOFError, KeyError) as e:
-            raise ValueError(
+            raise InputError(
                 f"{path} is damaged ({type(e).__name__}: {e}); re-train or "
                 "re-convert the run, or use the other checkpoint (--model)."
             ) from None

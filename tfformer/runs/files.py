@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+from tfformer.errors import InputError
+
 
 def current_umask():
     """The process umask (reading it means setting it, so it is put back)."""
@@ -74,4 +76,4 @@ def read_text(path):
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text: {e}") from None
+        raise InputError(f"{path} is not UTF-8 text: {e}") from None

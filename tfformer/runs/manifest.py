@@ -19,6 +19,8 @@ import types
 import typing
 from typing import ClassVar
 
+from tfformer.errors import InputError, InputTypeError
+
 FORMAT_VERSION = 1
 TOKENIZER_KINDS = ("wordpiece", "byte", "ids", "bpe")
 # Special-token roles a converted vocabulary names (`tfformer.preprocessing.text`).
@@ -57,12 +59,12 @@ class TokenizerEntry:
     @classmethod
     def from_json(cls, entry, where):
         if not isinstance(entry, dict) or entry.get("kind") not in TOKENIZER_KINDS:
-            raise ValueError(
+            raise InputError(
                 f"{where} must name a kind in {TOKENIZER_KINDS}. Received: {entry!r}"
             )
         unknown = sorted(set(entry) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise ValueError(f"{where} has unknown keys {unknown}. Received: {entry!r}")
+            raise InputError(f"{where} has unknown keys {unknown}. Received: {entry!r}")
         tokenizer = cls(
             kind=entry["kind"],
             lower_case=_checked(
@@ -79,7 +81,7 @@ class TokenizerEntry:
             ),
         )
         if tokenizer.options and tokenizer.kind != "wordpiece":
-            raise ValueError(
+            raise InputError(
                 f"{where} options {sorted(tokenizer.options)} apply to wordpiece "
                 f"vocabularies only. Received: {entry!r}"
             )
@@ -89,7 +91,7 @@ class TokenizerEntry:
                 not roles <= set(SPECIAL_ROLES)
                 or not {"pad", "unk", "start", "end"} <= roles
             ):
-                raise ValueError(
+                raise InputError(
                     f"{where}.special_tokens must name pad, unk, start and end (and "
                     f"may name mask). Received: {tokenizer.special_tokens!r}"
                 )
@@ -119,7 +121,7 @@ def _checked(where, value, kind):
             continue
         if origin is not type(None) and isinstance(value, origin):
             return value
-    raise ValueError(f"{where} must be {_describe(kind)}. Received: {value!r}")
+    raise InputError(f"{where} must be {_describe(kind)}. Received: {value!r}")
 
 
 def _describe(kind):
@@ -176,13 +178,13 @@ class RunManifest:
 
     def __post_init__(self):
         if sorted(self.tokenizers) != sorted(self.roles):
-            raise ValueError(
+            raise InputError(
                 f"a {self.task} run has the tokenizers {list(self.roles)}. "
                 f"Received: {sorted(self.tokenizers)}"
             )
         for role, entry in self.tokenizers.items():
             if not isinstance(entry, TokenizerEntry):
-                raise TypeError(
+                raise InputTypeError(
                     f"tokenizers[{role!r}] must be a TokenizerEntry. "
                     f"Received: {entry!r}"
                 )
@@ -192,10 +194,10 @@ class RunManifest:
         """The schema of `manifest` (the JSON object of `run.json`, read from
         `where`); ValueError naming the key and what it holds otherwise."""
         if not isinstance(manifest, dict):
-            raise ValueError(f"{where} must hold a JSON object.")
+            raise InputError(f"{where} must hold a JSON object.")
         version = manifest.get("format_version")
         if version != FORMAT_VERSION:
-            raise ValueError(
+            raise InputError(
                 f"{where}: format_version {version!r} is not supported (this "
                 f"tfformer reads {FORMAT_VERSION}; a newer tfformer wrote it?)."
             )
@@ -203,12 +205,12 @@ class RunManifest:
         schema = MANIFESTS.get(task) if cls is RunManifest else cls
         if schema is None or task != schema.task:
             known = sorted(MANIFESTS) if cls is RunManifest else [cls.task]
-            raise ValueError(
+            raise InputError(
                 f"{where}: task must be one of {known}. Received: task={task!r}"
             )
         for key, kind in (("tokenizers", dict), ("settings", dict)):
             if not isinstance(manifest.get(key), kind):
-                raise ValueError(
+                raise InputError(
                     f"{where}: {key!r} must be a {kind.__name__}. "
                     f"Received: {manifest.get(key)!r}"
                 )
@@ -222,7 +224,7 @@ class RunManifest:
         }
         unknown = sorted(set(settings) - set(fields))
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"{where}: settings {unknown} are not part of a {task} run "
                 f"(known: {sorted(fields)})."
             )
@@ -231,7 +233,7 @@ class RunManifest:
         for name, field in fields.items():
             if name not in settings:
                 if field.default is dataclasses.MISSING:
-                    raise ValueError(f"{where}: settings lack {name!r}.")
+                    raise InputError(f"{where}: settings lack {name!r}.")
                 continue
             values[name] = _checked(
                 f"{where}: settings.{name}", settings[name], hints[name]
@@ -239,7 +241,7 @@ class RunManifest:
         try:
             return schema(tokenizers=tokenizers, **values)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise InputError(f"{where}: {e}") from None
 
 
 @dataclasses.dataclass(frozen=True)

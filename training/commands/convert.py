@@ -7,6 +7,8 @@ the conversion succeeds."""
 import argparse
 import sys
 
+from tfformer.errors import InputError
+
 
 def main(argv=None, prog="tfformer-convert"):
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
@@ -25,7 +27,7 @@ def main(argv=None, prog="tfformer-convert"):
 
     try:
         convert(args.source, args.out, progress=print)
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     return 0

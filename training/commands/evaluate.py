@@ -6,6 +6,7 @@ and the confusion matrix)."""
 import json
 import sys
 
+from tfformer.errors import InputError
 from tfformer.runs.files import atomic_write_text
 from tfformer.training.commands.run_arguments import (
     option_values,
@@ -35,7 +36,7 @@ def main(argv=None):
             progress=lambda m: print(m, file=sys.stderr),
             **option_values(args, options),
         )
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         message = as_flags(str(e), options)
         print(f"tfformer-evaluate: error: {message}", file=sys.stderr)
         return 2

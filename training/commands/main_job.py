@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from tfformer.errors import InputError
 from tfformer.runs import directory as runs
 from tfformer.runs.files import atomic_path, atomic_write_text
 from tfformer.training.commands.train import (
@@ -65,14 +66,14 @@ def parse_args(argv=None):
 
 def check_args(args, config):
     if config.task != "translation":
-        raise ValueError(
+        raise InputError(
             f"The main job exports the model and compares the exports with Keras; "
             f"task {config.task!r} has no exported predictions yet."
         )
     for name in ("compare", "show"):
         value = getattr(args, name)
         if value < 1:
-            raise ValueError(f"--{name} must be at least 1. Received: {value}")
+            raise InputError(f"--{name} must be at least 1. Received: {value}")
 
 
 def read_all(file):
@@ -267,7 +268,7 @@ def main(argv=None):
         config = load_config(args.config, overrides)
         check_args(args, config)
         check_output_directory(config, start_over=args.start_over)
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         print(f"tfformer: error: {e}", file=sys.stderr)
         return 2
     try:

@@ -9,6 +9,7 @@ own options (`--help` with `--checkpoint` lists them).
 import re
 import sys
 
+from tfformer.errors import InputError
 from tfformer.training.commands.run_arguments import (
     option_values,
     parse_with_predictor,
@@ -54,7 +55,7 @@ def main(argv=None, prog="tfformer-predict"):
         # Printed as it comes: a causal LM streams its tokens.
         for text in predictor.printed(inputs, **option_values(args, options)):
             print(text, end="", flush=True)
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         print(f"{prog}: error: {as_flags(str(e), options)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C, in a conversation say

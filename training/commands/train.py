@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+from tfformer.errors import InputError
 from tfformer.training.config import load_config
 
 DEFAULT_CONFIG = os.path.join(
@@ -59,7 +60,7 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         config = load_config(args.config, args.overrides)
-    except (ValueError, TypeError) as e:
+    except InputError as e:
         print(f"tfformer-train: error: {e}", file=sys.stderr)
         return 2
     if args.print_config:
@@ -71,7 +72,7 @@ def main(argv=None):
     try:
         check_trainable(config.task)
         results = train(config, start_over=args.start_over).metrics
-    except (ValueError, TypeError) as e:  # bad data files, sizes, run dir
+    except InputError as e:  # bad data files, sizes, run dir
         print(f"tfformer-train: error: {e}", file=sys.stderr)
         return 2
     # (input, reference, prediction) examples of the task's final evaluation.

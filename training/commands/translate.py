@@ -4,6 +4,7 @@ as arguments, or one per line on stdin)."""
 import argparse
 import sys
 
+from tfformer.errors import InputError
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.commands.predict import main as predict_main
 
@@ -15,7 +16,7 @@ def main(argv=None):
     if known.checkpoint:
         try:
             task = RunDirectory(known.checkpoint).task
-        except ValueError:
+        except InputError:
             task = None  # predict reports what is wrong with the directory
         if task not in (None, "translation"):
             print(

@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.training.distribution.multi_worker import require_private
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
@@ -19,7 +20,7 @@ def _cluster_workers():
     try:
         cluster = json.loads(raw).get("cluster", {})
     except json.JSONDecodeError:
-        raise ValueError(f"TF_CONFIG is not valid JSON. Received: {raw!r}") from None
+        raise InputError(f"TF_CONFIG is not valid JSON. Received: {raw!r}") from None
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
 
 
@@ -65,7 +66,7 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
     - tpu: `TPUStrategy` on `TPUClusterResolver(tpu)`.
     """
     if name not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}. Received: {name!r}")
+        raise InputError(f"strategy must be one of {STRATEGIES}. Received: {name!r}")
     # Physical, not logical, devices: listing logical ones would initialize the
     # runtime, after which MultiWorkerMirroredStrategy can no longer be set up.
     gpus = [f"/gpu:{i}" for i, _ in enumerate(tf.config.list_physical_devices("GPU"))]
@@ -83,7 +84,7 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
         return _mirrored_strategy_class()(devices=devices)
     if name == "multi_worker":
         if _cluster_workers() < 1:
-            raise ValueError(
+            raise InputError(
                 "strategy='multi_worker' needs TF_CONFIG with a cluster of workers."
             )
         return tf.distribute.MultiWorkerMirroredStrategy()

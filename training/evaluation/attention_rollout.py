@@ -10,6 +10,7 @@ output token, and the class token's row over the patches is the map.
 import numpy as np
 from keras import ops
 
+from tfformer.errors import InputError
 from tfformer.runs.files import atomic_path
 
 
@@ -19,7 +20,7 @@ def vit_backbone(model):
 
     backbone = getattr(model, "backbone", model)
     if not isinstance(backbone, ViTBackbone):
-        raise ValueError(
+        raise InputError(
             "attention rollout needs a ViT (an ImageClassifier or ViTBackbone). "
             f"Received: {type(model).__name__}"
         )

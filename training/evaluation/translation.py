@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from tfformer.errors import InputError
+
 
 def exact_match(hypotheses, references, tokenizer=None):
     """Share of `hypotheses` equal to their reference.
@@ -16,7 +18,7 @@ def exact_match(hypotheses, references, tokenizer=None):
     """
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
-        raise ValueError(
+        raise InputError(
             f"{len(hypotheses)} hypotheses for {len(references)} references."
         )
     if not references:
@@ -34,7 +36,7 @@ def score_translations(hypotheses, references):
     import sacrebleu
 
     if len(hypotheses) != len(references):
-        raise ValueError(
+        raise InputError(
             f"{len(hypotheses)} hypotheses for {len(references)} references."
         )
     scores = {}

@@ -14,6 +14,8 @@ over them.
 
 import importlib
 
+from tfformer.errors import InputError
+
 # The manifest's task name -> the predictor class in the module of that name.
 _PREDICTORS = {
     "translation": "TranslationPredictor",
@@ -29,7 +31,7 @@ PREDICTOR_TASKS = tuple(_PREDICTORS)
 def predictor_class(task):
     """The `Predictor` subclass of runs of `task` (the manifest's name)."""
     if task not in _PREDICTORS:
-        raise ValueError(
+        raise InputError(
             f"task must be one of {list(PREDICTOR_TASKS)}. Received: {task!r}"
         )
     module = importlib.import_module(f"tfformer.training.predictors.{task}")

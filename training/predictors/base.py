@@ -12,6 +12,7 @@ options (`Option`) and how a result is printed (`describe`).
 
 import re
 
+from tfformer.errors import InputError
 from tfformer.runs.directory import RunDirectory
 
 
@@ -58,8 +59,8 @@ def training_config(directory):
 
     try:
         return config_from_dict(directory.read_config())
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{directory.file('config.json')}: {e}") from None
+    except InputError as e:
+        raise InputError(f"{directory.file('config.json')}: {e}") from None
 
 
 class Predictor:
@@ -97,7 +98,7 @@ class Predictor:
 
         directory = run if isinstance(run, RunDirectory) else RunDirectory(run)
         if directory.task != self.task:
-            raise ValueError(
+            raise InputError(
                 f"{directory.path} holds a {directory.task!r} run, not {self.task!r}."
             )
         self.directory = directory

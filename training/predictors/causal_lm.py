@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 
 
@@ -98,7 +99,7 @@ class CausalLMPredictor(Predictor):
         """The text of each prompt continued (the prompt's text, then the
         continuation's), a list of str."""
         if isinstance(prompts, str):
-            raise TypeError("prompts must be a list of strings, not one string.")
+            raise InputTypeError("prompts must be a list of strings, not one string.")
         return [
             generated_text(self.tokenizer, *self._generator(prompt, settings))
             for prompt in prompts
@@ -135,7 +136,7 @@ class CausalLMPredictor(Predictor):
 
     def _printed_chat(self, inputs, path, settings):
         if inputs:
-            raise ValueError(
+            raise InputError(
                 "chat takes its messages from a JSON file or stdin, not as "
                 f"arguments. Received: {inputs[:3]!r}"
             )
@@ -146,7 +147,7 @@ class CausalLMPredictor(Predictor):
             try:
                 yield from self.stream_chat(messages, **settings)
             except ValueError as e:
-                raise ValueError(f"chat: {path}: {e}") from None
+                raise InputError(f"chat: {path}: {e}") from None
             yield "\n"
             return
         messages = []
@@ -192,7 +193,7 @@ class CausalLMPredictor(Predictor):
             self._chat_template = self.directory.chat_template()
         template = self._chat_template
         if template is None:
-            raise ValueError(
+            raise InputError(
                 f"chat needs a chat template: the run {self.directory.path} has "
                 "none (only converted checkpoints with a chat_template have one; "
                 "tfformer-convert says when it cannot take a checkpoint's)."
@@ -227,7 +228,7 @@ class CausalLMPredictor(Predictor):
         if getattr(self.tokenizer, "add_start_token", False):
             ids = ids[1:]
         if not ids:
-            raise ValueError(
+            raise InputError(
                 f"messages: the chat template rendered {text!r:.100}, no tokens."
             )
         return ids
@@ -240,7 +241,7 @@ class CausalLMPredictor(Predictor):
         new_tokens = settings.pop("max_new_tokens")
         ids = self.chat_ids(messages)
         if len(ids) + new_tokens > self.context:
-            raise ValueError(
+            raise InputError(
                 f"messages: the conversation is {len(ids)} tokens; with "
                 f"max_new_tokens={new_tokens} it does not fit the context of "
                 f"{self.context} tokens (drop earlier messages)."
@@ -282,7 +283,7 @@ class CausalLMPredictor(Predictor):
         (with a warning on stderr) to leave `max_new_tokens` of the context;
         the start token alone for an empty prompt."""
         if not isinstance(prompt, str):
-            raise TypeError(f"A prompt must be a string. Received: {prompt!r}")
+            raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
         keep = self.context - max_new_tokens
         ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
         if len(ids) > keep:
@@ -312,7 +313,7 @@ class CausalLMPredictor(Predictor):
         from keras import ops
 
         if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings, not one string.")
+            raise InputTypeError("texts must be a list of strings, not one string.")
         window = self._checked_window(window if window is not None else self.context)
         likelihoods, counts = [], []
         for text in texts:
@@ -356,10 +357,10 @@ class CausalLMPredictor(Predictor):
             try:
                 text = read_text(text_path)
             except ValueError as e:
-                raise ValueError(f"text_path: {e}") from None
+                raise InputError(f"text_path: {e}") from None
             where = {"text": text_path}
         elif not data.text_path:
-            raise ValueError(
+            raise InputError(
                 f"{self.directory.path} has no held-out text (data.text_path is "
                 "not set: a converted checkpoint); score a file: text_path=FILE."
             )
@@ -372,7 +373,7 @@ class CausalLMPredictor(Predictor):
 
     def _checked_window(self, window):
         if not 1 <= window <= self.context:
-            raise ValueError(
+            raise InputError(
                 f"window must be in [1, {self.context}] (the run's context). "
                 f"Received: {window}"
             )
@@ -381,7 +382,7 @@ class CausalLMPredictor(Predictor):
 
 def check_chat_search(settings):
     if settings.get("search", "greedy") == "beam":
-        raise ValueError(
+        raise InputError(
             "search='beam' is not offered in chat: use 'greedy' or 'sample'."
         )
 
@@ -394,9 +395,9 @@ def read_messages(path):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except OSError as e:
-        raise ValueError(f"chat: cannot read {path}: {e.strerror}") from None
+        raise InputError(f"chat: cannot read {path}: {e.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"chat: {path} is not a JSON list of messages: {e}") from None
+        raise InputError(f"chat: {path} is not a JSON list of messages: {e}") from None
 
 
 def stdin_lines():
@@ -432,17 +433,17 @@ def check_generation_settings(
     from tfformer.decoding.sampling import check_sampling_arguments
 
     if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0. Received: {max_new_tokens}")
+        raise InputError(f"max_new_tokens must be >= 0. Received: {max_new_tokens}")
     if top_k is not None and top_k < 0:
-        raise ValueError(f"top_k must be >= 0. Received: {top_k}")
+        raise InputError(f"top_k must be >= 0. Received: {top_k}")
     if beam_width < 1:
-        raise ValueError(f"beam_width must be >= 1. Received: {beam_width}")
+        raise InputError(f"beam_width must be >= 1. Received: {beam_width}")
     if not length_penalty >= 0:
-        raise ValueError(f"length_penalty must be >= 0. Received: {length_penalty}")
+        raise InputError(f"length_penalty must be >= 0. Received: {length_penalty}")
     top_k = top_k or None
     check_sampling_arguments(temperature, top_k, top_p)
     if max_new_tokens >= context:
-        raise ValueError(
+        raise InputError(
             f"max_new_tokens must be in [0, {context - 1}] (the context is "
             f"{context} tokens). Received: {max_new_tokens}"
         )

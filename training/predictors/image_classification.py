@@ -11,6 +11,7 @@ import re
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 
 
@@ -60,7 +61,7 @@ class ImageClassificationPredictor(Predictor):
         `(n, h, w, 3)` array or a list of `(h, w, 3)` arrays), resized as in
         training."""
         if isinstance(images, str | os.PathLike):
-            raise TypeError("images must be a list (or an array), not one path.")
+            raise InputTypeError("images must be a list (or an array), not one path.")
         if len(images) and isinstance(images[0], str | os.PathLike):
             return read_image_files([os.fspath(p) for p in images], self.image_size)
         return resized_images(images, self.image_size)
@@ -80,7 +81,7 @@ class ImageClassificationPredictor(Predictor):
         """{"image", "top": [(label, probability)] of the `top` classes,
         most probable first} per image file of `inputs`."""
         if top < 1:
-            raise ValueError(f"top must be positive. Received: top={top}")
+            raise InputError(f"top must be positive. Received: top={top}")
         _, probabilities = self.classify(inputs)
         top = min(top, len(self.labels))
         results = []
@@ -116,7 +117,7 @@ class ImageClassificationPredictor(Predictor):
         )
 
         if attention_plot and attention_images < 1:
-            raise ValueError(
+            raise InputError(
                 f"attention_images must be positive. Received: {attention_images}"
             )
         raw = TASK.raw_splits(self.config.data, progress)
@@ -171,7 +172,7 @@ class ImageClassificationPredictor(Predictor):
         if saved is not None and saved != fingerprint:
             d = self.config.data
             source = d.image_dir if d.image_dir is not None else d.tfds_name
-            raise ValueError(
+            raise InputError(
                 f"The images of {source} changed since {self.directory.path} was "
                 f"trained (test split fingerprint {fingerprint}, trained "
                 f"with {saved}): its test split would not be the one the run "
@@ -208,12 +209,12 @@ def resized_images(images, size):
     for i, image in enumerate(images):
         image = np.asarray(image)
         if image.ndim != 3 or image.shape[-1] != 3:
-            raise ValueError(
+            raise InputError(
                 "images must be RGB pixels, (height, width, 3) each. Received: "
                 f"an image of shape {image.shape}"
             )
         if image.dtype != np.uint8:
-            raise ValueError(
+            raise InputError(
                 "images must be uint8 pixels (0 to 255), as decoded. Received: "
                 f"dtype {image.dtype}"
             )
@@ -245,7 +246,7 @@ def read_image_files(paths, size):
     pixels = np.zeros((len(paths), size, size, 3), np.uint8)
     for i, path in enumerate(paths):
         if not os.path.isfile(path):
-            raise ValueError(f"No such image file: {path!r}")
+            raise InputError(f"No such image file: {path!r}")
         with open(path, "rb") as f:
             data = f.read()
         try:
@@ -253,7 +254,7 @@ def read_image_files(paths, size):
         except tf.errors.InvalidArgumentError as e:
             # TensorFlow's message without its function-node and op wrapping.
             first = re.sub(r"\{\{.*?\}\}|\[Op:.*", "", e.message).strip()
-            raise ValueError(
+            raise InputError(
                 f"{path!r} is not an image tfformer decodes (a JPEG, PNG, GIF or "
                 f"BMP of at most {MAX_PIXELS:,} pixels): {first}"
             ) from None

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 from tfformer.training.tasks.masked_lm import MASK
 
@@ -35,9 +36,9 @@ class MaskedLMPredictor(Predictor):
                 the model's length), or `top_k` below 1.
         """
         if top_k < 1:
-            raise ValueError(f"top_k must be >= 1. Received: {top_k}")
+            raise InputError(f"top_k must be >= 1. Received: {top_k}")
         if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings, not one string.")
+            raise InputTypeError("texts must be a list of strings, not one string.")
         # Every text is checked before any is run.
         encoded = [self._masked_input(text) for text in texts]
         vocabulary = self.tokenizers["text"].vocabulary
@@ -95,7 +96,7 @@ class MaskedLMPredictor(Predictor):
         data_config = self.config.data
         lines = TASK.raw_splits(data_config)["test"]
         if not lines:
-            raise ValueError(f"{self.directory.path}: the test split is empty.")
+            raise InputError(f"{self.directory.path}: the test split is empty.")
         # The training run's test pairs, drawn on the whole split, then cut.
         examples = TASK.prepare_lines(
             self.tokenizers["text"], data_config, lines, limit
@@ -141,13 +142,13 @@ class MaskedLMPredictor(Predictor):
         mask_id = tokenizer.vocabulary.index(MASK)
         ids = masked_sentence_ids(tokenizer, text, mask_id)
         if mask_id not in ids:
-            raise ValueError(
+            raise InputError(
                 f"Each input needs at least one {MASK}. Received: {text!r}"
             )
         ids = [tokenizer.start_id, *ids[: length - 2], tokenizer.end_id]
         positions = [i for i, token in enumerate(ids) if token == mask_id]
         if not positions:
-            raise ValueError(
+            raise InputError(
                 f"The {MASK} of {text!r} lies past the model's {length} tokens."
             )
         return ids, positions

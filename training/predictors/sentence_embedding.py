@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 
 PAIR_INPUT = "similarity reads each input as 'text_a<TAB>text_b'. Received: {!r}"
@@ -61,7 +62,7 @@ class SentenceEmbeddingPredictor(Predictor):
         from tfformer.training.tasks.text_classification import padded_inputs
 
         if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings, not one string.")
+            raise InputTypeError("texts must be a list of strings, not one string.")
         texts = list(texts)
         length = self.manifest.max_length
         out = []
@@ -81,7 +82,7 @@ class SentenceEmbeddingPredictor(Predictor):
         """`(n,)` cosine similarity of the embeddings of `texts_a[i]` and
         `texts_b[i]` (two lists of n texts)."""
         if len(texts_a) != len(texts_b):
-            raise ValueError(
+            raise InputError(
                 f"texts_a and texts_b must have the same length. Received: "
                 f"{len(texts_a)} and {len(texts_b)} texts"
             )
@@ -103,7 +104,7 @@ class SentenceEmbeddingPredictor(Predictor):
         pairs = []
         for text in texts:
             if text.count("\t") != 1:
-                raise ValueError(PAIR_INPUT.format(text))
+                raise InputError(PAIR_INPUT.format(text))
             pairs.append(text.split("\t"))
         similarities = self.similarity([a for a, _ in pairs], [b for _, b in pairs])
         return [
@@ -127,7 +128,7 @@ class SentenceEmbeddingPredictor(Predictor):
         import os
 
         if not pairs_path:
-            raise ValueError(
+            raise InputError(
                 "A sentence_embedding run is evaluated on scored pairs: give "
                 "pairs_path=TSV ('text_a<TAB>text_b<TAB>score' lines)."
             )
@@ -167,7 +168,7 @@ def read_scored_pairs(path):
     import os
 
     if not os.path.isfile(path):
-        raise ValueError(f"pairs_path must be an existing file. Received: {path!r}")
+        raise InputError(f"pairs_path must be an existing file. Received: {path!r}")
     opener = gzip.open if path.endswith(".gz") else open
     pairs = []
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
@@ -183,13 +184,13 @@ def read_scored_pairs(path):
                 if not math.isfinite(score):
                     raise ValueError
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"{path}:{number}: expected 'text_a<TAB>text_b<TAB>score'. "
                     f"Received: {line[:200]!r}"
                 ) from None
             pairs.append((parts[0], parts[1], score))
     if len(pairs) < 2:
-        raise ValueError(f"{path}: at least 2 scored pairs are needed.")
+        raise InputError(f"{path}: at least 2 scored pairs are needed.")
     return pairs
 
 

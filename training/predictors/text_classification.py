@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 
 PAIR_INPUT = (
@@ -112,13 +113,13 @@ class TextClassificationPredictor(Predictor):
             try:
                 test, _ = read_labelled_tsv(tsv_path, labels)
             except ValueError as e:
-                raise ValueError(f"tsv_path: {e}") from None
+                raise InputError(f"tsv_path: {e}") from None
         else:
             test = TASK.raw_splits(self.config.data)["test"]
         if limit:
             test = test[:limit]
         if not test:
-            raise ValueError(f"{self.directory.path}: the test split is empty.")
+            raise InputError(f"{self.directory.path}: the test split is empty.")
         truth = np.array([label for _, label in test])
         predicted = self.probabilities([text for text, _ in test]).argmax(-1)
         scores = classification_scores(truth, predicted, labels)
@@ -135,17 +136,17 @@ class TextClassificationPredictor(Predictor):
     def _checked(self, texts):
         """`texts` as a list, each a str (or a pair for a pair classifier)."""
         if isinstance(texts, str):
-            raise TypeError("texts must be a list, not one string.")
+            raise InputTypeError("texts must be a list, not one string.")
         texts = list(texts)
         for text in texts:
             pair = isinstance(text, tuple | list)
             if self.manifest.pairs and not (pair and len(text) == 2):
-                raise ValueError(
+                raise InputError(
                     "This classifier reads sentence pairs: give each as "
                     f"(text_a, text_b). Received: {text!r}"
                 )
             if not self.manifest.pairs and not isinstance(text, str):
-                raise ValueError(
+                raise InputError(
                     f"This classifier reads single texts. Received: {text!r}"
                 )
         return [tuple(text) if self.manifest.pairs else text for text in texts]
@@ -156,5 +157,5 @@ def as_pair(text):
     if isinstance(text, tuple | list):
         return tuple(text)
     if text.count("\t") != 1:
-        raise ValueError(PAIR_INPUT.format(text))
+        raise InputError(PAIR_INPUT.format(text))
     return tuple(text.split("\t"))

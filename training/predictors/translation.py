@@ -9,6 +9,7 @@ Example:
 
 import os
 
+from tfformer.errors import InputError
 from tfformer.training.predictors.base import Option, Predictor
 
 DECODING_OPTIONS = (
@@ -106,7 +107,7 @@ class TranslationPredictor(Predictor):
         from tfformer.training.tasks.translation import TASK, evaluate_translator
 
         if (source_path is None) != (target_path is None):
-            raise ValueError(
+            raise InputError(
                 "source_path and target_path go together. Received: "
                 f"source_path={source_path!r}, target_path={target_path!r}"
             )

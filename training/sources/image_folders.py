@@ -21,6 +21,7 @@ import zipfile
 
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.images import IMAGE_EXTENSIONS
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
@@ -76,17 +77,17 @@ def resolve(path, key="data.image_dir", progress=print):
     """The folder of `path` (a folder, or an archive unpacked into the cache).
     An archive holding one folder with the layout inside resolves to it."""
     if not os.path.exists(path):
-        raise ValueError(f"{key} does not exist. Received: {key}={path!r}")
+        raise InputError(f"{key} does not exist. Received: {key}={path!r}")
     if os.path.isfile(path):
         if not path.endswith(ARCHIVE_SUFFIXES):
-            raise ValueError(
+            raise InputError(
                 f"{key} must be a folder or an archive ({', '.join(ARCHIVE_SUFFIXES)})"
                 f". Received: {key}={path!r}"
             )
         try:
             folder = unpacked(path, progress)
         except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as e:
-            raise ValueError(f"{key}={path!r} cannot be unpacked: {e}") from None
+            raise InputError(f"{key}={path!r} cannot be unpacked: {e}") from None
         entries = [e for e in os.listdir(folder) if not _hidden(e)]
         if len(entries) == 1 and os.path.isdir(os.path.join(folder, entries[0])):
             inner = os.path.join(folder, entries[0])
@@ -114,15 +115,15 @@ def list_split(folder, class_names=None):
     folder holding a folder per class. Classes are the sorted folder names,
     or `class_names` (which must be exactly those folders)."""
     if not os.path.isdir(folder):
-        raise ValueError(f"{folder} is not a folder.")
+        raise InputError(f"{folder} is not a folder.")
     found = _class_folders(folder)
     if len(found) < 2:
-        raise ValueError(
+        raise InputError(
             f"{folder} needs a folder per class (>= 2), each holding that "
             f"class's images. Received: {found or 'no folders'}"
         )
     if class_names is not None and sorted(class_names) != found:
-        raise ValueError(
+        raise InputError(
             f"The class folders of {folder} must be {sorted(class_names)}. "
             f"Received: {found}"
         )
@@ -142,7 +143,7 @@ def list_split(folder, class_names=None):
                 elif not file.startswith("."):
                     ignored.append(path)
         if not count:
-            raise ValueError(
+            raise InputError(
                 f"Class folder {directory} holds no images (files ending in "
                 f"{', '.join(IMAGE_EXTENSIONS)})."
             )
@@ -210,7 +211,7 @@ def read_split(folder, size, class_names=None, progress=print):
     counts = np.bincount(labels, minlength=len(names))
     for name, count in zip(names, counts, strict=True):
         if not count:
-            raise ValueError(
+            raise InputError(
                 f"Class folder {os.path.join(folder, name)} holds no image that "
                 "can be read and decoded."
             )
@@ -235,7 +236,7 @@ def read_image_folders(path, size, class_names=None, progress=print):
     test = os.path.join(folder, "test")
     if not os.path.isdir(train):
         if os.path.isdir(test):
-            raise ValueError(f"{folder} has test/ but no train/ folder.")
+            raise InputError(f"{folder} has test/ but no train/ folder.")
         train, test = folder, None
     elif not os.path.isdir(test):
         test = None

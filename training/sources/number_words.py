@@ -8,6 +8,8 @@ compound word where English writes several.
 
 import numpy as np
 
+from tfformer.errors import InputError, InputTypeError
+
 MAX_NUMBER = 999_999
 
 _EN_ONES = (
@@ -24,9 +26,9 @@ _DE_TENS = "_ _ zwanzig dreißig vierzig fünfzig sechzig siebzig achtzig neunzi
 
 def _check_number(n):
     if isinstance(n, bool) or not isinstance(n, int | np.integer):
-        raise TypeError(f"n must be an int. Received: n={n!r}")
+        raise InputTypeError(f"n must be an int. Received: n={n!r}")
     if not 0 <= n <= MAX_NUMBER:
-        raise ValueError(f"n must be in [0, {MAX_NUMBER}]. Received: n={n}")
+        raise InputError(f"n must be in [0, {MAX_NUMBER}]. Received: n={n}")
 
 
 def _english_below_1000(n):
@@ -111,10 +113,10 @@ def number_words_splits(seed=0, train_size=40000, validation_size=1000, test_siz
     sizes = {"train": train_size, "validation": validation_size, "test": test_size}
     for name, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{name}_size must be a positive int. Received: {size!r}")
+            raise InputError(f"{name}_size must be a positive int. Received: {size!r}")
     total = sum(sizes.values())
     if total > MAX_NUMBER // 2:
-        raise ValueError(
+        raise InputError(
             f"The splits ask for {total} distinct numbers; at most "
             f"{MAX_NUMBER // 2} are available."
         )

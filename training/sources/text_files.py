@@ -8,6 +8,8 @@ import gzip
 import os
 import zlib
 
+from tfformer.errors import InputError, InputTypeError
+
 
 def read_lines(path, *, allow_empty_lines=False):
     """The lines of a UTF-8 text file (`.gz` is decompressed), without newlines.
@@ -18,10 +20,10 @@ def read_lines(path, *, allow_empty_lines=False):
             message names the file and the line.
     """
     if not isinstance(path, str | os.PathLike):
-        raise TypeError(f"path must be a str. Received: path={path!r}")
+        raise InputTypeError(f"path must be a str. Received: path={path!r}")
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise ValueError(f"File not found. Received: path={path!r}")
+        raise InputError(f"File not found. Received: path={path!r}")
     opener = gzip.open if path.endswith(".gz") else open
     lines = []
     try:
@@ -30,19 +32,19 @@ def read_lines(path, *, allow_empty_lines=False):
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as e:
-                    raise ValueError(
+                    raise InputError(
                         f"{path}:{number}: bytes that are not UTF-8 at column "
                         f"{e.start + 1} ({raw[e.start : e.start + 4]!r})."
                     ) from None
                 if not allow_empty_lines and not line.strip():
-                    raise ValueError(f"{path}:{number}: empty line.")
+                    raise InputError(f"{path}:{number}: empty line.")
                 lines.append(line)
     except (OSError, EOFError, zlib.error) as e:
-        raise ValueError(
+        raise InputError(
             f"{path}: cannot be read as {opener.__module__}: {e}"
         ) from None
     if not lines:
-        raise ValueError(f"{path}: the file is empty.")
+        raise InputError(f"{path}: the file is empty.")
     return lines
 
 
@@ -56,7 +58,7 @@ def read_parallel_text(source_path, target_path):
     sources = read_lines(source_path)
     targets = read_lines(target_path)
     if len(sources) != len(targets):
-        raise ValueError(
+        raise InputError(
             "Parallel files must have the same number of lines. Received: "
             f"{source_path!r} has {len(sources)}, {target_path!r} has {len(targets)}."
         )
@@ -89,17 +91,17 @@ def read_labelled_tsv(path, class_names=None, header=False):
     first = 1
     if header:
         if len(lines) < 2:
-            raise ValueError(f"{path}: a header line and no rows after it.")
+            raise InputError(f"{path}: a header line and no rows after it.")
         lines, first = lines[1:], 2
     elif lines[0].split("\t")[-1].strip().casefold() == "label":
-        raise ValueError(
+        raise InputError(
             f"{path}:1: the label column reads 'label', which looks like a "
             f"header line. Set data.tsv_header=true to skip it. Received: "
             f"{lines[0][:80]!r}"
         )
     columns = len(lines[0].split("\t"))
     if columns not in (2, 3):
-        raise ValueError(
+        raise InputError(
             f"{path}:{first}: expected 2 columns (text, label) or 3 (text_a, text_b, "
             f"label) separated by tabs. Received: {columns} column(s)"
         )
@@ -107,23 +109,23 @@ def read_labelled_tsv(path, class_names=None, header=False):
     for number, line in enumerate(lines, start=first):
         fields = line.split("\t")
         if len(fields) != columns:
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: {len(fields)} column(s) where line {first} has "
                 f"{columns}. Received: {line[:80]!r}"
             )
         if not all(f.strip() for f in fields):
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: an empty column. Received: {line[:80]!r}"
             )
         rows.append(fields)
     names = list(class_names) if class_names else sorted({r[-1] for r in rows})
     if len(names) < 2:
-        raise ValueError(f"{path}: needs at least 2 classes. Received: {names}")
+        raise InputError(f"{path}: needs at least 2 classes. Received: {names}")
     ids = {name: i for i, name in enumerate(names)}
     examples = []
     for number, fields in enumerate(rows, start=first):
         if fields[-1] not in ids:
-            raise ValueError(
+            raise InputError(
                 f"{path}:{number}: unknown label {fields[-1]!r}; data.class_names "
                 f"are {names}"
             )

@@ -3,6 +3,8 @@
 import hashlib
 import tempfile
 
+from tfformer.errors import InputError
+
 SPLIT_NAMES = {"train": "train", "validation": "validation", "test": "test"}
 
 
@@ -28,7 +30,7 @@ def tfds_translation_splits(name, *, source_key, target_key, data_dir=None):
     features = set(builder.info.features.keys()) if builder.info.features else set()
     for what, key in (("source_key", source_key), ("target_key", target_key)):
         if features and key not in features:
-            raise ValueError(
+            raise InputError(
                 f"{what} must be one of the features {sorted(features)} of {name}. "
                 f"Received: {what}={key!r}"
             )
@@ -74,23 +76,23 @@ def tfds_image_splits(
     builder = _builder(tfds, name, data_dir)
     features = builder.info.features
     if features is None or image_key not in features:
-        raise ValueError(
+        raise InputError(
             f"image_key must name an image feature of {name}. Received: "
             f"image_key={image_key!r}; features: {sorted(features or {})}"
         )
     if not isinstance(features[image_key], tfds.features.Image):
-        raise ValueError(
+        raise InputError(
             f"image_key={image_key!r} of {name} is a "
             f"{type(features[image_key]).__name__}, not an image."
         )
     if features[image_key].dtype != tf.uint8:
-        raise ValueError(
+        raise InputError(
             f"image_key={image_key!r} of {name} holds {features[image_key].dtype.name}"
             " pixels; only uint8 images (as JPEG and PNG decode) are read."
         )
     label = features[label_key] if label_key in features else None
     if not isinstance(label, tfds.features.ClassLabel):
-        raise ValueError(
+        raise InputError(
             f"label_key must name a class-label feature of {name}. Received: "
             f"label_key={label_key!r} ({type(label).__name__ if label else 'absent'}"
             f"); features: {sorted(features)}"
@@ -142,7 +144,7 @@ def _builder(tfds, name, data_dir):
     try:
         return tfds.builder(name, data_dir=data_dir)
     except tfds.core.DatasetNotFoundError as e:
-        raise ValueError(
+        raise InputError(
             f"Unknown tfds dataset: no dataset of that name is registered with "
             f"tensorflow-datasets {tfds.__version__}. Received: tfds_name={name!r}"
         ) from e
@@ -150,12 +152,12 @@ def _builder(tfds, name, data_dir):
         # The name is registered. If it builds with no files around, the
         # metadata in data_dir is what failed to read.
         if _builds_without_files(tfds, name):
-            raise ValueError(
+            raise InputError(
                 f"tfds dataset {name!r} is corrupt: its metadata in "
                 f"data_dir={data_dir!r} is unreadable ({_summary(e)}). Delete "
                 f"its directory and prepare it again with `tfds build`."
             ) from e
-        raise ValueError(
+        raise InputError(
             f"Unknown tfds dataset config or version{_configs(tfds, name)}. "
             f"Received: tfds_name={name!r}"
         ) from e

@@ -13,6 +13,8 @@ its exporter goes in `export/tasks/`.
 
 import importlib
 
+from tfformer.errors import InputError
+
 # name -> module of a trainable task; imported on first use, so config errors
 # need no TensorFlow.
 _TRAINABLE = {
@@ -39,7 +41,7 @@ def task_schema(name):
     their checks (a `TrainingTask` for a trainable task)."""
     module = _TRAINABLE.get(name) or _CONVERTED_ONLY.get(name)
     if module is None:
-        raise ValueError(f"task must be one of {list(TASK_NAMES)}. Received: {name!r}")
+        raise InputError(f"task must be one of {list(TASK_NAMES)}. Received: {name!r}")
     return importlib.import_module(module).TASK
 
 
@@ -47,7 +49,7 @@ def check_trainable(name):
     """Raises ValueError saying why when the task `name` cannot train (its
     module's `NOT_TRAINABLE`)."""
     if name in _CONVERTED_ONLY:
-        raise ValueError(importlib.import_module(_CONVERTED_ONLY[name]).NOT_TRAINABLE)
+        raise InputError(importlib.import_module(_CONVERTED_ONLY[name]).NOT_TRAINABLE)
 
 
 def get_task(name):
@@ -59,7 +61,7 @@ def get_task(name):
     """
     check_trainable(name)
     if name not in _TRAINABLE:
-        raise ValueError(
+        raise InputError(
             f"task must be one of {list(TRAINABLE_TASKS)}. Received: {name!r}"
         )
     return importlib.import_module(_TRAINABLE[name]).TASK

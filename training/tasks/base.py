@@ -15,6 +15,8 @@ dataclasses of its config's `data` and `model` sections and their checks
 import dataclasses
 from typing import Literal
 
+from tfformer.errors import InputError
+
 
 @dataclasses.dataclass
 class TextDataConfig:
@@ -99,7 +101,7 @@ def check_model_recipe(model_config):
         try:
             get_activation(activation)
         except ValueError:
-            raise ValueError(
+            raise InputError(
                 "model.activation must be a Keras activation name (relu, "
                 "gelu, silu, ...) or gelu_approximate. Received: "
                 f"model.activation={activation!r}"
@@ -143,7 +145,7 @@ def check_initial_settings(where, model_config, keys, theirs):
             from tfformer.layers.feed_forward import get_activation
 
             source = getattr(get_activation(source), "__name__", source)
-        raise ValueError(
+        raise InputError(
             f"{where}: model.{key} comes from that run ({source!r}); "
             f"leave it unset. Received: model.{key}={value!r}"
         )
@@ -164,7 +166,7 @@ def initial_hidden_dropout(model_config, theirs):
 def check_holdout_fraction(data_config):
     """`data.holdout_fraction` of the examples for validation, as many for test."""
     if not 0.0 < data_config.holdout_fraction < 0.5:
-        raise ValueError(
+        raise InputError(
             "data.holdout_fraction must be in (0, 0.5). "
             f"Received: data.holdout_fraction={data_config.holdout_fraction}"
         )
@@ -215,7 +217,7 @@ def initial_tokenizer(spec, directory, where):
     if saved and os.path.isfile(saved):
         with open(saved, "rb") as mine, open(spec.path, "rb") as theirs:
             if mine.read() != theirs.read():
-                raise ValueError(
+                raise InputError(
                     f"{saved} differs from the vocabulary of {where}: this run "
                     "directory holds another run's vocabulary. Use a new "
                     "train.output_dir."
@@ -228,7 +230,7 @@ def check_initial_tokenizer(where, spec, data_config, what="tokenizer"):
     config's tokenizer kind and casing are those of its `spec`."""
     d = data_config
     if d.tokenizer != spec.kind or d.lower_case != spec.lower_case:
-        raise ValueError(
+        raise InputError(
             f"{where}: its {what} is {spec.kind} with lower_case="
             f"{spec.lower_case}; set data.tokenizer={spec.kind} and "
             f"data.lower_case={str(spec.lower_case).lower()}. Received: "
@@ -239,7 +241,7 @@ def check_initial_tokenizer(where, spec, data_config, what="tokenizer"):
 def check_positive(where, value):
     """Raises ValueError naming `where` unless `value` > 0."""
     if value <= 0:
-        raise ValueError(f"{where} must be positive. Received: {where}={value}")
+        raise InputError(f"{where} must be positive. Received: {where}={value}")
 
 
 def bucket_lengths(data_config):
@@ -287,16 +289,16 @@ class TaskSchema:
         for name in ("max_length", "vocabulary_size", "vocabulary_sample_size"):
             check_positive(f"data.{name}", getattr(d, name))
         if d.max_length < 4:
-            raise ValueError(f"data.max_length must be >= 4. Received: {d.max_length}")
+            raise InputError(f"data.max_length must be >= 4. Received: {d.max_length}")
         buckets = d.bucket_lengths or (d.max_length,)
         if list(buckets) != sorted(set(buckets)) or buckets[-1] != d.max_length:
-            raise ValueError(
+            raise InputError(
                 "data.bucket_lengths must increase strictly and end at "
                 f"data.max_length ({d.max_length}). Received: "
                 f"data.bucket_lengths={list(buckets)}"
             )
         if buckets[0] < 2:
-            raise ValueError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
+            raise InputError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
         check_model_recipe(config.model)
         self.model_sizes(config.model)
 
@@ -310,13 +312,13 @@ class TaskSchema:
 
         preset = self.preset(model_config)
         if preset not in PRESETS:
-            raise ValueError(
+            raise InputError(
                 f"model.preset must be one of {sorted(PRESETS)}. "
                 f"Received: model.preset={preset!r}"
             )
         backbone, sizes = PRESETS[preset]
         if backbone.__name__ != self.backbone_name:
-            raise ValueError(
+            raise InputError(
                 f"task {self.name!r} needs a {self.backbone_name} preset. "
                 f"Received: model.preset={preset!r} ({backbone.__name__})"
             )

@@ -11,6 +11,7 @@ with it.
 import dataclasses
 import re
 
+from tfformer.errors import InputError
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
@@ -76,7 +77,7 @@ class CausalLMTask(TrainingTask):
         # Checked here, when text is needed: a converted checkpoint's run
         # generates without one.
         if not data_config.text_path:
-            raise ValueError("task 'causal_lm' needs data.text_path.")
+            raise InputError("task 'causal_lm' needs data.text_path.")
         text = read_text(data_config.text_path)
         cut = int(len(text) * (1 - data_config.holdout_fraction))
         middle = cut + (len(text) - cut) // 2
@@ -108,7 +109,7 @@ class CausalLMTask(TrainingTask):
             try:
                 ids = tokenizer.tokenize([text]).flat_values.numpy()
             except ValueError as e:  # a file that is not token ids
-                raise ValueError(
+                raise InputError(
                     f"data.text_path={data_config.text_path!r}: {e}"
                 ) from None
             examples[split] = pipeline.language_model_examples(
@@ -164,7 +165,7 @@ class CausalLMTask(TrainingTask):
         try:
             run = RunDirectory(path)
             if run.task != self.name:
-                raise ValueError(
+                raise InputError(
                     f"it holds a {run.task!r} run; a causal_lm run starts from "
                     "a causal_lm run (trained, or converted from a GPT-2 or "
                     "Llama checkpoint)"
@@ -173,18 +174,18 @@ class CausalLMTask(TrainingTask):
             context = run.manifest.max_length
             run.checkpoint_path()
         except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise InputError(f"{where}: {e}") from None
         d = config.data
         check_initial_tokenizer(where, spec, d)
         for key in INITIAL_RUN_KEYS:
             value = getattr(config.model, key)
             if value is not None:
-                raise ValueError(
+                raise InputError(
                     f"{where}: model.{key} comes from that run; leave it unset. "
                     f"Received: model.{key}={value!r}"
                 )
         if d.max_length > context:
-            raise ValueError(
+            raise InputError(
                 f"{where}: its decoder's context is {context} tokens; "
                 f"data.max_length must be <= {context}. Received: "
                 f"data.max_length={d.max_length}"

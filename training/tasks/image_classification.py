@@ -17,6 +17,7 @@ matrix (PNG) and attention rollout maps (PNG).
 import dataclasses
 import os
 
+from tfformer.errors import InputError
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
@@ -125,21 +126,21 @@ class ImageClassificationTask(TrainingTask):
     def validate(self, config):
         d = config.data
         if config.train.batch_tokens is not None:
-            raise ValueError(
+            raise InputError(
                 "train.batch_tokens batches sequences by length; images have "
                 "none. Use train.batch_size. Received: "
                 f"train.batch_tokens={config.train.batch_tokens}"
             )
         if d.image_dir is not None and d.tfds_name is not None:
-            raise ValueError(one_source_message(d))
+            raise InputError(one_source_message(d))
         check_positive("data.image_size", d.image_size)
         for key in ("crop_padding", "mixup_alpha", "cutmix_alpha"):
             if getattr(d, key) < 0:
-                raise ValueError(
+                raise InputError(
                     f"data.{key} must be >= 0. Received: {getattr(d, key)}"
                 )
         if d.class_names and len(set(d.class_names)) != len(d.class_names):
-            raise ValueError(
+            raise InputError(
                 f"data.class_names has duplicates. Received: {list(d.class_names)}"
             )
         check_holdout_fraction(d)
@@ -149,7 +150,7 @@ class ImageClassificationTask(TrainingTask):
         sizes = self.model_sizes(config.model)
         patch = sizes["patch_size"]
         if d.image_size % patch:
-            raise ValueError(
+            raise InputError(
                 f"data.image_size ({d.image_size}) must be a multiple of the "
                 f"patch size. Received: model.patch_size={patch}"
             )
@@ -172,7 +173,7 @@ class ImageClassificationTask(TrainingTask):
         if (d.image_dir is None) == (d.tfds_name is None):
             # Checked here, when images are needed: a converted checkpoint's
             # run predicts and exports without a source of images.
-            raise ValueError(one_source_message(d))
+            raise InputError(one_source_message(d))
         if d.image_dir is not None:
             from tfformer.training.sources.image_folders import read_image_folders
 
@@ -191,7 +192,7 @@ class ImageClassificationTask(TrainingTask):
         if d.class_names:
             # The same classes in another order: the labels are renumbered.
             if sorted(d.class_names) != sorted(names):
-                raise ValueError(
+                raise InputError(
                     f"data.class_names must be the classes of {d.tfds_name}, "
                     f"{names}, in any order. Received: {list(d.class_names)}"
                 )
@@ -224,7 +225,7 @@ class ImageClassificationTask(TrainingTask):
             raw["test"] = splits["test"]
         for split in ("train", "validation", "test"):
             if not len(raw[split][1]):
-                raise ValueError(
+                raise InputError(
                     f"The {split} split holds no images ({len(labels)} training "
                     f"images, data.holdout_fraction={data_config.holdout_fraction})."
                 )
@@ -327,7 +328,7 @@ def vit_settings(model):
 
     backbone = getattr(model, "backbone", None)
     if not isinstance(backbone, ViTBackbone):
-        raise ValueError(f"model {model.name!r} has no ViT backbone.")
+        raise InputError(f"model {model.name!r} has no ViT backbone.")
     config = backbone.get_config()
     keys = (
         "patch_size",
@@ -401,13 +402,13 @@ def initial_vit(config):
     try:
         run = RunDirectory(os.path.abspath(config.model.init_from))
         if run.task != "image_classification":
-            raise ValueError(
+            raise InputError(
                 f"it holds a {run.task!r} run; an image classifier starts from "
                 "an image_classification run"
             )
         path = run.checkpoint_path()
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise InputError(f"{where}: {e}") from None
     key = (path, os.path.getmtime(path))
     if key not in _INITIAL_VITS:
         source = run.load_model()
@@ -417,7 +418,7 @@ def initial_vit(config):
     check_initial_settings(where, config.model, INITIAL_VIT_KEYS, settings)
     patch, size = settings["patch_size"], config.data.image_size
     if size % patch:
-        raise ValueError(
+        raise InputError(
             f"{where}: its patch size is {patch}; data.image_size must be a "
             f"multiple of it. Received: data.image_size={size}"
         )

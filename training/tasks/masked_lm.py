@@ -37,6 +37,7 @@ import dataclasses
 
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.training.tasks.base import (
     PreparedData,
     TextDataConfig,
@@ -95,11 +96,11 @@ class MaskedLMTask(TrainingTask):
         super().validate(config)
         d = config.data
         if not d.text_paths:
-            raise ValueError(
+            raise InputError(
                 "task 'masked_lm' needs data.text_paths (one or more text files)."
             )
         if d.tokenizer != "wordpiece":
-            raise ValueError(
+            raise InputError(
                 "task 'masked_lm' needs data.tokenizer='wordpiece' (its "
                 f"vocabulary holds the {MASK} token). Received: "
                 f"data.tokenizer={d.tokenizer!r}"
@@ -108,18 +109,18 @@ class MaskedLMTask(TrainingTask):
         for name in ("mask_rate", "mask_token_rate", "random_token_rate"):
             value = getattr(d, name)
             if not 0.0 <= value <= 1.0:
-                raise ValueError(
+                raise InputError(
                     f"data.{name} must be in [0, 1]. Received: data.{name}={value}"
                 )
         if d.next_sentence_prediction and d.max_length < 5:
-            raise ValueError(
+            raise InputError(
                 "data.max_length must be >= 5 for next-sentence pairs. "
                 f"Received: data.max_length={d.max_length}"
             )
         if d.mask_rate == 0.0:
-            raise ValueError("data.mask_rate must be positive. Received: 0.0")
+            raise InputError("data.mask_rate must be positive. Received: 0.0")
         if d.mask_token_rate + d.random_token_rate > 1.0:
-            raise ValueError(
+            raise InputError(
                 "data.mask_token_rate + data.random_token_rate must be <= 1. "
                 f"Received: {d.mask_token_rate} + {d.random_token_rate}"
             )
@@ -260,9 +261,9 @@ def heldout_sentences(config_path):
     try:
         config = load_config(config_path)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"data.exclude_heldout_of={config_path!r}: {e}") from None
+        raise InputError(f"data.exclude_heldout_of={config_path!r}: {e}") from None
     if config.task != "text_classification":
-        raise ValueError(
+        raise InputError(
             f"data.exclude_heldout_of must be a text_classification config. "
             f"Received: {config_path!r} (task {config.task!r})"
         )
@@ -283,7 +284,7 @@ def check_mask_token(tokenizer, source=None):
     if len(vocabulary) <= len(RESERVED_TOKENS) + 1 or (
         vocabulary[len(RESERVED_TOKENS)] != MASK
     ):
-        raise ValueError(
+        raise InputError(
             f"{source or 'the vocabulary'}: masked language modelling needs "
             f"{MASK} as token {len(RESERVED_TOKENS)}, right after "
             f"{list(RESERVED_TOKENS)}, and regular tokens after it. Received: "
@@ -381,7 +382,7 @@ def next_sentence_pairs(items, seed):
         ValueError: a single item (no other line to draw).
     """
     if len(items) == 1:
-        raise ValueError(
+        raise InputError(
             "next-sentence prediction needs at least 2 lines in each split "
             f"(a random B is another line). Received: 1 line ({items[0][0]!r})"
         )

@@ -11,6 +11,7 @@ start from such a run (`model.init_from`).
 
 import dataclasses
 
+from tfformer.errors import InputError
 from tfformer.training.tasks.base import ModelConfig, TaskSchema, TextDataConfig
 
 NOT_TRAINABLE = (
@@ -42,7 +43,7 @@ class SentenceEmbeddingSchema(TaskSchema):
         from tfformer.layers.sequence_pooling import MODES
 
         if config.model.pooling not in MODES:
-            raise ValueError(
+            raise InputError(
                 f"model.pooling must be one of {list(MODES)}. "
                 f"Received: {config.model.pooling!r}"
             )

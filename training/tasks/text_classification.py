@@ -12,6 +12,7 @@ longest-first to `max_length` (`encode_texts`, which the predictor,
 import dataclasses
 import os
 
+from tfformer.errors import InputError
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
@@ -132,18 +133,18 @@ class TextClassificationTask(TrainingTask):
         d = config.data
         if d.tsv_path is not None:
             if d.class_paths:
-                raise ValueError(
+                raise InputError(
                     "Give data.class_paths or data.tsv_path, not both. Received: "
                     f"data.class_paths={list(d.class_paths)}, "
                     f"data.tsv_path={d.tsv_path!r}"
                 )
             if d.max_length < 5:
-                raise ValueError(
+                raise InputError(
                     "data.max_length must be >= 5 for sentence pairs. "
                     f"Received: {d.max_length}"
                 )
         elif d.tsv_header:
-            raise ValueError(
+            raise InputError(
                 "data.tsv_header applies to data.tsv_path, which is not set. "
                 f"Received: data.tsv_header=true, data.class_paths="
                 f"{list(d.class_paths)}"
@@ -153,7 +154,7 @@ class TextClassificationTask(TrainingTask):
             and d.class_names
             and len(d.class_names) != len(d.class_paths)
         ):
-            raise ValueError(
+            raise InputError(
                 f"data.class_names must name each of the {len(d.class_paths)} "
                 f"classes. Received: {list(d.class_names)}"
             )
@@ -168,7 +169,7 @@ class TextClassificationTask(TrainingTask):
         # Checked here, when data is needed: a converted classifier's run
         # predicts without any.
         if not data_config.tsv_path and len(data_config.class_paths) < 2:
-            raise ValueError(
+            raise InputError(
                 f"data.class_paths needs a file per class (>= 2), or give "
                 f"data.tsv_path. Received: {list(data_config.class_paths)}"
             )
@@ -200,14 +201,14 @@ class TextClassificationTask(TrainingTask):
         try:
             run = RunDirectory(path)
             if run.task not in INITIAL_RUN_TASKS:
-                raise ValueError(
+                raise InputError(
                     f"it holds a {run.task!r} run; a classifier starts from one "
                     f"of {list(INITIAL_RUN_TASKS)} (an encoder with its vocabulary)"
                 )
             spec = run.tokenizer("text")
             run.checkpoint_path()
         except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise InputError(f"{where}: {e}") from None
         d = config.data
         check_initial_tokenizer(where, spec, d, "vocabulary")
         # Loaded once per process and model file (prepare and build_model
@@ -220,7 +221,7 @@ class TextClassificationTask(TrainingTask):
         check_initial_settings(where, config.model, INITIAL_RUN_KEYS, settings)
         positions = settings["max_sequence_length"]
         if d.max_length > positions:
-            raise ValueError(
+            raise InputError(
                 f"{where}: its encoder has {positions} positions; data.max_length "
                 f"must be <= {positions}. Received: data.max_length={d.max_length}"
             )
@@ -343,7 +344,7 @@ def encoder_settings(model):
 
     backbone = getattr(model, "backbone", None)
     if not isinstance(backbone, BertBackbone):
-        raise ValueError(f"{model.name} has no BERT backbone.")
+        raise InputError(f"{model.name} has no BERT backbone.")
     config = backbone.get_config()
     return {**{key: config[key] for key in INITIAL_ENCODER_KEYS}, "preset": None}
 
@@ -378,7 +379,7 @@ def copy_encoder_weights(source, encoder):
         values = their.get_weights()
         shapes = [w.shape for w in mine.get_weights()], [v.shape for v in values]
         if shapes[0] != shapes[1]:
-            raise ValueError(
+            raise InputError(
                 f"Layer {mine.name!r}: the initial model's weights have shapes "
                 f"{shapes[1]}, this encoder's {shapes[0]}."
             )

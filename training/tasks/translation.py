@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Literal
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.training.tasks.base import (
     ModelConfig,
     PreparedData,
@@ -87,7 +88,7 @@ class Translator:
         from tfformer.decoding import Generator
 
         if search not in ("greedy", "beam"):
-            raise ValueError(f"search must be 'greedy' or 'beam'. Received: {search!r}")
+            raise InputError(f"search must be 'greedy' or 'beam'. Received: {search!r}")
         self.model = model
         self.source_tokenizer, self.target_tokenizer = (
             source_tokenizer,
@@ -136,7 +137,7 @@ class Translator:
     def translate(self, sentences):
         """Translations of `sentences` (a list of str) as a list of str."""
         if isinstance(sentences, str):
-            raise TypeError("sentences must be a list of strings, not one string.")
+            raise InputTypeError("sentences must be a list of strings, not one string.")
         ids = self.translate_ids(list(sentences))
         if not len(ids):
             return []
@@ -198,7 +199,7 @@ class TranslationTask(TrainingTask):
         }.get(d.corpus, ())
         for name in needs:
             if not getattr(d, name):
-                raise ValueError(f"data.corpus={d.corpus!r} needs data.{name}.")
+                raise InputError(f"data.corpus={d.corpus!r} needs data.{name}.")
 
     # -- data --------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
@@ -24,7 +25,7 @@ def learn_or_load(
     happens to lie in the working directory).
     """
     if config.tokenizer in ("ids", "bpe"):
-        raise ValueError(
+        raise InputError(
             f"data.tokenizer={config.tokenizer!r} is the tokenizer of converted "
             "checkpoints (token ids, GPT-2's BPE), which tfformer does not "
             "learn: use 'wordpiece' or 'byte', or fine-tune a converted "

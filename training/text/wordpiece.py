@@ -11,6 +11,7 @@ import os
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
     bert_cleanup,
@@ -62,14 +63,14 @@ class WordPieceTokenizer:
         vocabulary = list(vocabulary)
         ids = special_token_ids(vocabulary, special_tokens)
         if normalizer not in (None, "bert"):
-            raise ValueError(
+            raise InputError(
                 f"normalizer must be None or 'bert'. Received: {normalizer!r}"
             )
         if len(set(vocabulary)) != len(vocabulary):
-            raise ValueError("vocabulary has duplicate tokens.")
+            raise InputError("vocabulary has duplicate tokens.")
         bad = [t for t in vocabulary if not t or any(c in t for c in "\n\r")]
         if bad:
-            raise ValueError(f"vocabulary has empty or multi-line tokens: {bad[:3]}")
+            raise InputError(f"vocabulary has empty or multi-line tokens: {bad[:3]}")
         self.vocabulary = vocabulary
         self.lower_case = bool(lower_case)
         self.special_tokens = (
@@ -103,18 +104,18 @@ class WordPieceTokenizer:
         )
 
         if isinstance(vocabulary_size, bool) or not isinstance(vocabulary_size, int):
-            raise TypeError(
+            raise InputTypeError(
                 f"vocabulary_size must be an int. Received: {vocabulary_size!r}"
             )
         reserved = [*RESERVED_TOKENS, *extra_tokens]
         if vocabulary_size <= len(reserved):
-            raise ValueError(
+            raise InputError(
                 f"vocabulary_size must exceed {len(reserved)}. "
                 f"Received: vocabulary_size={vocabulary_size}"
             )
         sentences = list(sentences)
         if not sentences:
-            raise ValueError("sentences is empty: nothing to learn a vocabulary from.")
+            raise InputError("sentences is empty: nothing to learn a vocabulary from.")
         dataset = tf.data.Dataset.from_tensor_slices(sentences).batch(1024)
         if lower_case:
             # Lower-cased here, the way `tokenize` does it (the learner's own
@@ -138,14 +139,14 @@ class WordPieceTokenizer:
         """Reads a vocabulary file written by `save` (`options`: the
         constructor's special_tokens, normalizer, strip_accents)."""
         if not os.path.isfile(path):
-            raise ValueError(f"Vocabulary file not found. Received: path={path!r}")
+            raise InputError(f"Vocabulary file not found. Received: path={path!r}")
         vocabulary = read_text(path).split("\n")
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
         try:
             return cls(vocabulary, lower_case=lower_case, **options)
         except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
+            raise InputError(f"{path}: {e}") from None
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor (no start/end)."""

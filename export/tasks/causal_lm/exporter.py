@@ -4,6 +4,7 @@ run's tokenizer file), `tokenizer.py` and `generate.py` beside them."""
 
 import os
 
+from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.exporter import Exporter, TFLiteSource
 from tfformer.export.tasks.causal_lm.litert import (
@@ -55,7 +56,7 @@ class CausalLMExporter(Exporter):
         try:
             lengths = [int(x) for x in args.prefill_lengths.split(",")]
         except ValueError:
-            raise ValueError(
+            raise InputError(
                 "--prefill-lengths must be comma-separated ints. Received: "
                 f"{args.prefill_lengths!r}"
             ) from None
@@ -100,7 +101,7 @@ class CausalLMExporter(Exporter):
         del quantize  # the same samples for both
         texts = [t for t in texts if t.strip()][:limit]
         if not texts:
-            raise ValueError(
+            raise InputError(
                 "representative_sentences is empty; full-int8 calibration needs "
                 "real text (for example lines of the training file)."
             )

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.decoding import Generator
+from tfformer.errors import InputError
 from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.causal_lm.run import core_tokenizer, stray_id
 from tfformer.export.tasks.text import clamp_ids
@@ -91,12 +92,12 @@ def check_prefill_lengths(prefill_lengths, context):
             or not isinstance(length, int)
             or not (1 <= length <= context)
         ):
-            raise ValueError(
+            raise InputError(
                 f"prefill_lengths must be ints in [1, {context}] (the context). "
                 f"Received: prefill_lengths={list(lengths)!r}"
             )
     if len(set(lengths)) != len(lengths):
-        raise ValueError(
+        raise InputError(
             f"prefill_lengths must differ. Received: prefill_lengths={list(lengths)!r}"
         )
     return tuple(sorted(lengths))

@@ -44,6 +44,7 @@ import shutil
 import sys
 import tempfile
 
+from tfformer.errors import InputError, InputTypeError
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.convert.huggingface.checkpoint import read_json
 
@@ -66,18 +67,18 @@ def architectures(package=None):
         if not isinstance(model_types, tuple) or not all(
             isinstance(t, str) for t in model_types
         ):
-            raise TypeError(
+            raise InputTypeError(
                 f"{module.__name__}.MODEL_TYPES must be a tuple of strings. "
                 f"Received: {model_types!r}"
             )
         if not callable(getattr(module, "convert", None)):
-            raise TypeError(
+            raise InputTypeError(
                 f"{module.__name__} declares MODEL_TYPES but has no convert"
                 "(source, config, staging, progress)."
             )
         for model_type in model_types:
             if model_type in found:
-                raise TypeError(
+                raise InputTypeError(
                     f"model_type {model_type!r} is claimed by both "
                     f"{found[model_type].__name__} and {module.__name__}."
                 )
@@ -99,21 +100,21 @@ def convert(source, out, *, progress=print):
     from tfformer.training.config import config_from_dict
 
     if not isinstance(source, str | os.PathLike) or not os.path.isdir(source):
-        raise ValueError(
+        raise InputError(
             f"--from must be a Hugging Face checkpoint directory. Received: {source!r}"
         )
     if not isinstance(out, str | os.PathLike) or not os.fspath(out):
-        raise ValueError(f"--out must be a directory path. Received: {out!r}")
+        raise InputError(f"--out must be a directory path. Received: {out!r}")
     source, out = os.fspath(source), os.path.abspath(os.fspath(out))
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ValueError(f"--out must be a new or empty directory. Received: {out!r}")
+        raise InputError(f"--out must be a new or empty directory. Received: {out!r}")
     config = read_json(source, "config.json")
     if not isinstance(config, dict):
-        raise ValueError(f"{source}/config.json must hold a JSON object.")
+        raise InputError(f"{source}/config.json must hold a JSON object.")
     known = architectures()
     model_type = config.get("model_type")
     if model_type not in known:
-        raise ValueError(
+        raise InputError(
             f"{source}/config.json: model_type must be one of {sorted(known)}. "
             f"Received: {model_type!r}"
         )

@@ -9,6 +9,7 @@ import os
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.models import bert_classifier, bert_embedder, bert_encoder
 from tfformer.runs.manifest import (
     SentenceEmbeddingManifest,
@@ -47,7 +48,7 @@ def bert_sizes(config):
     hidden, heads = attention_sizes(config)
     position = config.get("position_embedding_type", "absolute")
     if position != "absolute":
-        raise ValueError(
+        raise InputError(
             "config.json: position_embedding_type must be 'absolute' (relative "
             f"position embeddings are not supported). Received: {position!r}"
         )
@@ -123,7 +124,7 @@ def sentence_transformers_settings(directory, max_positions):
         kind = module.get("type", "") if isinstance(module, dict) else None
         short = kind.rsplit(".", 1)[-1] if isinstance(kind, str) else None
         if short not in ST_MODULES:
-            raise ValueError(
+            raise InputError(
                 f"{directory}/modules.json: modules must be among "
                 f"{list(ST_MODULES)} (sentence-transformers); this one is not "
                 f"converted. Received: {module!r}"
@@ -131,13 +132,13 @@ def sentence_transformers_settings(directory, max_positions):
         kinds.append((short, module.get("path", "")))
     names = [k for k, _ in kinds]
     if names.count("Transformer") != 1 or names[0] != "Transformer":
-        raise ValueError(
+        raise InputError(
             f"{directory}/modules.json: one Transformer module, first, is "
             f"expected. Received: {modules!r}"
         )
     pooling_dirs = [path for kind, path in kinds if kind == "Pooling"]
     if len(pooling_dirs) != 1:
-        raise ValueError(
+        raise InputError(
             f"{directory}/modules.json: one Pooling module is expected. "
             f"Received: {modules!r}"
         )
@@ -162,14 +163,14 @@ def sentence_transformers_settings(directory, max_positions):
         if config.get(key)
     ]
     if len(chosen) != 1 or others:
-        raise ValueError(
+        raise InputError(
             f"{where}: exactly one of pooling_mode_mean_tokens, "
             "pooling_mode_cls_token and pooling_mode_max_tokens must be true "
             f"(concatenated or other poolings are not supported). Received: {config!r}"
         )
     normalize = names[-1] == "Normalize"
     if "Normalize" in names[:-1]:
-        raise ValueError(
+        raise InputError(
             f"{directory}/modules.json: Normalize must be the last module. "
             f"Received: {modules!r}"
         )
@@ -178,7 +179,7 @@ def sentence_transformers_settings(directory, max_positions):
     if isinstance(length, bool) or not isinstance(length, int):
         length = None
     if length is None or not 4 <= length <= max_positions:
-        raise ValueError(
+        raise InputError(
             f"{directory}/sentence_bert_config.json: max_seq_length must be an "
             f"int in [4, {max_positions}]. Received: "
             f"{(bert_config or {}).get('max_seq_length')!r}"
@@ -194,7 +195,7 @@ def sequence_classification_labels(config):
     regression."""
     problem = config.get("problem_type")
     if problem not in (None, "single_label_classification"):
-        raise ValueError(
+        raise InputError(
             "config.json: problem_type must be 'single_label_classification' "
             "(a softmax over the labels; multi-label and regression heads are "
             f"not converted). Received: {problem!r}"
@@ -206,13 +207,13 @@ def sequence_classification_labels(config):
     if not isinstance(id2label, dict) or sorted(id2label, key=str) != sorted(
         str(i) for i in range(len(id2label))
     ):
-        raise ValueError(
+        raise InputError(
             "config.json: id2label must map the ids 0, 1, ... to label names. "
             f"Received: {id2label!r}"
         )
     labels = [str(id2label[str(i)]) for i in range(len(id2label))]
     if len(labels) < 2 or len(set(labels)) != len(labels):
-        raise ValueError(
+        raise InputError(
             "config.json: id2label must name two or more distinct labels (one "
             f"output is a regression head). Received: {id2label!r}"
         )
@@ -291,7 +292,7 @@ def convert_classifier(source, config, sizes, staging, progress):
     weights, encoder, fresh = load_bert(source, sizes, ("bert.", ""))
     checkpoint = weights.checkpoint
     if fresh:
-        raise ValueError(
+        raise InputError(
             f"{source}: the checkpoint has no tensor "
             f"{weights.prefix + 'pooler.dense.weight'!r}; "
             "BertForSequenceClassification classifies the pooled [CLS]."

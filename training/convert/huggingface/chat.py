@@ -6,6 +6,7 @@ end ids of config.json and generation_config.json)."""
 
 import os
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.chat_template import ChatTemplate
 from tfformer.training.convert.huggingface.checkpoint import read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
@@ -30,7 +31,7 @@ def template_source(source, settings):
             with open(path, encoding="utf-8") as f:
                 return f.read(), path
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path} is not UTF-8 text: {e}") from None
+            raise InputError(f"{path} is not UTF-8 text: {e}") from None
     where = f"{source}/tokenizer_config.json: chat_template"
     template = settings.get("chat_template")
     if isinstance(template, list):  # named templates: the default one
@@ -40,7 +41,7 @@ def template_source(source, settings):
             if isinstance(entry, dict)
         }
         if "default" not in named:
-            raise ValueError(
+            raise InputError(
                 f"{where}: a list of named templates needs one named 'default'. "
                 f"Received names: {sorted(map(str, named))}"
             )
@@ -58,7 +59,7 @@ def stop_ids(source, config, settings, tokenizer):
     index = {token: i for i, token in enumerate(tokenizer.vocabulary)}
     if eos is not None:
         if eos not in index:
-            raise ValueError(
+            raise InputError(
                 f"{source}/tokenizer_config.json: eos_token {eos!r} is not a token "
                 "of the tokenizer."
             )
@@ -72,11 +73,11 @@ def stop_ids(source, config, settings, tokenizer):
             if i is None:
                 continue
             if isinstance(i, bool) or not isinstance(i, int):
-                raise ValueError(
+                raise InputError(
                     f"{name}: eos_token_id must be ids. Received: {value!r}"
                 )
             if not 0 <= i < len(tokenizer.vocabulary):
-                raise ValueError(
+                raise InputError(
                     f"{name}: eos_token_id {i} is not an id of the tokenizer's "
                     f"{len(tokenizer.vocabulary)} tokens."
                 )

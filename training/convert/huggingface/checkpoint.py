@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.training.convert.huggingface.safetensors import Checkpoint
 
 
@@ -17,15 +18,15 @@ def read_json(directory, name, required=True, kind=dict):
     path = os.path.join(directory, name)
     if not os.path.isfile(path):
         if required:
-            raise ValueError(f"{directory} has no {name}.")
+            raise InputError(f"{directory} has no {name}.")
         return None
     with open(path, encoding="utf-8") as f:
         try:
             value = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from None
+            raise InputError(f"{path} is not valid JSON: {e}") from None
     if not isinstance(value, kind):
-        raise ValueError(
+        raise InputError(
             f"{path} must hold a JSON {'object' if kind is dict else 'list'}. "
             f"Received: {type(value).__name__}"
         )
@@ -36,16 +37,16 @@ def config_value(config, key, kind, where="config.json", default=None):
     """`config[key]`, checked to be a `kind` (ValueError naming the key)."""
     value = config.get(key, default)
     if value is None:
-        raise ValueError(f"{where} lacks {key!r}.")
+        raise InputError(f"{where} lacks {key!r}.")
     ok = (
         isinstance(value, kind) and not isinstance(value, bool)
         if kind in (int, float, (int, float))
         else isinstance(value, kind)
     )
     if not ok:
-        raise ValueError(f"{where}: {key!r} must be a {kind}. Received: {value!r}")
+        raise InputError(f"{where}: {key!r} must be a {kind}. Received: {value!r}")
     if kind is int and value <= 0:
-        raise ValueError(f"{where}: {key!r} must be positive. Received: {value!r}")
+        raise InputError(f"{where}: {key!r} must be positive. Received: {value!r}")
     return value
 
 
@@ -54,7 +55,7 @@ def config_choice(config, key, choices, default):
     naming the key and them)."""
     value = config.get(key, default)
     if value not in choices:
-        raise ValueError(
+        raise InputError(
             f"config.json: {key} must be one of {sorted(choices)}. Received: {value!r}"
         )
     return value
@@ -63,7 +64,7 @@ def config_choice(config, key, choices, default):
 def check_multiple(key, value, divisor_key, divisor):
     """ValueError unless config.json's `key` is a multiple of `divisor_key`."""
     if value % divisor:
-        raise ValueError(
+        raise InputError(
             f"config.json: {key} ({value}) must be a multiple of {divisor_key} "
             f"({divisor})."
         )
@@ -105,7 +106,7 @@ def find_prefix(checkpoint, probe, candidates):
     for prefix in candidates:
         if prefix + probe in checkpoint:
             return prefix
-    raise ValueError(
+    raise InputError(
         f"{checkpoint.directory}: the checkpoint has no tensor "
         f"{' or '.join(repr(p + probe) for p in candidates)}; is config.json's "
         "model_type right for these weights?"
@@ -116,7 +117,7 @@ def refuse_unused(source, unused):
     """ValueError naming the checkpoint's tensors a conversion left unread
     (an option or architecture tfformer does not implement)."""
     if unused:
-        raise ValueError(
+        raise InputError(
             f"{source}: tensors this conversion does not use (an unsupported "
             f"option or architecture?): {unused[:5]}"
             + (f" and {len(unused) - 5} more" if len(unused) > 5 else "")
@@ -126,7 +127,7 @@ def refuse_unused(source, unused):
 def assign(variable, value, name):
     """`variable.assign(value)`, shapes checked (ValueError naming the tensor)."""
     if tuple(variable.shape) != tuple(value.shape):
-        raise ValueError(
+        raise InputError(
             f"tensor {name!r}: shape {list(value.shape)} does not fit "
             f"{variable.path} {list(variable.shape)}."
         )
@@ -149,7 +150,7 @@ def layer_norm(layer, weights, name, dim):
     elif weights.has(f"{name}.gamma"):
         scale, offset = "gamma", "beta"
     else:
-        raise ValueError(
+        raise InputError(
             f"{weights.checkpoint.directory}: the checkpoint has no tensor "
             f"{weights.prefix + name + '.weight'!r} (or "
             f"{weights.prefix + name + '.gamma'!r})."

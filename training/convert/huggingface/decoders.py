@@ -14,6 +14,7 @@ import os
 import keras
 import numpy as np
 
+from tfformer.errors import InputError
 from tfformer.models import CausalLM
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import CHAT_TEMPLATE
@@ -46,7 +47,7 @@ def special_id(config, key, default, vocabulary_size, progress):
         or not isinstance(value, int)
         or not 0 <= value < vocabulary_size
     ):
-        raise ValueError(
+        raise InputError(
             f"config.json: {key} must be a token id below vocab_size "
             f"({vocabulary_size}). Received: {value!r}"
         )

@@ -12,6 +12,7 @@ token ids (a prompt starts with Gemma's `<bos>`, id 2, as its tokenizer
 puts it; `GemmaConfig`'s bos 2 and eos 1 when config.json leaves them
 out)."""
 
+from tfformer.errors import InputError
 from tfformer.training.convert.huggingface import llama
 
 MODEL_TYPES = ("gemma",)
@@ -37,12 +38,12 @@ def convert(source, config, staging, progress):
     # is null (whatever hidden_act says, with a warning).
     activation = config.get("hidden_activation")
     if activation not in (None, "gelu_pytorch_tanh"):
-        raise ValueError(
+        raise InputError(
             "config.json: hidden_activation must be null or 'gelu_pytorch_tanh' "
             f"(Gemma's GeGLU). Received: {activation!r}"
         )
     if config["tie_word_embeddings"] is not True:
-        raise ValueError(
+        raise InputError(
             "config.json: tie_word_embeddings must be true (Gemma's output "
             "projection is its token embedding). Received: "
             f"{config['tie_word_embeddings']!r}"

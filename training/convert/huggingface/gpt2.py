@@ -6,6 +6,7 @@ token ids when the directory has no tokenizer files; a causal_lm config's
 
 import re
 
+from tfformer.errors import InputError
 from tfformer.models import GPTBackbone
 from tfformer.training.convert.huggingface import decoders
 from tfformer.training.convert.huggingface.chat import chat_template
@@ -48,7 +49,7 @@ def gpt2_sizes(config):
         ("add_cross_attention", False),
     ):
         if config.get(key, supported) is not supported:
-            raise ValueError(
+            raise InputError(
                 f"config.json: {key} must be {str(supported).lower()} (tfformer's "
                 f"GPT-2 attention). Received: {config[key]!r}"
             )

@@ -5,6 +5,7 @@ none, grouped-query attention) into a `causal_lm` run on a
 a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
 reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 
+from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import GemmaBackbone, LlamaBackbone
 from tfformer.training.convert.huggingface import decoders
@@ -37,14 +38,14 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
         hidden = config_value(config, "hidden_size", int)
         head_dim = config_value(config, "head_dim", int)
         if head_dim % 2:
-            raise ValueError(
+            raise InputError(
                 f"config.json: head_dim must be even (rotary positions). "
                 f"Received: {head_dim!r}"
             )
     else:
         hidden, heads = attention_sizes(config)
         if head_dim is not None and head_dim != hidden // heads:
-            raise ValueError(
+            raise InputError(
                 "config.json: head_dim must be hidden_size / num_attention_heads "
                 f"({hidden // heads}). Received: {head_dim!r}"
             )
@@ -53,24 +54,24 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
     check_multiple("num_attention_heads", heads, "num_key_value_heads", kv_heads)
     act = config.get("hidden_act", activations[0] if activations else None)
     if activations is not None and act not in activations:
-        raise ValueError(
+        raise InputError(
             f"config.json: hidden_act must be one of {list(activations)}. "
             f"Received: {act!r}"
         )
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key, False):
-            raise ValueError(
+            raise InputError(
                 f"config.json: {key} must be false (tfformer's Llama has no "
                 f"biases). Received: {config[key]!r}"
             )
     rope = config.get("rope_parameters") or {}
     if not isinstance(rope, dict):
-        raise ValueError(
+        raise InputError(
             f"config.json: rope_parameters must be an object. Received: {rope!r}"
         )
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
     if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
-        raise ValueError(
+        raise InputError(
             f"config.json: rope_theta must be positive. Received: {theta!r}"
         )
     return {
@@ -112,7 +113,7 @@ def rope_scaling(config):
     if kind == "default" and set(scaling) <= {"rope_type", "type"}:
         return None
     if kind != "llama3":
-        raise ValueError(
+        raise InputError(
             f"config.json: {key} must be null, default or of rope_type "
             f"'llama3' (Llama 3.1's; linear, dynamic, yarn and longrope "
             f"scaling are not supported). Received: {scaling!r}"

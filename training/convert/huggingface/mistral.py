@@ -5,6 +5,7 @@ sliding attention window, which tfformer's attention does not have: a
 window shorter than the context is refused (null, or one at least as long
 as the context, attends as full attention does)."""
 
+from tfformer.errors import InputError
 from tfformer.training.convert.huggingface import llama
 from tfformer.training.convert.huggingface.checkpoint import config_value
 
@@ -25,7 +26,7 @@ def convert(source, config, staging, progress):
     if window is not None and (
         isinstance(window, bool) or not isinstance(window, int) or window < context
     ):
-        raise ValueError(
+        raise InputError(
             "config.json: sliding_window must be null or at least "
             f"max_position_embeddings ({context}): tfformer's attention has no "
             f"sliding window. Received: sliding_window={window!r}"

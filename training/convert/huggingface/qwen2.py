@@ -5,6 +5,7 @@ projections (not on the output projection or the MLP). Qwen2's optional
 sliding-window attention, which tfformer's attention does not have, is
 refused when it is on."""
 
+from tfformer.errors import InputError
 from tfformer.training.convert.huggingface import llama
 
 MODEL_TYPES = ("qwen2",)
@@ -18,14 +19,14 @@ def refuse_sliding_windows(config):
     """ValueError naming `use_sliding_window` or `layer_types` when either
     turns on sliding-window attention, which tfformer's attention has not."""
     if config.get("use_sliding_window", False) is not False:
-        raise ValueError(
+        raise InputError(
             "config.json: use_sliding_window must be false: tfformer's attention "
             "has no sliding window. Received: use_sliding_window="
             f"{config['use_sliding_window']!r}"
         )
     layer_types = config.get("layer_types")
     if layer_types is not None and any(t != "full_attention" for t in layer_types):
-        raise ValueError(
+        raise InputError(
             "config.json: layer_types must all be 'full_attention' (tfformer's "
             f"attention has no sliding window). Received: {layer_types!r}"
         )

@@ -18,6 +18,8 @@ import struct
 
 import numpy as np
 
+from tfformer.errors import InputError
+
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 # Header sizes above this are refused (the format's own limit is 100 MB).
@@ -56,26 +58,26 @@ class SafetensorsFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         if not os.path.isfile(self.path):
-            raise ValueError(f"Weights file not found. Received: {self.path!r}")
+            raise InputError(f"Weights file not found. Received: {self.path!r}")
         size = os.path.getsize(self.path)
         with open(self.path, "rb") as f:
             head = f.read(8)
             if len(head) < 8:
-                raise ValueError(f"{self.path} is not a safetensors file (too short).")
+                raise InputError(f"{self.path} is not a safetensors file (too short).")
             (length,) = struct.unpack("<Q", head)
             if length > min(MAX_HEADER_BYTES, size - 8):
-                raise ValueError(
+                raise InputError(
                     f"{self.path} is not a safetensors file (header length {length} "
                     f"in a file of {size} bytes)."
                 )
             try:
                 header = json.loads(f.read(length))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(
+                raise InputError(
                     f"{self.path} is not a safetensors file (header: {e})."
                 ) from None
         if not isinstance(header, dict):
-            raise ValueError(f"{self.path}: the header must be a JSON object.")
+            raise InputError(f"{self.path}: the header must be a JSON object.")
         self.metadata = header.pop("__metadata__", None) or {}
         self._start = 8 + length
         data_size = size - self._start
@@ -84,12 +86,12 @@ class SafetensorsFile:
         for name, entry in header.items():
             where = f"{self.path}: tensor {name!r}"
             if not isinstance(entry, dict):
-                raise ValueError(
+                raise InputError(
                     f"{where}: entry must be an object. Received: {entry!r}"
                 )
             dtype = dtypes.get(entry.get("dtype"))
             if dtype is None:
-                raise ValueError(
+                raise InputError(
                     f"{where}: dtype must be one of {sorted(dtypes)}. "
                     f"Received: {entry.get('dtype')!r}"
                 )
@@ -106,14 +108,14 @@ class SafetensorsFile:
                 or len(offsets) != 2
                 or not all(integer(o) for o in offsets)
             ):
-                raise ValueError(
+                raise InputError(
                     f"{where}: shape and data_offsets are malformed. "
                     f"Received: shape={shape!r}, data_offsets={offsets!r}"
                 )
             begin, end = offsets
             expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             if not 0 <= begin <= end <= data_size or end - begin != expected:
-                raise ValueError(
+                raise InputError(
                     f"{where}: data_offsets {offsets} do not hold a {entry['dtype']} "
                     f"tensor of shape {shape} inside the file's {data_size} data "
                     "bytes (truncated or corrupt file?)."
@@ -127,14 +129,14 @@ class SafetensorsFile:
             self._entries.items(), key=lambda item: (item[1][2], item[1][3])
         ):
             if begin != position:
-                raise ValueError(
+                raise InputError(
                     f"{self.path}: tensor {name!r} starts at byte {begin} of the "
                     f"data, expected {position} (overlapping or gapped tensors: "
                     "a corrupt file)."
                 )
             position = end
         if position != data_size:
-            raise ValueError(
+            raise InputError(
                 f"{self.path}: the tensors end at byte {position} of the data "
                 f"but the file holds {data_size} (truncated or corrupt file?)."
             )
@@ -189,7 +191,7 @@ class Checkpoint:
                 try:
                     weight_map = json.load(f)["weight_map"]
                 except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise ValueError(f"{index}: no weight_map ({e}).") from None
+                    raise InputError(f"{index}: no weight_map ({e}).") from None
             self._where = {}
             for name, file in weight_map.items():
                 if file not in self._files:
@@ -197,12 +199,12 @@ class Checkpoint:
                         os.path.join(self.directory, file)
                     )
                 if name not in self._files[file]:
-                    raise ValueError(f"{index}: {file} has no tensor {name!r}.")
+                    raise InputError(f"{index}: {file} has no tensor {name!r}.")
                 self._where[name] = self._files[file]
         else:
             found = sorted(os.listdir(self.directory))
             bin_only = any(f.endswith(".bin") or f.endswith(".pt") for f in found)
-            raise ValueError(
+            raise InputError(
                 f"{self.directory} has no {SINGLE} (or {INDEX})"
                 + (
                     ": PyTorch pickles (.bin) are not read; save the model "
@@ -227,12 +229,12 @@ class Checkpoint:
         """The tensor `name`; with `shape`, checked to have it (ValueError
         naming the tensor and both shapes)."""
         if name not in self._where:
-            raise ValueError(
+            raise InputError(
                 f"{self.directory}: the checkpoint has no tensor {name!r}."
             )
         value = self._where[name].get(name)
         if shape is not None and tuple(value.shape) != tuple(shape):
-            raise ValueError(
+            raise InputError(
                 f"{self.directory}: tensor {name!r} has shape {list(value.shape)}; "
                 f"the config implies {list(shape)}."
             )

@@ -9,6 +9,7 @@ import os
 
 import tensorflow as tf
 
+from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
 from tfformer.runs.manifest import TokenizerEntry
 from tfformer.training.convert.huggingface.checkpoint import read_json
@@ -32,7 +33,7 @@ def special_token(settings, key, default):
     if token is None:
         return default
     if not isinstance(token, str):
-        raise ValueError(
+        raise InputError(
             f"tokenizer_config.json: {key!r} must be a string. Received: {token!r}"
         )
     return token
@@ -56,12 +57,12 @@ def wordpiece_vocabulary(directory):
         origin = os.path.join(directory, "tokenizer.json")
         model = described.get("model") or {}
         if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-            raise ValueError(
+            raise InputError(
                 f"{origin}: model.type must be 'WordPiece' with a vocab. "
                 f"Received: model.type={model.get('type')!r}"
             )
         if model.get("continuing_subword_prefix", "##") != "##":
-            raise ValueError(
+            raise InputError(
                 f"{origin}: continuing_subword_prefix must be '##'. "
                 f"Received: {model.get('continuing_subword_prefix')!r}"
             )
@@ -69,23 +70,23 @@ def wordpiece_vocabulary(directory):
         if sorted(by_id) != list(range(len(by_id))) or len(by_id) != len(
             model["vocab"]
         ):
-            raise ValueError(f"{origin}: the vocab's ids must be 0..N-1, each once.")
+            raise InputError(f"{origin}: the vocab's ids must be 0..N-1, each once.")
         tokens = [by_id[i] for i in range(len(by_id))]
     else:
-        raise ValueError(f"{directory} has neither vocab.txt nor tokenizer.json.")
+        raise InputError(f"{directory} has neither vocab.txt nor tokenizer.json.")
     seen = set()
     for token in tokens:
         if token in seen:
-            raise ValueError(f"{origin}: token {token!r} appears twice.")
+            raise InputError(f"{origin}: token {token!r} appears twice.")
         seen.add(token)
     tokenizer_class = settings.get("tokenizer_class")
     if tokenizer_class not in BERT_TOKENIZER_CLASSES:
-        raise ValueError(
+        raise InputError(
             "tokenizer_config.json: tokenizer_class must be one of "
             f"{list(BERT_TOKENIZER_CLASSES[1:])}. Received: {tokenizer_class!r}"
         )
     if settings.get("tokenize_chinese_chars", True) is not True:
-        raise ValueError(
+        raise InputError(
             "tokenizer_config.json: tokenize_chinese_chars=false is not "
             "supported (BERT's pre-tokenizer splits CJK ideographs)."
         )
@@ -97,7 +98,7 @@ def wordpiece_vocabulary(directory):
         if not isinstance(normalizer, dict) or normalizer.get("type") != (
             "BertNormalizer"
         ):
-            raise ValueError(
+            raise InputError(
                 f"{where}: normalizer must be a BertNormalizer. Received: "
                 f"{normalizer!r}"
             )
@@ -106,13 +107,13 @@ def wordpiece_vocabulary(directory):
         if not normalizer.get("clean_text", True) or not normalizer.get(
             "handle_chinese_chars", True
         ):
-            raise ValueError(
+            raise InputError(
                 f"{where}: a BertNormalizer without clean_text or "
                 f"handle_chinese_chars is not supported. Received: {normalizer!r}"
             )
         pre = described.get("pre_tokenizer")
         if not isinstance(pre, dict) or pre.get("type") != "BertPreTokenizer":
-            raise ValueError(
+            raise InputError(
                 f"{where}: pre_tokenizer must be a BertPreTokenizer. Received: {pre!r}"
             )
     if strip_accents is None:  # BERT's rule: accents go with the case
@@ -128,7 +129,7 @@ def wordpiece_vocabulary(directory):
         special["mask"] = mask
     for role, token in special.items():
         if token not in seen:
-            raise ValueError(
+            raise InputError(
                 f"{origin}: the {role} token {token!r} (tokenizer_config.json, or "
                 "BERT's default) is not in the vocabulary."
             )
@@ -145,7 +146,7 @@ def bert_tokenizer(tokens, settings, sizes):
     (`wordpiece_vocabulary`'s settings), its size checked against
     config.json's."""
     if len(tokens) != sizes["vocabulary_size"]:
-        raise ValueError(
+        raise InputError(
             f"config.json: vocab_size is {sizes['vocabulary_size']} but the "
             f"tokenizer has {len(tokens)} tokens."
         )
@@ -164,16 +165,16 @@ def wordpiece_entry(tokenizer):
 def _bpe_vocabulary(vocab, where):
     """Tokens in id order from a {token: id} map, the ids 0..n-1."""
     if not isinstance(vocab, dict) or not vocab:
-        raise ValueError(f"{where}: the vocabulary must be a {{token: id}} object.")
+        raise InputError(f"{where}: the vocabulary must be a {{token: id}} object.")
     tokens = [None] * len(vocab)
     for token, i in vocab.items():
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(vocab):
-            raise ValueError(
+            raise InputError(
                 f"{where}: ids must be 0..{len(vocab) - 1}. Received: {token!r}: {i!r}"
             )
         tokens[i] = token
     if None in tokens:
-        raise ValueError(f"{where}: ids repeat; id {tokens.index(None)} is missing.")
+        raise InputError(f"{where}: ids repeat; id {tokens.index(None)} is missing.")
     return tokens
 
 
@@ -182,7 +183,7 @@ def _bpe_merges(merges, where):
     for rank, merge in enumerate(merges):
         pair = merge.split(" ") if isinstance(merge, str) else merge
         if not isinstance(pair, list) or len(pair) != 2:
-            raise ValueError(f"{where}: merge {rank} is not a pair: {merge!r}")
+            raise InputError(f"{where}: merge {rank} is not a pair: {merge!r}")
         pairs.append(tuple(pair))
     return pairs
 
@@ -202,21 +203,21 @@ def _added_tokens(added, tokens, where):
             or isinstance(entry.get("id"), bool)
             or not isinstance(entry.get("id"), int)
         ):
-            raise ValueError(
+            raise InputError(
                 f"{where}: added_tokens entries need a content and an id. "
                 f"Received: {entry!r}"
             )
         content, i = entry["content"], entry["id"]
         for key in ("lstrip", "rstrip", "single_word"):
             if entry.get(key):
-                raise ValueError(
+                raise InputError(
                     f"{where}: added token {content!r} has {key}, which tfformer "
                     "does not reproduce."
                 )
         if i == len(tokens) and content not in tokens:
             tokens.append(content)
         elif not (0 <= i < len(tokens) and tokens[i] == content):
-            raise ValueError(
+            raise InputError(
                 f"{where}: added token {content!r} has id {i}, which is neither "
                 f"its id in model.vocab nor the next id ({len(tokens)})."
             )
@@ -363,7 +364,7 @@ def byte_level_bpe_tokenizer(
         tokens = _bpe_vocabulary(read_json(source, "vocab.json"), where)
         path = os.path.join(source, "merges.txt")
         if not os.path.isfile(path):
-            raise ValueError(f"{source} has vocab.json but no merges.txt.")
+            raise InputError(f"{source} has vocab.json but no merges.txt.")
         with open(path, encoding="utf-8") as f:
             lines = [line.rstrip("\n") for line in f]
         lines = [x for x in lines if x and not x.startswith("#version")]
@@ -374,7 +375,7 @@ def byte_level_bpe_tokenizer(
     else:
         return None
     if len(tokens) > vocab_size:
-        raise ValueError(
+        raise InputError(
             f"{where}: {len(tokens)} tokens, more than config.json's vocab_size "
             f"({vocab_size})."
         )
@@ -394,7 +395,7 @@ def byte_level_bpe_tokenizer(
         ):
             names[key] = tokens[value]
         else:
-            raise ValueError(
+            raise InputError(
                 f"config.json: {key} ({value!r}) is not an id of the tokenizer's "
                 f"{len(tokens)} tokens."
             )
@@ -421,11 +422,11 @@ def byte_level_bpe_tokenizer(
             add_start_token=template_start is not None,
         )
     except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise InputError(f"{where}: {e}") from None
     try:  # its patterns compile when first run: here, not in a served model
         tokenizer.tokenize([" ".join(["a", *special])])
     except tf.errors.OpError as e:
-        raise ValueError(
+        raise InputError(
             f"{where}: the tokenizer does not run with special tokens {special}: "
             f"{e.message}"
         ) from None

@@ -4,6 +4,7 @@ preprocessing (rescale, per-channel normalization) inside the model."""
 
 import keras
 
+from tfformer.errors import InputError
 from tfformer.models import vit
 from tfformer.runs.manifest import ImageClassificationManifest
 from tfformer.training.convert.huggingface.checkpoint import (
@@ -46,12 +47,12 @@ def vit_sizes(config):
     check_multiple("image_size", image_size, "patch_size", patch)
     act = config.get("hidden_act", "gelu")
     if act != "gelu":
-        raise ValueError(
+        raise InputError(
             f"config.json: hidden_act must be 'gelu' (exact, as ViT). Received: {act!r}"
         )
     channels = config_value(config, "num_channels", int, default=3)
     if channels != 3:
-        raise ValueError(
+        raise InputError(
             f"config.json: num_channels must be 3 (RGB images). Received: {channels!r}"
         )
     return {
@@ -72,19 +73,19 @@ def vit_labels(config, progress):
     names (ImageNet has two "crane"s) get their id appended."""
     id2label = config.get("id2label")
     if not isinstance(id2label, dict) or not id2label:
-        raise ValueError(
+        raise InputError(
             "config.json: 'id2label' must map class ids to names. Received: "
             f"{id2label!r}"
         )
     try:
         ids = sorted(int(k) for k in id2label)
     except ValueError:
-        raise ValueError(
+        raise InputError(
             "config.json: 'id2label' keys must be class ids (0, 1, ...). "
             f"Received: {sorted(id2label)[:5]}"
         ) from None
     if ids != list(range(len(ids))):
-        raise ValueError(
+        raise InputError(
             f"config.json: 'id2label' must name classes 0 to {len(ids) - 1}. "
             f"Received ids: {ids[:10]}"
         )
@@ -108,20 +109,20 @@ def vit_pixel_statistics(source):
     where = "preprocessor_config.json"
     kind = settings.get("image_processor_type", settings.get("feature_extractor_type"))
     if kind not in VIT_PROCESSORS:
-        raise ValueError(
+        raise InputError(
             f"{where}: the image processor must be one of "
             f"{[k for k in VIT_PROCESSORS if k]} (resize, rescale, normalize). "
             f"Received: {kind!r}"
         )
     if settings.get("do_center_crop") or settings.get("crop_size"):
-        raise ValueError(f"{where}: center cropping is not supported.")
+        raise InputError(f"{where}: center cropping is not supported.")
     scale = 1.0
     if settings.get("do_rescale", True):
         scale = float(
             config_value(settings, "rescale_factor", (int, float), where, 1 / 255)
         )
         if scale <= 0:
-            raise ValueError(
+            raise InputError(
                 f"{where}: 'rescale_factor' must be positive. Received: {scale!r}"
             )
     mean, std = [0.0] * 3, [1.0] * 3
@@ -134,11 +135,11 @@ def vit_pixel_statistics(source):
                 or len(values) != 3
                 or not all(isinstance(v, int | float) for v in values)
             ):
-                raise ValueError(
+                raise InputError(
                     f"{where}: {key!r} must be 3 numbers. Received: {values!r}"
                 )
         if min(std) <= 0:
-            raise ValueError(f"{where}: 'image_std' must be positive. Received: {std}")
+            raise InputError(f"{where}: 'image_std' must be positive. Received: {std}")
     # (x * scale - mean) / std = (x - mean / scale) / (std / scale)
     return [m / scale for m in mean], [s / scale for s in std]
 
@@ -186,14 +187,14 @@ def convert(source, config, staging, progress):
     sizes = vit_sizes(config)
     qkv_bias = config.get("qkv_bias", True)
     if not isinstance(qkv_bias, bool):
-        raise ValueError(
+        raise InputError(
             f"config.json: 'qkv_bias' must be true or false. Received: {qkv_bias!r}"
         )
     labels = vit_labels(config, progress)
     mean, std = vit_pixel_statistics(source)
     checkpoint = Checkpoint(source)
     if "classifier.weight" not in checkpoint:
-        raise ValueError(
+        raise InputError(
             f"{source}: the checkpoint has no tensor 'classifier.weight': tfformer "
             "converts ViT image classifiers (ViTForImageClassification), not "
             "bare ViTModel encoders."
