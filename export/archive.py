@@ -26,8 +26,6 @@ the save fail, naming it).
 import keras
 import tensorflow as tf
 
-from tfformer.errors import InputError, InputTypeError
-
 
 def traced_once(fn, *input_signature):
     """`fn` as a `tf.function` of `input_signature` (`tf.TensorSpec`s), for a
@@ -53,7 +51,9 @@ class SignatureArchive:
         resources the endpoints use (a tokenizer)."""
         if isinstance(obj, keras.Layer):
             if not obj.built:
-                raise InputError(f"track() needs a built layer. Received: {obj!r}")
+                raise ValueError(  # a fault, not input
+                    f"track() needs a built layer. Received: {obj!r}"
+                )
         elif isinstance(obj, tf.Module):
             self._resources.extend(
                 child
@@ -61,7 +61,7 @@ class SignatureArchive:
                 if isinstance(child, tf.saved_model.experimental.TrackableResource)
             )
         else:
-            raise InputTypeError(
+            raise TypeError(  # a fault, not input
                 f"track() takes a Keras layer or a tf.Module. Received: {obj!r}"
             )
 
@@ -69,7 +69,9 @@ class SignatureArchive:
         """`fn` called with tensors of `input_signature` (a list of
         `tf.TensorSpec`), returning a dict of tensors."""
         if name in self._endpoints:
-            raise InputError(f"Endpoint {name!r} is already added.")
+            raise ValueError(  # a fault, not input
+                f"Endpoint {name!r} is already added."
+            )
         self._endpoints[name] = tf.function(
             fn, input_signature=input_signature, autograph=False
         )
@@ -78,7 +80,9 @@ class SignatureArchive:
     def write_out(self, path):
         """Writes the SavedModel at `path` (no atomicity: the callers stage)."""
         if not self._endpoints:
-            raise InputError("No endpoints to write: call add_endpoint() first.")
+            raise ValueError(  # a fault, not input
+                "No endpoints to write: call add_endpoint() first."
+            )
         traced = {
             name: function.get_concrete_function()
             for name, function in self._endpoints.items()

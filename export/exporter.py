@@ -210,7 +210,7 @@ class Exporter:
         raise self.no_calibration(quantize)
 
     def no_calibration(self, quantize):
-        return ValueError(
+        return InputError(
             f"quantize={quantize!r} calibrates on representative inputs, and "
             f"the {self.task} exporter has no calibration. Export with "
             "quantize='int8' (dynamic range) or 'float16' instead."

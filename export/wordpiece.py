@@ -40,6 +40,7 @@ from tfformer.preprocessing.text import (
     lower,
     special_token_ids,
 )
+from tfformer.runs.files import read_lines
 
 # Code-point classes.
 WORD, SPACE, PUNCT, DROPPED = 0, 1, 2, 3
@@ -143,8 +144,7 @@ class CoreWordPiece(tf.Module):
         name=None,
     ):
         super().__init__(name=name)
-        with open(vocabulary_file, encoding="utf-8") as f:
-            vocabulary = f.read().split("\n")
+        vocabulary = read_lines(vocabulary_file)
         if vocabulary and vocabulary[-1] == "":
             vocabulary.pop()
         try:

@@ -251,7 +251,12 @@ def apply_overrides(values, overrides):
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
-        values.setdefault(section, {})[name] = value
+        if not isinstance(values.setdefault(section, {}), dict):
+            raise InputTypeError(
+                f"{section} must be a mapping of settings. Received: "
+                f"{section}={values[section]!r}"
+            )
+        values[section][name] = value
     return values
 
 
@@ -268,7 +273,13 @@ def read_config_file(path):
         import yaml
 
         try:
-            return yaml.safe_load(text) or {}
+            values = yaml.safe_load(text) or {}
+            json.dumps(values)  # YAML's dates, sets and bytes are no settings
+            return values
+        except TypeError as e:
+            raise InputError(
+                f"{path} holds a value that is not a setting: {e}; quote it"
+            ) from None
         except yaml.YAMLError as e:
             raise InputError(
                 f"{path} is not valid YAML: {' '.join(str(e).split())}"
@@ -291,6 +302,13 @@ def validate(config):
     """Cross-field checks of `train`, then the task's own; raises ValueError
     naming the offending key."""
     t = config.train
+    # NumPy's and Keras's generators take seeds of 0 to 2**32 - 1.
+    for where, seed in (
+        ("train.seed", t.seed),
+        ("data.seed", getattr(config.data, "seed", 0)),
+    ):
+        if not 0 <= seed < 2**32:
+            raise InputError(f"{where} must be in [0, 2**32). Received: {seed}")
     for name in ("batch_size", "epochs", "warmup_steps", "steps_per_execution"):
         check_positive(f"train.{name}", getattr(t, name))
     check_positive("train.learning_rate_scale", t.learning_rate_scale)

@@ -177,6 +177,8 @@ def test_activation_dropout_reaches_the_models_blocks():
             TypeError,
             r"data\.lower_case must be true or false",
         ),
+        ({"train": {"seed": -1}}, ValueError, r"train\.seed must be in \[0, 2\*\*32\)"),
+        ({"data": {"seed": 2**32}}, ValueError, r"data\.seed must be in .* 4294967296"),
     ],
 )
 def test_bad_configs_are_rejected_by_name(values, error, message):
@@ -194,7 +196,14 @@ def test_cli_reports_config_errors_without_a_traceback(capsys, tmp_path):
     # A file that is not UTF-8 text, or not YAML: one line naming it.
     (tmp_path / "latin1.json").write_bytes(b'{"task": "caf\xe9"}')
     (tmp_path / "bad.yaml").write_bytes(b"a: [1")
-    for name in ("latin1.json", "bad.yaml"):
+    # A section that YAML reads as null, and a date where a path belongs.
+    (tmp_path / "null.yaml").write_text("train:\n  # epochs: 3\n")
+    (tmp_path / "date.yaml").write_text("train:\n  output_dir: 2024-05-01\n")
+    assert (
+        main(["--config", str(tmp_path / "null.yaml"), "--set", "train.epochs=3"]) == 2
+    )
+    assert "train must be a mapping of settings" in capsys.readouterr().err
+    for name in ("latin1.json", "bad.yaml", "date.yaml"):
         assert main(["--config", str(tmp_path / name)]) == 2
         err = capsys.readouterr().err
         assert name in err and len(err.strip().splitlines()) == 1, err

@@ -175,9 +175,27 @@ def test_a_truncated_or_bit_flipped_model_file_is_named_in_one_line(
         original = f.read()
     flipped = bytearray(original)
     flipped[len(original) // 2] ^= 0x40  # inside the weights member
+    # A sound archive whose config names a class no Keras knows (a model of
+    # another library or version): Keras's TypeError, as one line.
+    import io
+    import zipfile
+
+    foreign = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(original)) as source,
+        zipfile.ZipFile(foreign, "w") as target,
+    ):
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "config.json":
+                data = data.replace(b'"Seq2SeqLM"', b'"Nope"')
+                data = data.replace(b'"tfformer>Seq2SeqLM"', b'"tfformer>Nope"')
+                assert b'"tfformer>Nope"' in data
+            target.writestr(item, data)
     for name, content, problem in (
         ("truncated", original[: len(original) // 3], "is not a Keras model file"),
         ("flipped", bytes(flipped), "is damaged"),
+        ("foreign", foreign.getvalue(), "is not a model this tfformer can rebuild"),
     ):
         copy = tmp_path / name
         shutil.copytree(run_dir, copy)

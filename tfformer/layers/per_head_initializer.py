@@ -3,8 +3,6 @@
 import keras
 from keras import ops
 
-from tfformer.errors import InputError
-
 
 # Registered under its old name: the class was `_PerHeadInitializer` in
 # multi_head_attention.py, and configs saved then carry
@@ -58,7 +56,7 @@ class PerHeadInitializer(keras.initializers.Initializer):
                 parts.append(ops.reshape(kernel, (part_shape[0], -1)))
         kernel = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
         if tuple(kernel.shape) != tuple(shape):
-            raise InputError(
+            raise ValueError(  # a fault, not input
                 f"Internal: per-head kernel shapes {self.shapes} do not make "
                 f"a {tuple(shape)} kernel."
             )

@@ -118,3 +118,5 @@ class TokenIdTokenizer(tf.Module):
             )
         except KeyError as e:
             raise InputError(f"{path} lacks {e}.") from None
+        except (TypeError, AttributeError, ValueError) as e:  # a value of a wrong kind
+            raise InputError(f"{path}: {e}") from None

@@ -226,4 +226,10 @@ class RunDirectory:
                 f"{path} is damaged ({type(e).__name__}: {e}); re-train or "
                 "re-convert the run, or use the other checkpoint (--model)."
             ) from None
+        except (ValueError, TypeError) as e:  # Keras cannot rebuild what it holds
+            raise InputError(
+                f"{path} is not a model this tfformer can rebuild "
+                f"({type(e).__name__}: {e}); it may come from another version "
+                "of tfformer or Keras."
+            ) from None
         return upgrade_legacy_model(model)

@@ -77,3 +77,10 @@ def read_text(path):
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{path} is not UTF-8 text: {e}") from None
+
+
+def read_lines(path):
+    """The lines of `read_text(path)` split as text mode splits them (at
+    "\n", "\r\n" and "\r"), without their ends; a final line end leaves a
+    last empty string."""
+    return read_text(path).replace("\r\n", "\n").replace("\r", "\n").split("\n")

@@ -275,6 +275,9 @@ def main(argv=None):
         main_job(
             config, compare=args.compare, show=args.show, start_over=args.start_over
         )
+    except InputError as e:  # found while training: a data file, say
+        print(f"tfformer: error: {e}", file=sys.stderr)
+        return 2
     except RuntimeError as e:  # an export subprocess failed; its stderr is in e
         print(f"tfformer: error: {e}", file=sys.stderr)
         return 1

@@ -88,7 +88,12 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
                 "strategy='multi_worker' needs TF_CONFIG with a cluster of workers."
             )
         return tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or None)
+    except ValueError as e:  # no TPU here, or none of that name
+        raise InputError(
+            f"strategy='tpu' found no TPU ({e}). Received: train.tpu={tpu!r}"
+        ) from None
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)

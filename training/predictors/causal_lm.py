@@ -146,7 +146,7 @@ class CausalLMPredictor(Predictor):
             messages = read_messages(path)
             try:
                 yield from self.stream_chat(messages, **settings)
-            except ValueError as e:
+            except InputError as e:
                 raise InputError(f"chat: {path}: {e}") from None
             yield "\n"
             return

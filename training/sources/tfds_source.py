@@ -184,18 +184,18 @@ def _builds_without_files(tfds, name):
 
 def _read_error(builder, name, split, data_dir, cause):
     if not builder.is_prepared():
-        return ValueError(
+        return InputError(
             f"tfds dataset {name!r} is not prepared in {builder.data_dir_root} "
             f"(nothing is downloaded here): run `tfds build {name} --data_dir "
             f"{builder.data_dir_root}` first. Received: data_dir={data_dir!r}"
         )
     prepared = sorted(builder.info.splits.keys())
     if split not in prepared:
-        return ValueError(
+        return InputError(
             f"tfds dataset {name!r} has no split {split!r}; its prepared splits "
             f"are {prepared}. Received: data_dir={data_dir!r}"
         )
-    return ValueError(
+    return InputError(
         f"tfds dataset {name!r} is corrupt: split {split!r} in "
         f"{builder.data_dir} is unreadable ({_summary(cause)}). Delete that "
         f"directory and prepare it again with `tfds build`."

@@ -89,6 +89,14 @@ class Translator:
 
         if search not in ("greedy", "beam"):
             raise InputError(f"search must be 'greedy' or 'beam'. Received: {search!r}")
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or (batch_size < 1)
+        ):
+            raise InputError(
+                f"batch_size must be a positive int. Received: {batch_size!r}"
+            )
         self.model = model
         self.source_tokenizer, self.target_tokenizer = (
             source_tokenizer,
@@ -227,12 +235,20 @@ class TranslationTask(TrainingTask):
             "validation": d.validation_split_name,
             "test": d.test_split_name,
         }
-        return {
-            split: read_parallel_text(
-                d.source_path.format(split=name), d.target_path.format(split=name)
-            )
-            for split, name in names.items()
-        }
+        paths = {}
+        for split, name in names.items():
+            try:
+                paths[split] = (
+                    d.source_path.format(split=name),
+                    d.target_path.format(split=name),
+                )
+            except (ValueError, KeyError, IndexError) as e:
+                raise InputError(
+                    "data.source_path and data.target_path may hold {split} and "
+                    f"no other braces ({type(e).__name__}: {e}). Received: "
+                    f"{d.source_path!r}, {d.target_path!r}"
+                ) from None
+        return {split: read_parallel_text(*pair) for split, pair in paths.items()}
 
     def prepare(self, config, raw, directory, progress=print):
         from tfformer.training import pipeline

@@ -44,7 +44,7 @@ import shutil
 import sys
 import tempfile
 
-from tfformer.errors import InputError, InputTypeError
+from tfformer.errors import InputError
 from tfformer.runs.directory import RunDirectory
 from tfformer.training.convert.huggingface.checkpoint import read_json
 
@@ -67,18 +67,18 @@ def architectures(package=None):
         if not isinstance(model_types, tuple) or not all(
             isinstance(t, str) for t in model_types
         ):
-            raise InputTypeError(
+            raise TypeError(  # a fault, not input
                 f"{module.__name__}.MODEL_TYPES must be a tuple of strings. "
                 f"Received: {model_types!r}"
             )
         if not callable(getattr(module, "convert", None)):
-            raise InputTypeError(
+            raise TypeError(  # a fault, not input
                 f"{module.__name__} declares MODEL_TYPES but has no convert"
                 "(source, config, staging, progress)."
             )
         for model_type in model_types:
             if model_type in found:
-                raise InputTypeError(
+                raise TypeError(  # a fault, not input
                     f"model_type {model_type!r} is claimed by both "
                     f"{found[model_type].__name__} and {module.__name__}."
                 )

@@ -190,8 +190,16 @@ class Checkpoint:
             with open(index, encoding="utf-8") as f:
                 try:
                     weight_map = json.load(f)["weight_map"]
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                    raise InputError(f"{index} is not JSON ({e}).") from None
+                except (KeyError, TypeError) as e:
                     raise InputError(f"{index}: no weight_map ({e}).") from None
+            if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+            ):
+                raise InputError(
+                    f"{index}: weight_map must map tensor names to file names."
+                )
             self._where = {}
             for name, file in weight_map.items():
                 if file not in self._files:

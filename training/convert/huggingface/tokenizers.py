@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
+from tfformer.runs.files import read_lines
 from tfformer.runs.manifest import TokenizerEntry
 from tfformer.training.convert.huggingface.checkpoint import read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
@@ -49,8 +50,7 @@ def wordpiece_vocabulary(directory):
     vocab_txt = os.path.join(directory, "vocab.txt")
     if os.path.isfile(vocab_txt):
         origin = vocab_txt
-        with open(vocab_txt, encoding="utf-8") as f:
-            tokens = f.read().split("\n")
+        tokens = read_lines(vocab_txt)
         if tokens and tokens[-1] == "":
             tokens.pop()
     elif described is not None:
@@ -225,7 +225,7 @@ def _added_tokens(added, tokens, where):
     return contents
 
 
-class UnsupportedTokenizer(ValueError):
+class UnsupportedTokenizer(InputError):
     """A tokenizer.json feature tfformer's tokenizers do not reproduce (a
     decoder conversion may then keep the checkpoint's token ids instead)."""
 
@@ -365,8 +365,7 @@ def byte_level_bpe_tokenizer(
         path = os.path.join(source, "merges.txt")
         if not os.path.isfile(path):
             raise InputError(f"{source} has vocab.json but no merges.txt.")
-        with open(path, encoding="utf-8") as f:
-            lines = [line.rstrip("\n") for line in f]
+        lines = read_lines(path)
         lines = [x for x in lines if x and not x.startswith("#version")]
         merges = _bpe_merges(lines, path)
         special = []
