@@ -16,7 +16,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzzing import fuzz_settings
+from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.flatbuffer import constant_buffers, ops, read_model
@@ -307,14 +307,44 @@ def test_inputs_are_cut_at_16_kib(served, run):
     assert out["token_ids"][0].tolist() == expected
 
 
+@pytest.fixture(scope="module")
+def text_tokenizer(run_dir):
+    import tfformer
+
+    return tfformer.load(run_dir).tokenizers["text"]
+
+
+def check_tokenizes(served, tokenizer, batch):
+    """The served `tokenize` gives each row the run's tokenizer's ids of the
+    text with invalid UTF-8 replaced, and their count."""
+    out = served.signatures["tokenize"](text=tf.constant(batch, tf.string))
+    ids, counts = out["token_ids"].numpy(), out["num_tokens"].numpy()
+    assert counts.shape == (len(batch),)
+    for row, count, raw in zip(ids, counts, batch, strict=True):
+        expected = tokenizer.tokenize([raw.decode("utf-8", "replace")])[0].numpy()
+        assert count == len(expected), raw
+        assert row[:count].tolist() == expected.tolist(), raw
+        assert not row[count:].any(), raw
+
+
+def test_an_empty_batch_generates_scores_and_tokenizes_nothing(served, text_tokenizer):
+    assert call_generate(served, [], 3)["text"].shape == (0,)
+    assert served.signatures["score"](text=tf.constant([], tf.string))[
+        "log_likelihood"
+    ].shape == (0,)
+    check_tokenizes(served, text_tokenizer, [])
+
+
 @fuzz_settings(1000)
 @given(
-    st.lists(prompts, max_size=3),
+    st.lists(prompts, **BATCH),
     # Mostly short continuations (the loop's length is not what is fuzzed).
     st.sampled_from([0, 1, 2, 3, 5, 8, 13, CONTEXT - 1]),
     st.integers(-(2**31), 2**31 - 1),
 )
-def test_no_prompt_makes_generate_or_score_fail(served, batch, new, seed):
+def test_no_prompt_makes_generate_or_score_fail(
+    served, text_tokenizer, batch, new, seed
+):
     out = call_generate(served, batch, new, top_k=0, top_p=0.95, seed=seed)
     assert out["text"].shape == (len(batch),)
     for row in range(len(batch)):
@@ -324,6 +354,7 @@ def test_no_prompt_makes_generate_or_score_fail(served, batch, new, seed):
         assert np.all(out["log_probs"][row] <= 0)
     scored = served.signatures["score"](text=tf.constant(batch, tf.string))
     assert np.all(np.isfinite(scored["log_likelihood"].numpy()))
+    check_tokenizes(served, text_tokenizer, batch)
 
 
 # -- TFLite --------------------------------------------------------------------

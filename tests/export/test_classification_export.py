@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tfformer
-from tests.fuzzing import fuzz_settings
+from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
@@ -246,10 +246,18 @@ def test_pairs_of_unequal_halves_are_refused_by_name(case):
         )
 
 
-# 500 cases for each run kind (single sentences, pairs), 1,000 in all, under
-# TFFORMER_FUZZ=full; 200 each by default (tests/fuzzing.py).
+def test_an_empty_batch_classifies_tokenizes_and_embeds_nothing(case):
+    _, loaded, _, served, _ = case
+    pairs = loaded.directory.manifest.pairs
+    for name in ("classify", "tokenize", "embed"):
+        out = call(served, name, [], pairs=pairs)
+        assert all(v.shape[0] == 0 for v in out.values()), name
+
+
+# 200 batches of 5 or 6 inputs for each run kind (single sentences, pairs)
+# by default, 500 under TFFORMER_FUZZ=full (tests/fuzzing.py).
 @fuzz_settings(500)
-@given(st.lists(st.tuples(texts, texts), max_size=3))
+@given(st.lists(st.tuples(texts, texts), **BATCH))
 def test_no_input_makes_classify_fail(case, batch):
     """Any bytes: probabilities that sum to 1, a label that is the argmax,
     and for valid UTF-8 under 16 KiB the training tokenizer's token count
@@ -262,6 +270,12 @@ def test_no_input_makes_classify_fail(case, batch):
     texts = batch if pairs else [t[0] for t in batch]
     out = call(served, "classify", texts, pairs=pairs)
     assert out["probabilities"].shape == (len(batch), len(labels))
+    # The other two signatures of the same inputs: the same token counts,
+    # and a finite embedding per row.
+    tokens = call(served, "tokenize", texts, pairs=pairs)
+    np.testing.assert_array_equal(tokens["num_tokens"], out["num_tokens"])
+    embedded = call(served, "embed", texts, pairs=pairs)["embedding"]
+    assert embedded.shape[0] == len(batch) and np.all(np.isfinite(embedded))
     np.testing.assert_allclose(out["probabilities"].sum(-1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(out["label_id"], out["probabilities"].argmax(-1))
     assert out["label"].astype(str).tolist() == [labels[i] for i in out["label_id"]]

@@ -9,8 +9,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tfformer
+from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
 from tests.training.convert.huggingface.test_bert import (
     bert_tensors,
@@ -81,6 +84,48 @@ def test_tokenize_equals_hugging_face_and_similarity_the_dot_product(case):
         served.signatures["similarity"](
             text=tf.constant(TEXTS[:2]), text_b=tf.constant(TEXTS[:3])
         )
+
+
+def test_an_empty_batch_embeds_and_tokenizes_to_nothing(case):
+    served = case[3]
+    empty = tf.constant([], tf.string)
+    assert served.signatures["embed"](text=empty)["embedding"].shape == (0, 32)
+    assert served.signatures["tokenize"](text=empty)["token_ids"].shape[0] == 0
+    cosine = served.signatures["similarity"](text=empty, text_b=empty)["cosine"]
+    assert cosine.shape == (0,)
+
+
+# Raw bytes of any kind: empty, not UTF-8, past the 16-token cut, past 16 KiB.
+texts = st.one_of(
+    st.binary(max_size=60),
+    st.text(max_size=60).map(lambda s: s.encode("utf-8", "surrogatepass")),
+    st.integers(1, 3000).map(lambda n: b"man " * n),
+)
+
+
+@fuzz_settings(1000)
+@given(st.lists(texts, **BATCH))
+def test_no_input_makes_embed_similarity_or_tokenize_fail(case, batch):
+    """Any bytes: unit-length embeddings, the cosine of two batches their
+    dot product, and Hugging Face's ids for each valid UTF-8 row that fits
+    in the 16 tokens (with invalid UTF-8 replaced, as served)."""
+    served = case[3]
+    text = tf.constant(batch, tf.string)
+    vectors = served.signatures["embed"](text=text)["embedding"].numpy()
+    assert vectors.shape == (len(batch), 32)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    cosine = served.signatures["similarity"](text=text, text_b=text[::-1])["cosine"]
+    np.testing.assert_allclose(
+        cosine, np.sum(vectors * vectors[::-1], axis=1), atol=1e-5
+    )
+    ids = served.signatures["tokenize"](text=text)["token_ids"].numpy()
+    reference = hf_tokenizer()
+    for row, raw in zip(ids, batch, strict=True):
+        if len(raw) > 16384:
+            continue
+        expected = reference.encode(raw.decode("utf-8", "replace")).ids
+        if len(expected) <= 16:
+            assert row[row != 0].tolist() == expected, raw
 
 
 def test_loads_in_a_process_that_imports_only_tensorflow(case):

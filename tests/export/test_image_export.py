@@ -1,6 +1,6 @@
 """Export of image-classification runs: the SavedModel's `classify` on image
-bytes against the Keras model, TensorFlow alone, fuzzed with 200 inputs (1,000
-under TFFORMER_FUZZ=full);
+bytes against the Keras model, TensorFlow alone, fuzzed with 200 batches of 5
+or 6 inputs (1,000 batches under TFFORMER_FUZZ=full);
 the TFLite uint8-input classifier (float32 = Keras, quantized variants,
 integer-only) and its reference runtime."""
 
@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tfformer
-from tests.fuzzing import fuzz_settings
+from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
 from tests.training.tiny import NO_XLA
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
@@ -182,25 +182,38 @@ def image_inputs(draw):
     return data
 
 
-@fuzz_settings(1000)
-@given(image_inputs())
-def test_no_input_crashes_classify(case, data):
-    """Any bytes: probabilities equal to Keras's on the decoded image, or an
-    InvalidArgumentError; never a crash."""
+def test_an_empty_batch_classifies_to_nothing(case):
     _, loaded, _, served, _ = case
-    try:
-        pixels = decode_pixels(tf.constant(data), SIZE).numpy()
-    except tf.errors.InvalidArgumentError:
-        pixels = None
-    try:
-        out = served.signatures["classify"](image_bytes=tf.constant([data]))
-    except tf.errors.InvalidArgumentError:
-        assert pixels is None, "the server refused an image training decodes"
-        return
-    assert pixels is not None, "the server classified bytes training cannot decode"
-    np.testing.assert_allclose(
-        out["probabilities"][0], keras_probabilities(loaded, pixels[None])[0], atol=1e-5
-    )
+    out = served.signatures["classify"](image_bytes=tf.constant([], tf.string))
+    assert out["probabilities"].shape == (0, len(loaded.labels))
+
+
+@fuzz_settings(1000)
+@given(st.lists(image_inputs(), **BATCH))
+def test_no_input_crashes_classify(case, batch):
+    """Any bytes, 5 or 6 to a call: probabilities equal to Keras's on the
+    decoded images, or an InvalidArgumentError exactly when one of them is
+    not an image training decodes; never a crash. The decodable ones of a
+    refused batch are then classified on their own."""
+    _, loaded, _, served, _ = case
+    pixels = []
+    for data in batch:
+        try:
+            pixels.append(decode_pixels(tf.constant(data), SIZE).numpy())
+        except tf.errors.InvalidArgumentError:
+            pixels.append(None)
+    good = [data for data, p in zip(batch, pixels, strict=True) if p is not None]
+    if len(good) < len(batch):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            served.signatures["classify"](image_bytes=tf.constant(batch))
+    if good:
+        # An InvalidArgumentError here: the server refused an image that
+        # training decodes.
+        out = served.signatures["classify"](image_bytes=tf.constant(good))
+        decoded = np.stack([p for p in pixels if p is not None])
+        np.testing.assert_allclose(
+            out["probabilities"], keras_probabilities(loaded, decoded), atol=1e-5
+        )
 
 
 # -- TFLite --------------------------------------------------------------------

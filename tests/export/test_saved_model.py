@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tfformer
-from tests.fuzzing import fuzz_settings
+from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
 from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model, next_version
@@ -245,10 +245,36 @@ def check_translates(loaded, batch):
     assert np.all(np.isfinite(out["score"].numpy()))
 
 
+def check_tokenizes(loaded, source, batch):
+    """The served `tokenize` gives each row the run's tokenizer's ids (of
+    the text with invalid UTF-8 replaced, as served), for rows that fit."""
+    served = loaded.signatures["tokenize"](text=tf.constant(batch, tf.string))
+    ids = served["token_ids"].numpy()
+    assert ids.shape == (len(batch), 32)
+    for row, raw in zip(ids, batch, strict=True):
+        if len(raw) > 16384:
+            continue
+        expected = source.tokenize([raw.decode("utf-8", "replace")])[0].numpy()
+        if len(expected) <= 32:
+            assert row[: len(expected)].tolist() == expected.tolist(), raw
+            assert not row[len(expected) :].any(), raw
+
+
+@pytest.fixture(scope="module")
+def source_tokenizer(run_dir):
+    return tfformer.load(run_dir).tokenizers["source"]
+
+
+def test_an_empty_batch_translates_and_tokenizes_to_nothing(loaded, source_tokenizer):
+    check_translates(loaded, [])
+    check_tokenizes(loaded, source_tokenizer, [])
+
+
 @fuzz_settings(1000)
-@given(st.lists(inputs, max_size=3))
-def test_no_input_string_makes_it_fail(loaded, batch):
+@given(st.lists(inputs, **BATCH))
+def test_no_input_string_makes_it_fail(loaded, source_tokenizer, batch):
     check_translates(loaded, batch)
+    check_tokenizes(loaded, source_tokenizer, batch)
 
 
 @pytest.mark.slow
