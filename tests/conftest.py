@@ -21,14 +21,6 @@ if keras.backend.backend() == "tensorflow":
     )
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-    # Grappler, TensorFlow's graph optimizer, rewrites every traced function
-    # for run time; on test-sized graphs that costs more than it saves (two
-    # test files: 148 s with it, 99 s without). The default suite runs
-    # without it; TFFORMER_TEST_GRAPPLER=1 runs the tests as users' graphs
-    # run, and every subprocess a test starts (the commands, the device
-    # scripts, "TensorFlow alone" loads) runs with it.
-    if os.environ.get("TFFORMER_TEST_GRAPPLER", "0") != "1":
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
     try:
         tf.config.set_logical_device_configuration(
             tf.config.list_physical_devices("CPU")[0],
