@@ -142,6 +142,63 @@ def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights
             assert merged[key] == pytest.approx(reference[key], rel=1e-5), key
 
 
+def run_cut_every(out, budget_minutes, *extra):
+    """Re-runs `out` with a budget of `budget_minutes` on a clock that moves
+    ten minutes a read (one read per execution) until it finishes, as a user
+    re-runs a budget-cut run; returns its cut steps and the last result."""
+    cuts = []
+    while not cuts or cuts[-1] < 24:
+        now = [0.0]
+
+        def clock(now=now):
+            now[0] += 600.0
+            return now[0]
+
+        config = resumable_config(
+            out, f"train.time_budget_minutes={budget_minutes}", *extra
+        )
+        original = trainer.TimeBudget
+        trainer.TimeBudget = functools.partial(TimeBudget, clock=clock)
+        try:
+            result = trainer.train(config, progress=quiet)
+        finally:
+            trainer.TimeBudget = original
+        cuts.append(result.metrics["global_step"])
+        assert len(cuts) <= 8, cuts
+    return cuts, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "averaging", ["train.ema_momentum=0.9", "train.ema_momentum=null"]
+)
+def test_a_run_cut_at_every_kind_of_step_resumes_to_the_same_weights(
+    tmp_path, averaging
+):
+    """Cut after every execution (3, before the first backup at 6; 12, an
+    epoch's last step; mid-epoch steps), then every second one, the run ends
+    bit for bit where the uncut run ends, with weight averaging and without.
+    (A budget is read only at the end of a batch, so no cut falls inside
+    validation or a backup's write.)"""
+    reference_out = tmp_path / "uncut"
+    reference = trainer.train(
+        resumable_config(reference_out, averaging), progress=quiet
+    )
+    for budget, expected in (
+        (10, [3, 6, 9, 12, 15, 18, 21, 24]),
+        (20, [6, 12, 18, 24]),
+    ):
+        out = tmp_path / f"cut_{budget}"
+        cuts, result = run_cut_every(out, budget, averaging)
+        assert cuts == expected
+        expected_arrays, actual = backup_arrays(reference_out), backup_arrays(out)
+        assert sorted(actual) == sorted(expected_arrays)
+        for name, array in expected_arrays.items():
+            np.testing.assert_array_equal(actual[name], array, err_msg=name)
+        for a, b in zip(result.model.weights, reference.model.weights, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 class Killed(Exception):
     """Stands for a SIGKILL: nothing after it runs."""
 
