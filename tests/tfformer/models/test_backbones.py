@@ -133,8 +133,9 @@ def test_the_handles_are_the_parts_the_graph_uses():
     assert vit.patch_embedding.num_patches == 4 and vit.pixel_normalization is not None
 
 
-def test_llama_is_the_generic_decoder_with_llamas_options():
-    llama = backbones()["llama"][0]()
+def assert_is_the_generic_decoder(model, **options):
+    """`model` computes what `GPTBackbone` with its weights computes, given
+    the rotary, RMS-norm, gated, bias-free options they share and `options`."""
     generic = GPTBackbone(
         30,
         num_layers=2,
@@ -143,17 +144,21 @@ def test_llama_is_the_generic_decoder_with_llamas_options():
         position="rotary",
         normalization="rms",
         gated_ffn=True,
-        activation="silu",
         use_bias=False,
-        tie_embeddings=False,
         dropout=0.0,
         **SMALL,
+        **options,
     )
-    generic.set_weights(llama.get_weights())
+    generic.set_weights(model.get_weights())
     np.testing.assert_array_equal(
-        numpy_outputs(llama({"token_ids": IDS}))["output"],
+        numpy_outputs(model({"token_ids": IDS}))["output"],
         numpy_outputs(generic({"token_ids": IDS}))["output"],
     )
+
+
+def test_llama_is_the_generic_decoder_with_llamas_options():
+    llama = backbones()["llama"][0]()
+    assert_is_the_generic_decoder(llama, activation="silu", tie_embeddings=False)
     config = llama.get_config()
     assert "normalization" not in config and config["rope_max_wavelength"] == 10000
 
@@ -162,26 +167,12 @@ def test_gemma_is_the_generic_decoder_with_gemmas_options():
     """GEGLU (the tanh GELU on the gate), heads of their own size, a tied
     output and token embeddings times sqrt(width) on the way in only."""
     gemma = backbones()["gemma"][0]()
-    generic = GPTBackbone(
-        30,
-        num_layers=2,
-        max_sequence_length=8,
-        num_key_value_heads=1,
+    assert_is_the_generic_decoder(
+        gemma,
         key_dim=6,
-        position="rotary",
-        normalization="rms",
-        gated_ffn=True,
         activation="gelu_approximate",
-        use_bias=False,
         tie_embeddings=True,
         scale_embeddings=True,
-        dropout=0.0,
-        **SMALL,
-    )
-    generic.set_weights(gemma.get_weights())
-    np.testing.assert_array_equal(
-        numpy_outputs(gemma({"token_ids": IDS}))["output"],
-        numpy_outputs(generic({"token_ids": IDS}))["output"],
     )
     embedding = gemma.token_embedding
     table = keras.ops.convert_to_numpy(embedding.token_embeddings)
