@@ -235,3 +235,23 @@ def test_load_script_leaves_sys_path_alone(tmp_path):
     assert module.LABEL == "positive"
     # (Another test in this worker may have left a "classify" module there.)
     assert sys.path == before and sys.modules.get("classify") is loaded
+
+
+def test_the_derived_t_test_equals_students_closed_forms():
+    """`bench.quality.derived`'s p against Student's t in closed form (one
+    and two degrees of freedom), and its paired t against a hand computation."""
+    import math
+
+    from bench.quality.derived import paired_t, student_t_two_sided_p
+
+    for t in (0.3, 2.9, 12.0):
+        assert student_t_two_sided_p(t, 1) == pytest.approx(
+            1 - 2 / math.pi * math.atan(t), abs=1e-6
+        )
+        assert student_t_two_sided_p(-t, 2) == pytest.approx(
+            1 - t / math.sqrt(t * t + 2), abs=1e-6
+        )
+    # Gains 1, 2, 3 points: mean 2, sd 1, t = 2 / (1 / sqrt 3).
+    result = paired_t([0.51, 0.62, 0.73], [0.50, 0.60, 0.70])
+    assert result["gains_points"] == pytest.approx([1, 2, 3])
+    assert result["t"] == pytest.approx(2 * math.sqrt(3))
