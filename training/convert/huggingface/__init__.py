@@ -113,7 +113,7 @@ def convert(source, out, *, progress=print):
         raise InputError(f"{source}/config.json must hold a JSON object.")
     known = architectures()
     model_type = config.get("model_type")
-    if model_type not in known:
+    if not isinstance(model_type, str) or model_type not in known:
         raise InputError(
             f"{source}/config.json: model_type must be one of {sorted(known)}. "
             f"Received: {model_type!r}"

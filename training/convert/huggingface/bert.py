@@ -20,6 +20,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
     assign,
     attention_sizes,
     config_choice,
+    config_flag,
     config_value,
     layer_norm,
     linear,
@@ -184,7 +185,12 @@ def sentence_transformers_settings(directory, max_positions):
             f"int in [4, {max_positions}]. Received: "
             f"{(bert_config or {}).get('max_seq_length')!r}"
         )
-    lower_case = bool((bert_config or {}).get("do_lower_case", False))
+    lower_case = config_flag(
+        bert_config or {},
+        "do_lower_case",
+        False,
+        f"{directory}/sentence_bert_config.json",
+    )
     return chosen[0], normalize, length, lower_case, True
 
 

@@ -33,6 +33,16 @@ def read_json(directory, name, required=True, kind=dict):
     return value
 
 
+KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    (int, float): "a number",
+    str: "a string",
+    dict: "an object",
+    list: "a list",
+}
+
+
 def config_value(config, key, kind, where="config.json", default=None):
     """`config[key]`, checked to be a `kind` (ValueError naming the key)."""
     value = config.get(key, default)
@@ -44,7 +54,8 @@ def config_value(config, key, kind, where="config.json", default=None):
         else isinstance(value, kind)
     )
     if not ok:
-        raise InputError(f"{where}: {key!r} must be a {kind}. Received: {value!r}")
+        expected = KIND_NAMES.get(kind, kind)
+        raise InputError(f"{where}: {key!r} must be {expected}. Received: {value!r}")
     if kind is int and value <= 0:
         raise InputError(f"{where}: {key!r} must be positive. Received: {value!r}")
     return value
@@ -54,7 +65,7 @@ def config_choice(config, key, choices, default):
     """`config[key]` (`default` when absent), one of `choices` (ValueError
     naming the key and them)."""
     value = config.get(key, default)
-    if value not in choices:
+    if isinstance(value, list | dict) or value not in choices:
         raise InputError(
             f"config.json: {key} must be one of {sorted(choices)}. Received: {value!r}"
         )
@@ -185,3 +196,14 @@ def load_encoder_layer(block, weights, layer, sizes, *, attention, norms, bias=T
     )
     linear(block.ffn.output_dense, weights, f"{layer}.output.dense", (d, inner))
     layer_norm(block.ffn_norm, weights, f"{layer}.{norms[1]}", d)
+
+
+def config_flag(config, key, default, where="config.json"):
+    """`config[key]` (`default` when absent or null), true or false: a
+    string such as "no" is refused, not read as true."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: {key} must be true or false. Received: {value!r}")
+    return value

@@ -15,6 +15,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
     assign,
     attention_sizes,
     config_choice,
+    config_flag,
     config_value,
     refuse_unused,
 )
@@ -67,7 +68,7 @@ def gpt2_sizes(config):
         "layer_norm_epsilon": float(
             config_value(config, "layer_norm_epsilon", (int, float), default=1e-5)
         ),
-        "tie_embeddings": bool(config.get("tie_word_embeddings", True)),
+        "tie_embeddings": config_flag(config, "tie_word_embeddings", True),
     }
 
 

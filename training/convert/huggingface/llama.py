@@ -15,6 +15,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
     assign,
     attention_sizes,
     check_multiple,
+    config_flag,
     config_value,
     refuse_unused,
 )
@@ -88,7 +89,7 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
         "rope_max_wavelength": float(theta),
         "rope_scaling": rope_scaling(config),
         "head_dim": head_dim,
-        "tie_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "tie_embeddings": config_flag(config, "tie_word_embeddings", False),
     }
 
 

@@ -130,6 +130,46 @@ def test_a_model_type_no_module_claims_is_refused_naming_the_known_ones(tmp_path
     assert f"must be one of {known}. Received: 't5'" in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "architecture, config, message",
+    [
+        ("bert", {"model_type": ["bert"]}, r"model_type must be one of .*\['bert'\]"),
+        (
+            "gpt2",
+            {"tie_word_embeddings": "no"},
+            "must be true or false. Received: 'no'",
+        ),
+        ("llama", {"tie_word_embeddings": 1}, "must be true or false. Received: 1"),
+        (
+            "llama",
+            {"vocab_size": "64"},
+            "'vocab_size' must be an integer. Received: '64'",
+        ),
+        ("llama", {"rms_norm_eps": [1e-6]}, r"'rms_norm_eps' must be a number\. R"),
+        ("llama", {"hidden_act": ["silu"]}, r"hidden_act must be one of \['silu'\]"),
+    ],
+)
+def test_config_values_of_the_wrong_json_type_are_refused_by_name(
+    tmp_path, architecture, config, message
+):
+    """config.json comes from elsewhere: a list where a name belongs, a
+    string where true or false belongs ("no" is not read as true), give an
+    InputError naming the key and the value, and nothing is written."""
+    import importlib
+
+    from tfformer import InputError
+
+    module = importlib.import_module(
+        f"tests.training.convert.huggingface.test_{architecture}"
+    )
+    source = module.write_checkpoint(
+        tmp_path / "hf", np.random.default_rng(3), config=config
+    )
+    with pytest.raises(InputError, match=message):
+        convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert nothing_written(tmp_path)
+
+
 def test_each_architecture_is_one_module_with_its_own_test_file():
     """Every module of the package that declares MODEL_TYPES is found (the
     helper modules are not), and each has its test file here."""
