@@ -29,6 +29,35 @@ def test_strategy_names():
         build_strategy("horovod")
 
 
+@pytest.mark.parametrize(
+    "devices, message",
+    [
+        (["foo"], r"train.devices\[0\] must be a device name such as '/cpu:0'"),
+        (["/cpu:0", "/cpu:7"], r"train.devices\[1\]: this process has no such device"),
+        (["/gpu:0"], "has no such device; it has .*Received: '/gpu:0'"),
+        (["/cpu:1", "/device:CPU:1"], "names one device twice: '/cpu:1' and"),
+    ],
+)
+def test_mirrored_devices_must_exist_once_each(devices, message, tmp_path, capsys):
+    """train.devices is checked before a strategy is made: TensorFlow put a
+    replica on a missing CPU elsewhere without a word, and a malformed name,
+    a missing GPU or a repeat failed inside TensorFlow with a traceback,
+    the last two after the run directory was written."""
+    from tfformer import InputError
+    from tfformer.training.commands import train as train_cli
+
+    with pytest.raises(InputError, match=message):
+        build_strategy("mirrored", devices=devices)
+    out = tmp_path / "run"
+    argv = ["--set", "train.strategy=mirrored", "--set", f"train.output_dir={out}"]
+    assert train_cli.main([*argv, "--set", f"train.devices={','.join(devices)}"]) == 2
+    assert "train.devices" in capsys.readouterr().err
+    assert not out.exists()
+    # The two logical CPUs of the test session are both there.
+    strategy = build_strategy("mirrored", devices=["/cpu:0", "/cpu:1"])
+    assert strategy.num_replicas_in_sync == 2
+
+
 def test_multi_worker_needs_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="needs TF_CONFIG"):

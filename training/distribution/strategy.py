@@ -80,7 +80,7 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy(gpus[0] if gpus else "/cpu:0")
     if name == "mirrored":
-        devices = list(devices) or gpus or None
+        devices = _checked_devices(devices) or gpus or None
         return _mirrored_strategy_class()(devices=devices)
     if name == "multi_worker":
         if _cluster_workers() < 1:
@@ -97,6 +97,39 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _checked_devices(devices):
+    """`train.devices` as a list, each a device this process has (a logical
+    one: tests split the CPU in two), none twice. TensorFlow would place a
+    replica on a missing CPU somewhere else without a word, and a missing GPU
+    or a malformed name fail deep inside the first step."""
+    present = {}
+    for device in tf.config.list_logical_devices():
+        spec = tf.DeviceSpec.from_string(device.name)
+        present[(spec.device_type, spec.device_index)] = device.name
+    seen = {}
+    for i, device in enumerate(devices):
+        try:
+            spec = tf.DeviceSpec.from_string(device)
+        except (ValueError, TypeError) as e:
+            raise InputError(
+                f"train.devices[{i}] must be a device name such as '/cpu:0' or "
+                f"'/gpu:1' ({e}). Received: {device!r}"
+            ) from None
+        key = ((spec.device_type or "").upper(), spec.device_index or 0)
+        if key not in present:
+            raise InputError(
+                f"train.devices[{i}]: this process has no such device; it has "
+                f"{sorted(present.values())}. Received: {device!r}"
+            )
+        if key in seen:
+            raise InputError(
+                f"train.devices names one device twice: {seen[key]!r} and "
+                f"{device!r} (train.devices[{i}])."
+            )
+        seen[key] = device
+    return list(devices)
 
 
 def is_multi_worker(strategy):
