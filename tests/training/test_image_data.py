@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from tfformer import InputError
 from tfformer.preprocessing.images import decode_pixels
 from tfformer.training import image_pipeline
 from tfformer.training.config import load_config
@@ -125,6 +126,34 @@ def test_non_images_are_ignored_and_undecodable_ones_skipped_by_name(tmp_path):
     assert "DS_Store" not in text
     assert "Skipped 3 of 9 image file(s)" in text
     assert all(name in text for name in ("broken.jpg", "empty.png", "huge.png"))
+
+
+def test_file_and_folder_names_that_are_not_utf8(tmp_path):
+    """Linux names are bytes: an image whose name is not UTF-8 is read like
+    any other, one that does not decode is reported with U+FFFD in its name
+    (the message can be printed), and a class folder of such a name is
+    refused (its name would be a label in the run and its exports)."""
+    for i in range(2):
+        write_image(tmp_path / f"a/{i}.png", np.full((4, 4, 3), 10 * i))
+        write_image(tmp_path / f"b/{i}.png", np.full((4, 4, 3), 99))
+    root = os.fsencode(tmp_path)
+    write_image(os.fsdecode(root + b"/a/caf\xe9.png"), np.full((4, 4, 3), 42))
+    with open(root + b"/b/bro\xefken.png", "wb") as f:
+        f.write(b"not a png")
+    seen, progress = messages()
+    splits, names = read_image_folders(str(tmp_path), 4, progress=progress)
+    pixels, labels = splits["train"]
+    assert names == ["a", "b"]
+    np.testing.assert_array_equal(labels, [0, 0, 0, 1, 1])
+    np.testing.assert_array_equal(pixels[2], 42)  # a/caf?.png, sorted last
+    text = "\n".join(seen)
+    assert "Skipped 1 of 6 image file(s)" in text
+    assert "bro\ufffdken.png" in text
+    text.encode("utf-8")  # printable: no lone surrogates
+    os.makedirs(root + b"/d\xe9j\xe0")
+    write_image(os.fsdecode(root + b"/d\xe9j\xe0/x.png"), np.full((4, 4, 3), 1))
+    with pytest.raises(InputError, match="d\ufffdj\ufffd has a name that is not UTF-8"):
+        read_image_folders(str(tmp_path), 4, progress=progress)
 
 
 def test_bad_folders_are_refused_naming_them(tmp_path):

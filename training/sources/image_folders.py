@@ -110,6 +110,12 @@ def _class_folders(folder):
     )
 
 
+def shown(path):
+    """`path` as printable text: bytes of a name that are not UTF-8 (Python
+    keeps them as lone surrogates) become U+FFFD."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def list_split(folder, class_names=None):
     """(file paths, class ids, class names, ignored files) of one split
     folder holding a folder per class. Classes are the sorted folder names,
@@ -127,6 +133,13 @@ def list_split(folder, class_names=None):
             f"The class folders of {folder} must be {sorted(class_names)}. "
             f"Received: {found}"
         )
+    for name in found:
+        if shown(name) != name:
+            raise InputError(
+                f"Class folder {shown(os.path.join(folder, name))} has a name "
+                "that is not UTF-8: class names are the run's and its exports' "
+                "labels. Rename the folder."
+            )
     names = list(class_names) if class_names is not None else found
     paths, labels, ignored = [], [], []
     for label, name in enumerate(names):
@@ -166,7 +179,10 @@ def read_images(paths, size, progress=print):
         return index, decode_pixels(tf.io.read_file(path), size)
 
     dataset = (
-        tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), list(paths)))
+        # As bytes: a file name that is not UTF-8 is still a file to read.
+        tf.data.Dataset.from_tensor_slices(
+            (np.arange(len(paths)), [os.fsencode(p) for p in paths])
+        )
         .map(load, num_parallel_calls=tf.data.AUTOTUNE)
         .ignore_errors()
         .batch(4096)
@@ -196,14 +212,14 @@ def read_split(folder, size, class_names=None, progress=print):
     if ignored:
         progress(
             f"Ignored {len(ignored)} file(s) in {folder} that are not images "
-            f"(by name): {', '.join(ignored[:SHOWN])}"
+            f"(by name): {', '.join(map(shown, ignored[:SHOWN]))}"
             + (" ..." if len(ignored) > SHOWN else "")
         )
     pixels, kept, failed = read_images(paths, size, progress)
     if failed:
         progress(
             f"Skipped {len(failed)} of {len(paths)} image file(s) in {folder} "
-            f"that cannot be read or decoded: {', '.join(failed[:SHOWN])}"
+            f"that cannot be read or decoded: {', '.join(map(shown, failed[:SHOWN]))}"
             + (" ..." if len(failed) > SHOWN else "")
         )
     labels = labels[kept]
