@@ -169,6 +169,22 @@ def converted_llama3(tmp_path):
     return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
 
 
+def assert_litert_lm_continues_as_predict(bundle, run, prompts, capsys):
+    """LiteRT-LM's greedy continuation of each prompt (8 tokens) is what
+    one `tfformer-predict --search greedy` of all of them prints: each
+    prompt's text and continuation, then a newline (it streams one prompt
+    after the other, so one run of the command serves every prompt)."""
+    from tfformer.training.commands import predict as predict_cli
+
+    argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
+    assert predict_cli.main([*argv, *prompts]) == 0
+    printed = capsys.readouterr().out
+    got = [litertlm.litert_lm_greedy(bundle, prompt, 8) for prompt in prompts]
+    assert all(got), f"LiteRT-LM decoded nothing: {got}"
+    expected = "".join(f"{p}{g}\n" for p, g in zip(prompts, got, strict=True))
+    assert printed == expected, (prompts, got, printed)
+
+
 @pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
 def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, converted):
     """The bundle's tokenizer.json, read by Hugging Face's `tokenizers`,
@@ -209,7 +225,6 @@ def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
 
     from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
     from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
-    from tfformer.training.commands import predict as predict_cli
 
     _, run = converted(tmp_path)
     ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
@@ -222,13 +237,9 @@ def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
     bundle = str(out / litertlm.BUNDLE)
     # The last prompt is cut into other pieces by Llama 3's pattern than by
     # GPT-2's (digits in threes, line breaks with the spaces before them).
-    for prompt in ("the cat", "don't stop", "x 2024123 \n\n  y"):
-        argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
-        assert predict_cli.main([*argv, prompt]) == 0
-        printed = capsys.readouterr().out[:-1]
-        got = litertlm.litert_lm_greedy(bundle, prompt, 8)
-        assert got, "LiteRT-LM decoded nothing"
-        assert prompt + got == printed, (prompt, got, printed)
+    assert_litert_lm_continues_as_predict(
+        bundle, run, ("the cat", "don't stop", "x 2024123 \n\n  y"), capsys
+    )
     # The runtime's own tokenizer gives the run's ids (its start token
     # comes from the metadata: LiteRT-LM's bos).
     with litert_lm.Engine(bundle) as engine:
@@ -345,7 +356,6 @@ def test_litert_lm_continues_a_run_of_token_ids_as_tfformer_predict_does(
     """Converted runs of token ids (random weights) bundle: LiteRT-LM's
     greedy continuation of a prompt of ids is `tfformer-predict --search
     greedy`'s, id for id."""
-    from tfformer.training.commands import predict as predict_cli
 
     run = converted_ids(tmp_path, architecture)
     out = tmp_path / "bundle"
@@ -353,10 +363,6 @@ def test_litert_lm_continues_a_run_of_token_ids_as_tfformer_predict_does(
     assert export_main(argv) == 0
     capsys.readouterr()
     bundle = str(out / litertlm.BUNDLE)
-    for prompt in ("1 5 0 12", "7", "39 38 2 2"):
-        argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
-        assert predict_cli.main([*argv, prompt]) == 0
-        printed = capsys.readouterr().out[:-1]
-        got = litertlm.litert_lm_greedy(bundle, prompt, 8)
-        assert got, "LiteRT-LM decoded nothing"
-        assert prompt + got == printed, (prompt, got, printed)
+    assert_litert_lm_continues_as_predict(
+        bundle, run, ("1 5 0 12", "7", "39 38 2 2"), capsys
+    )
