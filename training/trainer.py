@@ -618,6 +618,7 @@ def fit_and_test(model, segments, inputs, callbacks, train_config, progress=prin
     `best.keras`, `metrics.json` (per epoch) and the TensorBoard logs.
     """
     validation = inputs.evaluation("validation")
+    fitted = False
     with fit_context(model, inputs):
         for segment in segments:
             if callbacks.budget.exhausted:
@@ -636,6 +637,13 @@ def fit_and_test(model, segments, inputs, callbacks, train_config, progress=prin
                 verbose=train_config.verbose,
                 shuffle=False,
             )
+            fitted = True
+        if callbacks.averaged and not fitted:
+            # A finished run run again: nothing is left to train, and the
+            # model holds its backup's raw weights. Its result is their
+            # average, as the `fit` that finished it left it (without this,
+            # every re-run replaced model.keras's average with the raw weights).
+            model.optimizer.finalize_variable_values(model.trainable_variables)
         if callbacks.budget.exhausted:
             progress(
                 "Stopped at the time budget "
