@@ -34,6 +34,7 @@ def test_strategy_names():
     [
         (["foo"], r"train.devices\[0\] must be a device name such as '/cpu:0'"),
         (["/cpu:0", "/cpu:7"], r"train.devices\[1\]: this process has no such device"),
+        (["/job:worker/task:3/cpu:0"], "this process has no such device"),
         (["/gpu:0"], "has no such device; it has .*Received: '/gpu:0'"),
         (["/cpu:1", "/device:CPU:1"], "names one device twice: '/cpu:1' and"),
     ],

@@ -80,7 +80,7 @@ def build_strategy(name="auto", *, devices=(), tpu=""):
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy(gpus[0] if gpus else "/cpu:0")
     if name == "mirrored":
-        devices = _checked_devices(devices) or gpus or None
+        devices = (_checked_devices(devices) if devices else []) or gpus or None
         return _mirrored_strategy_class()(devices=devices)
     if name == "multi_worker":
         if _cluster_workers() < 1:
@@ -118,7 +118,8 @@ def _checked_devices(devices):
                 f"'/gpu:1' ({e}). Received: {device!r}"
             ) from None
         key = ((spec.device_type or "").upper(), spec.device_index or 0)
-        if key not in present:
+        elsewhere = spec.job not in (None, "localhost") or spec.task not in (None, 0)
+        if key not in present or elsewhere or spec.replica not in (None, 0):
             raise InputError(
                 f"train.devices[{i}]: this process has no such device; it has "
                 f"{sorted(present.values())}. Received: {device!r}"

@@ -13,9 +13,11 @@ from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
 from tfformer.runs.files import read_lines
 from tfformer.runs.manifest import TokenizerEntry
-from tfformer.training.convert.huggingface.checkpoint import read_json
+from tfformer.training.convert.huggingface.checkpoint import config_flag, read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
 from tfformer.training.text.wordpiece import WordPieceTokenizer
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # -- WordPiece -----------------------------------------------------------------
 
@@ -90,8 +92,8 @@ def wordpiece_vocabulary(directory):
             "tokenizer_config.json: tokenize_chinese_chars=false is not "
             "supported (BERT's pre-tokenizer splits CJK ideographs)."
         )
-    lower_case = bool(settings.get("do_lower_case", True))
-    strip_accents = settings.get("strip_accents")
+    lower_case = config_flag(settings, "do_lower_case", True, TOKENIZER_CONFIG)
+    strip_accents = config_flag(settings, "strip_accents", None, TOKENIZER_CONFIG)
     if described is not None:
         where = os.path.join(directory, "tokenizer.json")
         normalizer = described.get("normalizer")
@@ -102,10 +104,10 @@ def wordpiece_vocabulary(directory):
                 f"{where}: normalizer must be a BertNormalizer. Received: "
                 f"{normalizer!r}"
             )
-        lower_case = bool(normalizer.get("lowercase", True))
-        strip_accents = normalizer.get("strip_accents")
-        if not normalizer.get("clean_text", True) or not normalizer.get(
-            "handle_chinese_chars", True
+        lower_case = config_flag(normalizer, "lowercase", True, where)
+        strip_accents = config_flag(normalizer, "strip_accents", None, where)
+        if not config_flag(normalizer, "clean_text", True, where) or not config_flag(
+            normalizer, "handle_chinese_chars", True, where
         ):
             raise InputError(
                 f"{where}: a BertNormalizer without clean_text or "
@@ -244,7 +246,7 @@ def _pre_tokenizer(pre, where):
     Llama 3's Split on its pattern followed by ByteLevel without one."""
     if pre.get("type") == "ByteLevel":
         _expect(pre.get("use_regex", True), True, f"{where}.use_regex")
-        return "gpt2", bool(pre.get("add_prefix_space", False))
+        return "gpt2", config_flag(pre, "add_prefix_space", False, where)
     parts = pre.get("pretokenizers") if pre.get("type") == "Sequence" else None
     kinds = [p.get("type") if isinstance(p, dict) else None for p in parts or []]
     if kinds != ["Split", "ByteLevel"]:
@@ -335,7 +337,7 @@ def byte_level_bpe_tokenizer(
         pre_tokenizer, prefix = _pre_tokenizer(
             spec.get("pre_tokenizer") or {}, f"{where}: pre_tokenizer"
         )
-        ignore_merges = bool(model.get("ignore_merges", False))
+        ignore_merges = config_flag(model, "ignore_merges", False, where)
         kind = (spec.get("decoder") or {}).get("type")
         if kind not in (None, "ByteLevel"):
             raise UnsupportedTokenizer(
@@ -353,7 +355,9 @@ def byte_level_bpe_tokenizer(
         # classes, Llama 3's among them, keep tokenizer.json's).
         add_prefix_space = prefix
         if pre_tokenizer == "gpt2":
-            add_prefix_space = bool(settings.get("add_prefix_space", prefix))
+            add_prefix_space = config_flag(
+                settings, "add_prefix_space", prefix, TOKENIZER_CONFIG
+            )
     elif os.path.isfile(os.path.join(source, "vocab.json")):
         if not gpt2_files:
             raise UnsupportedTokenizer(
@@ -369,7 +373,9 @@ def byte_level_bpe_tokenizer(
         lines = [x for x in lines if x and not x.startswith("#version")]
         merges = _bpe_merges(lines, path)
         special = []
-        add_prefix_space = bool(settings.get("add_prefix_space", False))
+        add_prefix_space = config_flag(
+            settings, "add_prefix_space", False, TOKENIZER_CONFIG
+        )
         pre_tokenizer, ignore_merges, template_start = "gpt2", False, None
     else:
         return None

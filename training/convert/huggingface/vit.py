@@ -12,6 +12,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
     assign,
     attention_sizes,
     check_multiple,
+    config_flag,
     config_value,
     find_prefix,
     layer_norm,
@@ -114,10 +115,12 @@ def vit_pixel_statistics(source):
             f"{[k for k in VIT_PROCESSORS if k]} (resize, rescale, normalize). "
             f"Received: {kind!r}"
         )
-    if settings.get("do_center_crop") or settings.get("crop_size"):
+    if config_flag(settings, "do_center_crop", False, where) or settings.get(
+        "crop_size"
+    ):
         raise InputError(f"{where}: center cropping is not supported.")
     scale = 1.0
-    if settings.get("do_rescale", True):
+    if config_flag(settings, "do_rescale", True, where):
         scale = float(
             config_value(settings, "rescale_factor", (int, float), where, 1 / 255)
         )
@@ -126,7 +129,7 @@ def vit_pixel_statistics(source):
                 f"{where}: 'rescale_factor' must be positive. Received: {scale!r}"
             )
     mean, std = [0.0] * 3, [1.0] * 3
-    if settings.get("do_normalize", True):
+    if config_flag(settings, "do_normalize", True, where):
         mean = settings.get("image_mean", [0.5] * 3)
         std = settings.get("image_std", [0.5] * 3)
         for key, values in (("image_mean", mean), ("image_std", std)):
