@@ -645,6 +645,14 @@ def test_prefixes_old_names_half_precision_and_shards_convert_alike(tmp_path):
             "the start token '\\[START\\]' .* is not in the vocabulary",
         ),
         ({"tokenizer_config.json": ["a list"]}, "must hold a JSON object"),
+        (
+            {"tokenizer_config.json": {"do_lower_case": "false"}},
+            "do_lower_case must be true or false. Received: 'false'",
+        ),
+        (
+            {"tokenizer_config.json": {"strip_accents": 1}},
+            "strip_accents must be true or false. Received: 1",
+        ),
         ({"modules.json": {"not": "a list"}}, "must hold a JSON list"),
     ],
 )

@@ -474,6 +474,15 @@ def test_fine_tuning_refuses_a_run_of_another_task(tmp_path, converted):
             {"preprocessor": {"do_center_crop": True}},
             "center cropping is not supported",
         ),
+        # A string is not read as true or false (it counted as true).
+        (
+            {"preprocessor": {"do_rescale": "false"}},
+            "do_rescale must be true or false. Received: 'false'",
+        ),
+        (
+            {"preprocessor": {"do_normalize": 0}},
+            "do_normalize must be true or false. Received: 0",
+        ),
         (
             {"preprocessor": {"image_std": [0.5, 0.0, 0.5]}},
             "'image_std' must be positive",
