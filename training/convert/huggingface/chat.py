@@ -38,7 +38,7 @@ def template_source(source, settings):
         named = {
             entry.get("name"): entry.get("template")
             for entry in template
-            if isinstance(entry, dict)
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str)
         }
         if "default" not in named:
             raise InputError(

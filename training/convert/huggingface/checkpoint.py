@@ -3,6 +3,7 @@ config.json's values, and its tensors copied into Keras variables (each
 against the shape the config implies, every tensor accounted for)."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -56,6 +57,12 @@ def config_value(config, key, kind, where="config.json", default=None):
     if not ok:
         expected = KIND_NAMES.get(kind, kind)
         raise InputError(f"{where}: {key!r} must be {expected}. Received: {value!r}")
+    if (
+        not isinstance(value, int)
+        and isinstance(value, float)
+        and not math.isfinite(value)
+    ):
+        raise InputError(f"{where}: {key!r} must be finite. Received: {value!r}")
     if kind is int and value <= 0:
         raise InputError(f"{where}: {key!r} must be positive. Received: {value!r}")
     return value

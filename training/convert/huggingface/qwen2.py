@@ -25,7 +25,10 @@ def refuse_sliding_windows(config):
             f"{config['use_sliding_window']!r}"
         )
     layer_types = config.get("layer_types")
-    if layer_types is not None and any(t != "full_attention" for t in layer_types):
+    if layer_types is not None and (
+        not isinstance(layer_types, list)
+        or any(t != "full_attention" for t in layer_types)
+    ):
         raise InputError(
             "config.json: layer_types must all be 'full_attention' (tfformer's "
             f"attention has no sliding window). Received: {layer_types!r}"

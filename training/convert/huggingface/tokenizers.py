@@ -58,19 +58,26 @@ def wordpiece_vocabulary(directory):
     elif described is not None:
         origin = os.path.join(directory, "tokenizer.json")
         model = described.get("model") or {}
-        if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
+        if (
+            not isinstance(model, dict)
+            or model.get("type") != "WordPiece"
+            or not isinstance(model.get("vocab"), dict)
+        ):
             raise InputError(
                 f"{origin}: model.type must be 'WordPiece' with a vocab. "
-                f"Received: model.type={model.get('type')!r}"
+                f"Received: model={str(model)[:80]!r}"
             )
         if model.get("continuing_subword_prefix", "##") != "##":
             raise InputError(
                 f"{origin}: continuing_subword_prefix must be '##'. "
                 f"Received: {model.get('continuing_subword_prefix')!r}"
             )
-        by_id = {i: t for t, i in model["vocab"].items()}
-        if sorted(by_id) != list(range(len(by_id))) or len(by_id) != len(
-            model["vocab"]
+        ids_are_ints = all(type(i) is int for i in model["vocab"].values())
+        by_id = {i: t for t, i in model["vocab"].items()} if ids_are_ints else {}
+        if (
+            not ids_are_ints
+            or sorted(by_id) != list(range(len(by_id)))
+            or len(by_id) != len(model["vocab"])
         ):
             raise InputError(f"{origin}: the vocab's ids must be 0..N-1, each once.")
         tokens = [by_id[i] for i in range(len(by_id))]

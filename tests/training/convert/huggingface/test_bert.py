@@ -646,6 +646,19 @@ def test_prefixes_old_names_half_precision_and_shards_convert_alike(tmp_path):
         ),
         ({"tokenizer_config.json": ["a list"]}, "must hold a JSON object"),
         (
+            {"tokenizer.json": {"model": ["a list"]}},
+            "model.type must be 'WordPiece' with a vocab",
+        ),
+        (
+            {
+                "tokenizer.json": {
+                    "normalizer": {"type": "BertNormalizer"},
+                    "model": {"type": "WordPiece", "vocab": {"a": 0, "b": "1"}},
+                }
+            },
+            "the vocab's ids must be 0..N-1",
+        ),
+        (
             {"tokenizer_config.json": {"do_lower_case": "false"}},
             "do_lower_case must be true or false. Received: 'false'",
         ),

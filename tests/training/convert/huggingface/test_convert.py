@@ -147,6 +147,8 @@ def test_a_model_type_no_module_claims_is_refused_naming_the_known_ones(tmp_path
         ),
         ("llama", {"rms_norm_eps": [1e-6]}, r"'rms_norm_eps' must be a number\. R"),
         ("llama", {"hidden_act": ["silu"]}, r"hidden_act must be one of \['silu'\]"),
+        ("llama", {"rms_norm_eps": float("nan")}, "'rms_norm_eps' must be finite"),
+        ("qwen2", {"layer_types": 3}, "layer_types must all be 'full_attention'"),
     ],
 )
 def test_config_values_of_the_wrong_json_type_are_refused_by_name(
@@ -168,6 +170,19 @@ def test_config_values_of_the_wrong_json_type_are_refused_by_name(
     with pytest.raises(InputError, match=message):
         convert(str(source), str(tmp_path / "run"), progress=quiet)
     assert nothing_written(tmp_path)
+
+
+def test_named_chat_templates_with_names_that_are_not_strings(tmp_path):
+    """tokenizer_config.json's list of named templates: an entry whose name
+    is a list (unhashable: a TypeError before) is not a name."""
+    from tfformer import InputError
+    from tfformer.training.convert.huggingface.chat import template_source
+
+    named = [{"name": ["default"], "template": "x"}, {"name": "tools", "template": "y"}]
+    with pytest.raises(InputError, match="needs one named 'default'"):
+        template_source(str(tmp_path), {"chat_template": named})
+    named.append({"name": "default", "template": "z"})
+    assert template_source(str(tmp_path), {"chat_template": named})[0] == "z"
 
 
 def test_each_architecture_is_one_module_with_its_own_test_file():
