@@ -618,7 +618,6 @@ def fit_and_test(model, segments, inputs, callbacks, train_config, progress=prin
     `best.keras`, `metrics.json` (per epoch) and the TensorBoard logs.
     """
     validation = inputs.evaluation("validation")
-    fitted = False
     with fit_context(model, inputs):
         for segment in segments:
             if callbacks.budget.exhausted:
@@ -637,12 +636,8 @@ def fit_and_test(model, segments, inputs, callbacks, train_config, progress=prin
                 verbose=train_config.verbose,
                 shuffle=False,
             )
-            fitted = True
-        if callbacks.averaged and not fitted:
-            # A finished run run again: nothing is left to train, and the
-            # model holds its backup's raw weights. Its result is their
-            # average, as the `fit` that finished it left it (without this,
-            # every re-run replaced model.keras's average with the raw weights).
+        if callbacks.averaged and not segments:  # a finished run run again:
+            # the backup's raw weights in the model; its result is their average.
             model.optimizer.finalize_variable_values(model.trainable_variables)
         if callbacks.budget.exhausted:
             progress(
