@@ -35,6 +35,7 @@ from tfformer.errors import InputError
 from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
     SUFFIX,
+    accent_mark_ranges,
     bert_cleanup,
     join_punctuation,
     lower,
@@ -89,21 +90,22 @@ def probe_character_classes(max_code_point=MAX_CODE_POINT):
 @functools.lru_cache(maxsize=2)
 def accent_table(max_code_point=MAX_CODE_POINT):
     """(code points, replacements): every code point that accent stripping
-    changes (canonical decomposition, NFD, then combining marks, category
-    Mn, removed: Hugging Face's `BertNormalizer` and Google's
-    `BasicTokenizer`) and its UTF-8 replacement, possibly empty. From
-    Python's `unicodedata`, at export time."""
+    changes (canonical decomposition, NFD, then the combining marks of
+    `ACCENT_MARKS` removed, as Hugging Face's `BertNormalizer` does) and its
+    UTF-8 replacement, possibly empty. NFD from Python's `unicodedata`, at
+    export time."""
     import unicodedata
 
+    marks = frozenset(
+        point for a, b in accent_mark_ranges() for point in range(a, b + 1)
+    )
     keys, values = [], []
     for point in range(max_code_point + 1):
         if 0xD800 <= point <= 0xDFFF:
             continue
         char = chr(point)
         stripped = "".join(
-            c
-            for c in unicodedata.normalize("NFD", char)
-            if unicodedata.category(c) != "Mn"
+            c for c in unicodedata.normalize("NFD", char) if ord(c) not in marks
         )
         if stripped != char:
             keys.append(point)

@@ -254,7 +254,7 @@ def test_an_empty_batch_classifies_tokenizes_and_embeds_nothing(case):
         assert all(v.shape[0] == 0 for v in out.values()), name
 
 
-# 200 batches of 5 or 6 inputs for each run kind (single sentences, pairs)
+# 50 batches of 20 to 24 inputs for each run kind (single sentences, pairs)
 # by default, 500 under TFFORMER_FUZZ=full (tests/fuzzing.py).
 @fuzz_settings(500)
 @given(st.lists(st.tuples(texts, texts), **BATCH))

@@ -4,6 +4,7 @@
 import gzip
 import json
 import os
+import unicodedata
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tfformer.export.runtimes import tokenizer as device_tokenizer
 from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.export.wordpiece import (
     DROPPED,
@@ -20,7 +22,7 @@ from tfformer.export.wordpiece import (
     CoreWordPiece,
     probe_character_classes,
 )
-from tfformer.preprocessing.text import JOIN_RULES, RESERVED_TOKENS
+from tfformer.preprocessing.text import JOIN_RULES, RESERVED_TOKENS, accent_mark_ranges
 from tfformer.training.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = [
@@ -312,6 +314,9 @@ BERT_SENTENCES = [
     "日本x 한 (Hangul decomposes into jamo)",
     "a\x00b\u200bc\x07d\ufffde\u00a0f\u3000g",  # controls, format, spaces
     "e\u0301 combining mark alone \u0301",
+    # Marks newer than Hugging Face's table stay (Newa's U+11438, U+0898);
+    # U+1734, a mark there but Mc now, goes.
+    "a\U00011438b \u0898c x\u1734y",
     "",
 ]
 
@@ -373,6 +378,28 @@ def test_bert_vocabulary_on_any_text(
     assert training.tokenize(batch).to_list() == expected
     assert core.tokenize(tf.constant(batch)).to_list() == expected
     assert [device.ids(s) for s in batch] == expected
+
+
+def test_accent_marks_are_the_ones_hugging_face_strips():
+    """`ACCENT_MARKS` against `tokenizers` itself: of every code point this
+    Python's Unicode calls a mark (M*), and every one the table lists,
+    BertNormalizer strips exactly the table's; the device runtime's copy is
+    the same set."""
+    tokenizers = pytest.importorskip("tokenizers")
+    normalizer = tokenizers.normalizers.BertNormalizer(
+        clean_text=False, handle_chinese_chars=False, strip_accents=True
+    )
+    table = {p for a, b in accent_mark_ranges() for p in range(a, b + 1)}
+    marks = {
+        p
+        for p in range(0x110000)
+        if not 0xD800 <= p <= 0xDFFF and unicodedata.category(chr(p))[0] == "M"
+    }
+    stripped = {p for p in marks | table if normalizer.normalize_str(chr(p)) == ""}
+    assert stripped == table
+    assert device_tokenizer.ACCENT_MARK_POINTS == table
+    # Hand-checked: U+0301 goes, Newa's U+11438 (Mn since Unicode 9) stays.
+    assert 0x301 in table and 0x11438 not in table and 0x1734 in table
 
 
 @settings(max_examples=200, deadline=None)

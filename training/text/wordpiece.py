@@ -14,12 +14,19 @@ import tensorflow_text as tf_text
 from tfformer.errors import InputError, InputTypeError
 from tfformer.preprocessing.text import (
     RESERVED_TOKENS,
+    accent_mark_ranges,
     bert_cleanup,
     join_punctuation,
     lower,
     special_token_ids,
 )
 from tfformer.runs.files import atomic_write_text, read_text
+
+# `ACCENT_MARKS` as an RE2 character class (RE2's own \p{Mn} is a newer
+# Unicode's than the Hugging Face tokenizers converted checkpoints use).
+ACCENT_MARKS_CLASS = (
+    "[" + "".join(rf"\x{{{a:X}}}-\x{{{b:X}}}" for a, b in accent_mark_ranges()) + "]"
+)
 
 
 class WordPieceTokenizer:
@@ -160,7 +167,7 @@ class WordPieceTokenizer:
             strings = bert_cleanup(strings)
         if self.strip_accents:
             strings = tf.strings.regex_replace(
-                tf_text.normalize_utf8(strings, "NFD"), r"\p{Mn}", ""
+                tf_text.normalize_utf8(strings, "NFD"), ACCENT_MARKS_CLASS, ""
             )
         if self.lower_case:
             strings = lower(strings, self.normalizer)
