@@ -5,6 +5,8 @@ none, grouped-query attention) into a `causal_lm` run on a
 a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
 reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 
+import math
+
 from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import GemmaBackbone, LlamaBackbone
@@ -71,9 +73,14 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
             f"config.json: rope_parameters must be an object. Received: {rope!r}"
         )
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, int | float) or theta <= 0:
+    # `not 0 < theta < inf`: NaN (which Python's json reads) fails it too.
+    if (
+        isinstance(theta, bool)
+        or not isinstance(theta, int | float)
+        or not 0 < theta < math.inf
+    ):
         raise InputError(
-            f"config.json: rope_theta must be positive. Received: {theta!r}"
+            f"config.json: rope_theta must be positive and finite. Received: {theta!r}"
         )
     return {
         "vocabulary_size": config_value(config, "vocab_size", int) + decoders.ID_OFFSET,

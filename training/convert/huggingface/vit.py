@@ -79,7 +79,11 @@ def vit_labels(config, progress):
             f"{id2label!r}"
         )
     try:
-        ids = sorted(int(k) for k in id2label)
+        # Keys as json writes ids ("0", "1", ...): "01" would be id 1 but
+        # not the key "1" the names are read from.
+        ids = sorted(int(k) for k in id2label if str(int(k)) == k)
+        if len(ids) != len(id2label):
+            raise ValueError
     except ValueError:
         raise InputError(
             "config.json: 'id2label' keys must be class ids (0, 1, ...). "

@@ -289,6 +289,7 @@ def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
     assert capsys.readouterr().out == "0 5\n"
 
 
+@pytest.mark.integration
 def test_the_saved_model_generates_the_ids_predict_does(tmp_path, capsys):
     import tensorflow as tf
 
@@ -396,6 +397,7 @@ def test_text_prompts_and_a_text_file_are_refused(tmp_path, capsys):
     assert not (tmp_path / "trained").exists() and not (tmp_path / "again").exists()
 
 
+@pytest.mark.integration
 def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
     """`model.init_from` of a converted Llama reads a file of the
     checkpoint's ids: the splits cut between ids, the copy computes the
@@ -500,6 +502,11 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
             "high_freq_factor must exceed low_freq_factor",
         ),
         ({"config": {"attention_bias": True}}, "attention_bias must be false"),
+        # Python's json reads NaN, which passed a "<= 0" check.
+        (
+            {"config": {"rope_theta": float("nan")}},
+            "rope_theta must be positive and finite. Received: nan",
+        ),
         (
             {"config": {"rope_parameters": [500.0]}},
             r"rope_parameters must be an object\. Received: \[500\.0\]",
@@ -567,16 +574,23 @@ def write_llama3_checkpoint(path, hf, rng):
     return source
 
 
+def converted_llama3_text(tmp_path):
+    """A random Llama 3 checkpoint with its tokenizer.json, converted:
+    (the Hugging Face tokenizer, the checkpoint, the run, what convert said)."""
+    hf = llama3_tokenizer()
+    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    return hf, source, run, said
+
+
 def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, capsys):
     """With Llama 3's tokenizer.json, the run takes and gives text: its ids
     are Hugging Face's (the template's <|begin_of_text|> first), and
     `tfformer-predict` continues a prompt with keras-hub's greedy tokens,
     decoded as Hugging Face decodes them."""
     keras_hub = pytest.importorskip("keras_hub")
-    hf = llama3_tokenizer()
-    source = write_llama3_checkpoint(tmp_path / "hf", hf, np.random.default_rng(8))
-    said = []
-    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    hf, source, run, said = converted_llama3_text(tmp_path)
     assert any(
         "BPE (llama3 pieces, ignore_merges, <|begin_of_text|> first) from tokenizer"
         in line
@@ -597,11 +611,22 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
     assert code == 0
     printed = capsys.readouterr().out
     assert printed == hf.decode(ids) + "\n"
-    # The SavedModel's in-graph tokenizer starts the text the same way.
+
+
+@pytest.mark.integration
+def test_llama3_text_in_a_saved_model_as_predict_and_the_tokenizer(tmp_path, capsys):
+    """The SavedModel's in-graph tokenizer starts the text as the run does:
+    its greedy continuation is `tfformer-predict`'s, its ids Hugging Face's."""
     import tensorflow as tf
 
     from tfformer.export.saved_model import export_saved_model
 
+    hf, _, run, _ = converted_llama3_text(tmp_path)
+    prompt = "the cat"
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    printed = capsys.readouterr().out
+    texts = ["the cat", "don't\n\n  2024 naïve!!", " \tx", "日本\r\n"]
     path = export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
     served = tf.saved_model.load(path)
     out = served_greedy(served, [prompt], [6])

@@ -357,6 +357,7 @@ def finetune_config(root, run, *extra, out="finetuned"):
     )
 
 
+@pytest.mark.integration
 def test_a_classifier_fine_tunes_from_it_at_another_image_size(converted):
     root, _, run = converted
     loaded = tfformer.load(run)
@@ -466,6 +467,11 @@ def test_fine_tuning_refuses_a_run_of_another_task(tmp_path, converted):
         ({"config": {"image_size": 10}}, r"image_size \(10\) must be a multiple"),
         ({"config": {"num_channels": 1}}, "num_channels must be 3"),
         ({"config": {"id2label": {"0": "a", "2": "b"}}}, "must name classes 0 to 1"),
+        # "01" is not the key "1" (a KeyError).
+        (
+            {"config": {"id2label": {"0": "a", "01": "b"}}},
+            r"'id2label' keys must be class ids \(0, 1, ...\)",
+        ),
         (
             {"preprocessor": {"image_processor_type": "ConvNextImageProcessor"}},
             "image processor must be one of .*'ConvNextImageProcessor'",
