@@ -31,29 +31,29 @@ if keras.backend.backend() == "tensorflow":
 
 
 # The files that take longest, heaviest first (worker seconds of one default
-# run on the 2-core CI machine, from `python3 -m pytest --durations=0`,
+# run on the 2-core machine, from `python3 -m pytest --durations=0`,
 # summed per file). xdist hands files to workers in collection order
 # (pyproject.toml turns off its own reordering by test count), so starting
 # these first keeps one long file from running alone at the end while the
 # other workers idle. A file missing from the list keeps its place after them.
 HEAVIEST_FIRST = (
-    "tests/training/test_trainer.py",  # 284 s
-    "tests/export/test_causal_lm_export.py",  # 197 s
-    "tests/training/test_masked_lm.py",  # 168 s
-    "tests/export/test_classification_export.py",  # 120 s
-    "tests/training/convert/huggingface/test_llama.py",  # 114 s
-    "tests/export/test_litertlm.py",  # 97 s
-    "tests/export/test_saved_model.py",  # 86 s
-    "tests/training/convert/huggingface/test_gpt2.py",  # 84 s
-    "tests/export/test_text.py",  # 78 s
-    "tests/training/test_resume_faults.py",  # 75 s
-    "tests/training/test_distributed.py",  # 73 s
-    "tests/tfformer/decoding/test_generator.py",  # 73 s
-    "tests/export/test_image_export.py",  # 71 s
-    "tests/training/test_main_job.py",  # 67 s
-    "tests/tfformer/models/test_gpt_decoder.py",  # 66 s
-    "tests/export/test_tflite.py",  # 61 s
-    "tests/tfformer/models/test_legacy_models.py",  # 60 s
+    "tests/export/test_causal_lm_export.py",  # 212 s
+    "tests/training/test_trainer.py",  # 191 s
+    "tests/tfformer/decoding/test_generator.py",  # 122 s
+    "tests/export/test_litertlm.py",  # 117 s
+    "tests/export/test_saved_model.py",  # 102 s
+    "tests/training/test_main_job.py",  # 86 s
+    "tests/training/test_masked_lm.py",  # 83 s
+    "tests/tfformer/test_api.py",  # 78 s
+    "tests/training/test_generate_cli.py",  # 77 s
+    "tests/export/test_image_export.py",  # 67 s
+    "tests/training/convert/huggingface/test_llama.py",  # 64 s
+    "tests/test_packaging.py",  # 64 s
+    "tests/export/test_tflite.py",  # 64 s
+    "tests/export/test_embedding_export.py",  # 64 s
+    "tests/export/test_classification_export.py",  # 64 s
+    "tests/tfformer/decoding/test_beam_reference.py",  # 59 s
+    "tests/tfformer/models/test_transformer_seq2seq.py",  # 57 s
 )
 
 

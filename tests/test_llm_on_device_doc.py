@@ -47,6 +47,7 @@ def run_line(line, mains):
     return out.getvalue()
 
 
+@pytest.mark.integration
 def test_the_walk_through_runs_and_both_runtimes_reply_alike(tmp_path, monkeypatch):
     pytest.importorskip("litert_lm", reason="litert-lm-api is not installed")
     blocks = split_fences(read(PAGE))[1]

@@ -73,6 +73,7 @@ def test_each_endpoint_is_traced_once_and_the_first_is_the_default(dense, tmp_pa
     )
 
 
+@pytest.mark.integration
 def test_it_loads_in_a_process_that_imports_only_tensorflow(dense, tmp_path):
     write(dense, tmp_path / "sm", [])
     # (`import tensorflow` itself imports keras, so that cannot be asked.)

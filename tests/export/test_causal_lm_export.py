@@ -268,6 +268,7 @@ def test_invalid_utf8_prompts_become_replacement_characters(served):
     assert bad["prompt_tokens"].tolist() == [len(byte_ids("to \ufffd\ufffd be"))]
 
 
+@pytest.mark.integration
 def test_loads_in_a_process_that_imports_only_tensorflow(exported):
     script = f"""
 import sys
@@ -297,6 +298,7 @@ prompts = st.one_of(
 )
 
 
+@pytest.mark.integration
 def test_inputs_are_cut_at_16_kib(served, run):
     long = b"to be " * 3000  # 18,000 bytes
     scored = served.signatures["score"](text=tf.constant([long]))
@@ -335,6 +337,7 @@ def test_an_empty_batch_generates_scores_and_tokenizes_nothing(served, text_toke
     check_tokenizes(served, text_tokenizer, [])
 
 
+@pytest.mark.integration
 @fuzz_settings(1000)
 @given(
     st.lists(prompts, **BATCH),
@@ -418,7 +421,9 @@ def test_prefill_and_decode_logits_equal_the_keras_forward_pass(device, run):
 @pytest.mark.parametrize(
     "settings",
     [
-        pytest.param(dict(greedy=True), id="greedy"),
+        # Greedy: the device's greedy path also runs in LiteRT-LM's and the
+        # TFLite tests; here in the integration tier.
+        pytest.param(dict(greedy=True), id="greedy", marks=pytest.mark.integration),
         # Sampling without filters is the filtered case's draw with top-k
         # and top-p off: slow.
         pytest.param(
@@ -508,6 +513,7 @@ def test_the_reference_runtime_writes_text(device):
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
 
+@pytest.mark.integration
 def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
     """float16 keeps the logits within 1e-2 and greedy tokens equal; dynamic
     int8 within 0.1 (full int8 is converted and run in
@@ -622,6 +628,7 @@ def test_the_numpy_sampling_rules_equal_the_keras_ones(jit_compile):
         assert device.sample(filtered, uniforms[i]) == keras_tokens[i]
 
 
+@pytest.mark.integration
 def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
     run_dir, run, tmp_path
 ):

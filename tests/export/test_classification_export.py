@@ -83,7 +83,10 @@ def train_classifier(root, pairs):
     return str(root / "run")
 
 
-@pytest.fixture(scope="module", params=["single", "pairs"])
+@pytest.fixture(
+    scope="module",
+    params=["single", pytest.param("pairs", marks=pytest.mark.integration)],
+)
 def case(request, tmp_path_factory):
     """(run dir, loaded run, served SavedModel, test inputs) of one run."""
     root = tmp_path_factory.mktemp(f"classifier_{request.param}")
@@ -207,6 +210,7 @@ def test_embed_is_the_pooled_vector_and_the_normalised_mean(case):
         )
 
 
+@pytest.mark.integration
 def test_loads_in_a_process_that_imports_only_tensorflow(case):
     _, loaded, path, _, _ = case
     pairs = loaded.directory.manifest.pairs
@@ -256,6 +260,7 @@ def test_an_empty_batch_classifies_tokenizes_and_embeds_nothing(case):
 
 # 50 batches of 20 to 24 inputs for each run kind (single sentences, pairs)
 # by default, 500 under TFFORMER_FUZZ=full (tests/fuzzing.py).
+@pytest.mark.integration
 @fuzz_settings(500)
 @given(st.lists(st.tuples(texts, texts), **BATCH))
 def test_no_input_makes_classify_fail(case, batch):
@@ -346,6 +351,7 @@ def test_tflite_float32_equals_keras_on_every_test_input(case, device):
     )
 
 
+@pytest.mark.integration
 def test_quantized_variants_convert_and_mostly_agree(case, tmp_path):
     """float16, dynamic int8 and integer-only int8 on the single-sentence
     run, full int8 (calibrated on "a<TAB>b" lines) on the pair run."""

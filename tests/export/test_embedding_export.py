@@ -103,6 +103,7 @@ texts = st.one_of(
 )
 
 
+@pytest.mark.integration
 @fuzz_settings(1000)
 @given(st.lists(texts, **BATCH))
 def test_no_input_makes_embed_similarity_or_tokenize_fail(case, batch):
@@ -128,6 +129,7 @@ def test_no_input_makes_embed_similarity_or_tokenize_fail(case, batch):
             assert row[row != 0].tolist() == expected, raw
 
 
+@pytest.mark.integration
 def test_loads_in_a_process_that_imports_only_tensorflow(case):
     path = case[4]
     script = f"""
@@ -153,7 +155,9 @@ def runtime(out, path):
     return module, module.LiteRTEmbedder(path)
 
 
-@pytest.mark.parametrize("quantize", ["none", "int8"])
+@pytest.mark.parametrize(
+    "quantize", ["none", pytest.param("int8", marks=pytest.mark.integration)]
+)
 def test_tflite_embedder_and_its_runtime(case, quantize):
     root, run, loaded, _, _ = case
     out = str(root / f"device_{quantize}")

@@ -109,6 +109,7 @@ def test_classify_equals_keras_on_every_test_image(case):
     np.testing.assert_allclose(pixels["probabilities"], expected, atol=1e-5)
 
 
+@pytest.mark.integration
 def test_loads_in_a_process_that_imports_only_tensorflow(case):
     _, _, path, _, files = case
     script = f"""
@@ -188,6 +189,7 @@ def test_an_empty_batch_classifies_to_nothing(case):
     assert out["probabilities"].shape == (0, len(loaded.labels))
 
 
+@pytest.mark.integration
 @fuzz_settings(1000)
 @given(st.lists(image_inputs(), **BATCH))
 def test_no_input_crashes_classify(case, batch):
@@ -261,6 +263,7 @@ def test_tflite_float32_equals_keras_on_every_test_image(case, tmp_path):
     assert line[1].split()[0] == COLOURS[int(expected[0].argmax())]
 
 
+@pytest.mark.integration
 def test_quantized_variants_and_integer_only(case, tmp_path):
     run_dir, loaded, _, _, files = case
     pixels = file_pixels(files)

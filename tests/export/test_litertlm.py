@@ -214,7 +214,10 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
 
 
 @needs_runtime
-@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
+@pytest.mark.parametrize(
+    "converted",
+    [converted_gpt2, pytest.param(converted_llama3, marks=pytest.mark.integration)],
+)
 def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
     tmp_path, capsys, converted
 ):
@@ -254,6 +257,7 @@ def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
             assert engine.tokenize(prompt) == ids, prompt
 
 
+@pytest.mark.integration
 @needs_runtime
 def test_a_litert_lm_conversation_replies_as_tfformer_chat_does(tmp_path):
     """A converted chat checkpoint (Llama 3's template, random weights):
@@ -348,7 +352,12 @@ def test_the_token_id_tokenizer_json_reads_and_writes_ids_as_text():
 # Llama in the slow run: its TFLite model's parity is test_llama.py's, and
 # Gemma's and Qwen3's bundles hold every op of its.
 @pytest.mark.parametrize(
-    "architecture", ["gemma", "qwen3", pytest.param("llama", marks=pytest.mark.slow)]
+    "architecture",
+    [
+        pytest.param("gemma", marks=pytest.mark.integration),
+        pytest.param("qwen3", marks=pytest.mark.integration),
+        pytest.param("llama", marks=pytest.mark.slow),
+    ],
 )
 def test_litert_lm_continues_a_run_of_token_ids_as_tfformer_predict_does(
     tmp_path, capsys, architecture

@@ -127,6 +127,7 @@ def test_command_line_offers_every_quantization():
     assert "integer_only (int8 ops only, int8 output" in help_text
 
 
+@pytest.mark.integration
 def test_integer_only_refuses_the_translator_naming_its_float_ops(run_dir, tmp_path):
     """The translator's decoding loop keeps float ops (the docstring's list):
     asked for an integer-only model, the export names them and writes

@@ -133,6 +133,7 @@ print("LEAKED", leaked)
     assert "LEAKED []" in done.stdout, done.stdout
 
 
+@pytest.mark.integration
 def test_saved_model_cli_show_and_run(exported):
     cli = [sys.executable, "-m", "tensorflow.python.tools.saved_model_cli"]
     shown = subprocess.run(
@@ -270,6 +271,7 @@ def test_an_empty_batch_translates_and_tokenizes_to_nothing(loaded, source_token
     check_tokenizes(loaded, source_tokenizer, [])
 
 
+@pytest.mark.integration
 @fuzz_settings(1000)
 @given(st.lists(inputs, **BATCH))
 def test_no_input_string_makes_it_fail(loaded, source_tokenizer, batch):

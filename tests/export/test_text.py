@@ -108,6 +108,7 @@ def test_core_wordpiece_equals_fast_wordpiece(vocabulary_file, classes, lower_ca
     assert expected[6] == [1]
 
 
+@pytest.mark.integration
 @settings(max_examples=60, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=8))
 def test_core_wordpiece_equals_fast_wordpiece_on_any_text(
@@ -363,6 +364,7 @@ def test_bert_vocabulary_three_ways_equal_hugging_face(
     assert device.detokenize(ids[0]) == "[unused0] dog"
 
 
+@pytest.mark.integration
 @settings(max_examples=60, deadline=None)
 @given(batch=st.lists(texts, min_size=1, max_size=6))
 def test_bert_vocabulary_on_any_text(
@@ -402,6 +404,7 @@ def test_accent_marks_are_the_ones_hugging_face_strips():
     assert 0x301 in table and 0x11438 not in table and 0x1734 in table
 
 
+@pytest.mark.integration
 @settings(max_examples=200, deadline=None)
 @given(data=st.lists(st.binary(max_size=40), min_size=1, max_size=6))
 def test_device_byte_tokenizer_equals_the_core_op_one(tmp_path_factory, data):

@@ -82,6 +82,7 @@ def test_greedy_tokens_equal_keras_and_saved_model(run_dir, exported, tmp_path):
     ]
 
 
+@pytest.mark.integration
 def test_logits_equal_keras_and_saved_model(run_dir, tmp_path):
     run = EXPORTER.read(run_dir)
     rng = np.random.default_rng(0)
@@ -167,6 +168,7 @@ print("RESULTS", json.dumps({"sizes": sizes, "outputs": outputs}))
 """
 
 
+@pytest.mark.integration
 def test_quantized_variants_from_the_command_line(run_dir, tmp_path):
     # A subprocess: TFLiteConverter.convert() leaks memory on TF 2.21
     # (tensorflow/tensorflow#122598), and this converts four times.

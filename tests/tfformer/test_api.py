@@ -141,13 +141,15 @@ def byte_text(ids, prompt_length):
     "settings, flags",
     [
         ({}, []),
-        (
+        pytest.param(
             {"search": "sample", "seed": 3, "top_k": 5},
             ["--search", "sample", "--seed", "3", "--top-k", "5"],
+            marks=pytest.mark.integration,
         ),
-        (
+        pytest.param(
             {"search": "beam", "beam_width": 2},
             ["--search", "beam", "--beam-width", "2"],
+            marks=pytest.mark.integration,
         ),
     ],
     ids=["greedy", "sample", "beam"],

@@ -64,6 +64,7 @@ def test_a_failing_save_keeps_the_previous_backup(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["latest.weights.h5", "state.json"]
 
 
+@pytest.mark.integration
 def test_weights_win_over_a_stale_state_file(tmp_path):
     model = small_model()
     fit(model, steps=4, callbacks=[ResumableBackup(str(tmp_path), every_steps=100)])

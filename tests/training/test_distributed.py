@@ -123,21 +123,32 @@ def test_mirrored_on_two_cpus_matches_one_device(tmp_path):
     # gradient is the one-device gradient (a sum over replicas would double it).
     for a, b in zip(one.model.weights, two.model.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=5e-6)
-    # A second mirrored training in this process, with other shapes: with
-    # the first strategy's collective keys it aborted at its first
-    # all-reduce ("Shape mismatch in the collective instance 100").
-    wider = load_config(
-        overrides=[
-            *LM,
-            f"data.text_path={text}",
-            f"train.output_dir={tmp_path / 'wider'}",
-            "train.steps_per_epoch=1",
-            "model.hidden_dim=48",
-            "train.strategy=mirrored",
-            "train.devices=/cpu:0,/cpu:1",
-        ]
-    )
-    assert train(wider, progress=lambda *_: None).metrics["global_step"] == 1
+
+
+@pytest.mark.integration
+def test_a_second_mirrored_training_in_one_process_with_other_shapes(tmp_path):
+    """With the first strategy's collective keys, a second mirrored
+    training with other shapes aborted at its first all-reduce ("Shape
+    mismatch in the collective instance 100")."""
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs the 2 logical CPUs that tests/conftest.py configures")
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 60)
+    for width in (32, 48):
+        config = load_config(
+            overrides=[
+                *LM,
+                f"data.text_path={text}",
+                f"train.output_dir={tmp_path / str(width)}",
+                "train.steps_per_epoch=1",
+                f"model.hidden_dim={width}",
+                "train.strategy=mirrored",
+                "train.devices=/cpu:0,/cpu:1",
+            ]
+        )
+        result = train(config, progress=lambda *_: None)
+        assert result.metrics["global_step"] == 1
+        assert result.metrics["replicas"] == 2
 
 
 def free_port():

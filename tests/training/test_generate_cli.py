@@ -128,6 +128,7 @@ def test_an_empty_prompt_starts_from_the_start_token(capsys, run, loaded):
     assert expected and out == expected + "\n"
 
 
+@pytest.mark.integration
 def test_top_k_zero_means_no_top_k_filter(capsys, run, loaded):
     argv = ["--search", "sample", "--seed", "4", "--temperature", "2.0"]
     _, out, _ = predict(

@@ -273,6 +273,7 @@ def test_bad_corpora_and_masking_settings(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration
 def test_a_classifier_started_from_a_fine_tuned_classifier_gets_every_layer(
     pretrained, tmp_path
 ):
@@ -426,6 +427,7 @@ def test_next_sentence_prediction_learns_the_continuations(tmp_path):
     assert result.metrics["val_masked_lm_accuracy"] > 0.9
 
 
+@pytest.mark.integration
 def test_next_sentence_prediction_trains_and_evaluates(with_next_sentence, tmp_path):
     from tfformer.training.trainer import build_dataset
 
@@ -458,6 +460,7 @@ def test_next_sentence_prediction_trains_and_evaluates(with_next_sentence, tmp_p
     )
 
 
+@pytest.mark.integration
 def test_a_classifier_from_a_next_sentence_run_keeps_the_trained_pooler(
     with_next_sentence, tmp_path
 ):

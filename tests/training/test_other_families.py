@@ -44,6 +44,7 @@ def byte_lm_config(tmp_path, *extra):
     )
 
 
+@pytest.mark.integration
 def test_causal_lm_on_bytes_learns_a_repeated_text(tmp_path, capsys):
     config = byte_lm_config(tmp_path, "train.epochs=3")
     result = train(config, progress=lambda *_: None)
@@ -198,6 +199,7 @@ def test_pairs_are_encoded_longest_first_with_segments():
     assert rows == [[2, 11, 12, 13, 14, 3]] and segments == [[0] * 6]
 
 
+@pytest.mark.integration
 def test_a_classifier_of_sentence_pairs_from_a_tsv(tmp_path, capsys):
     rng = np.random.default_rng(0)
     filler = ["the", "film", "was", "really", "quite", "a", "plot"]

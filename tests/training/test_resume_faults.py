@@ -104,6 +104,7 @@ def assert_same_run(out, result, reference):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
+@pytest.mark.integration
 def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights(
     tmp_path, monkeypatch, uninterrupted
 ):
@@ -142,6 +143,7 @@ def test_weight_averaging_run_cut_by_the_time_budget_resumes_to_the_same_weights
             assert merged[key] == pytest.approx(reference[key], rel=1e-5), key
 
 
+@pytest.mark.integration
 def test_a_finished_weight_averaging_run_run_again_keeps_its_average(
     tmp_path, uninterrupted
 ):

@@ -95,6 +95,7 @@ def test_cosine_config_keys_are_checked():
         load_config(overrides=["train.learning_rate=1e-3"])
 
 
+@pytest.mark.integration
 def test_a_cosine_run_decays_over_its_own_steps(tmp_path):
     """The trainer hands the run's epochs x steps to the schedule: the
     learning rate after the last step is the formula's at that step."""

@@ -30,6 +30,7 @@ def _from_repository_root(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
+@pytest.mark.integration
 def test_multi30k_reads_all_three_splits():
     needs("multi30k", "train.de.gz")
     config = config_for(
@@ -65,6 +66,7 @@ def test_tinyshakespeare_bytes_split_into_windows():
     assert text.startswith(b"First Citizen")
 
 
+@pytest.mark.integration
 def test_sentence_polarity_has_two_balanced_classes():
     needs("sentence_polarity", "rt-polarity.pos.gz")
     # A small vocabulary: this checks the labels, and learning the config's

@@ -150,6 +150,7 @@ def test_the_end_of_run_exact_match_scores_the_translations(finished, monkeypatc
     ]
 
 
+@pytest.mark.integration
 def test_rerunning_a_finished_run_resumes_instead_of_restarting(finished, tmp_path):
     original, first = finished
     shutil.copytree(original.train.output_dir, tmp_path / "run")
@@ -330,11 +331,15 @@ def _write_backup_after(config, steps):
         json.dump({"global_step": steps}, f)
 
 
-# bfloat16, this CPU's fast precision, in the default run; float16 (with
-# loss scaling) in the slow one.
+# bfloat16, this CPU's fast precision, in the integration tier; float16
+# (with loss scaling) in the slow one. The model contracts check both
+# policies' forward passes in the default suite (tests/testing.py).
 @pytest.mark.parametrize(
     "precision",
-    ["mixed_bfloat16", pytest.param("mixed_float16", marks=pytest.mark.slow)],
+    [
+        pytest.param("mixed_bfloat16", marks=pytest.mark.integration),
+        pytest.param("mixed_float16", marks=pytest.mark.slow),
+    ],
 )
 def test_mixed_precision_trains_with_float32_logits_and_loss(tmp_path, precision):
     config = tiny_config(
@@ -380,28 +385,26 @@ def test_float16_compiles_with_loss_scaling_and_float32_logits(tmp_path):
     assert keras.config.dtype_policy().name == "float32"
 
 
-def test_executions_of_several_steps_with_xla_evaluate_each_example_once(tmp_path):
-    """Executions of 2 steps compiled with XLA, with dropout, train 2 epochs
-    of 4 steps. Validation and test splits of 3 batches in executions of 2
-    steps: the figures equal a one-step-at-a-time evaluation of a single pass,
-    also with XLA. (A repeated dataset read 4 batches a pass, the first one
-    twice, and the second epoch's validation started mid-pass.)"""
+def test_executions_of_several_steps_evaluate_each_example_once(tmp_path):
+    """Executions of 2 steps, with dropout, train 2 epochs of 4 steps.
+    Validation and test splits of 3 batches in executions of 2 steps: the
+    figures equal a one-step-at-a-time evaluation of a single pass. (A
+    repeated dataset read 4 batches a pass, the first one twice, and the
+    second epoch's validation started mid-pass.) The datasets are the same
+    with XLA; compiling the steps is for the lowering test below and the
+    model contracts' `fit` with XLA (tests/testing.py)."""
     config = tiny_config(
         tmp_path,
         "train.steps_per_execution=2",
-        "train.jit_compile=true",
         "model.dropout=0.1",
         "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     data, model = result.data, result.model
-    assert model.jit_compile is True
     assert result.metrics["global_step"] == 8
     batches = pipeline.evaluation_steps(data.examples["validation"].lengths, (32,), 16)
     assert batches == 3  # not a multiple of the execution's 2 steps
-    once_a_step = tiny_config(
-        tmp_path, "train.steps_per_execution=1", "train.jit_compile=true"
-    )
+    once_a_step = tiny_config(tmp_path, "train.steps_per_execution=1")
     compile_model(model, once_a_step)
     for split, prefix in (("validation", "val_"), ("test", "test_")):
         once = pipeline.evaluation_dataset(
@@ -471,6 +474,7 @@ def test_learning_a_vocabulary_reports_progress(tmp_path):
     assert messages[2].startswith("Tokenizer (target): learning")
 
 
+@pytest.mark.integration
 def test_token_budget_batches_with_weight_averaging_on_two_replicas(tmp_path):
     """One run for two features (each run costs the suite ~30 s).
 

@@ -329,7 +329,12 @@ def test_max_length_below_the_prompt_is_refused():
 # Beam search holds greedy's steps (it scores, reorders caches and ends
 # hypotheses) and sampling its seeded draw; greedy compiles in the slow run.
 @pytest.mark.parametrize(
-    "search", [pytest.param("greedy", marks=pytest.mark.slow), "beam", "sample"]
+    "search",
+    [
+        pytest.param("greedy", marks=pytest.mark.slow),
+        pytest.param("beam", marks=pytest.mark.integration),
+        "sample",
+    ],
 )
 def test_the_whole_search_compiles_with_xla(search):
     model = seq2seq()

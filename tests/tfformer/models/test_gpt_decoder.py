@@ -20,7 +20,14 @@ TOKENS = np.array([[5, 6, 7, 8, 9, 10], [11, 12, 13, 0, 0, 0]], "int32")
 ONE_LAYER = {**SMALL, "num_layers": 1}
 
 
-@pytest.mark.parametrize("position", ["learned", "sinusoidal", "rotary"])
+@pytest.mark.parametrize(
+    "position",
+    [
+        pytest.param("learned", marks=pytest.mark.integration),
+        pytest.param("sinusoidal", marks=pytest.mark.integration),
+        "rotary",
+    ],
+)
 def test_model_contract(position, tmp_path):
     run_model_test(
         lambda: gpt_decoder(30, **ONE_LAYER, position=position, num_key_value_heads=2),

@@ -85,8 +85,30 @@ def test_every_kind_of_legacy_file_is_covered():
     assert sorted(name for name, _, _ in legacy_files()) == sorted(EXPECTED_CLASSES)
 
 
+# One legacy file per model class in the default suite; the other variants
+# (norm placements, tying, positions) in the integration tier.
+DEFAULT_LEGACY = {
+    "translation_run",
+    "causal_lm_run",
+    "llama_converted",
+    "bert_encoder",
+    "text_classification_run",
+    "masked_lm_run",
+    "sentence_embedding_converted",
+    "vit_converted",
+}
+
+
 @pytest.mark.parametrize(
-    "name,path,npz", legacy_files(), ids=[f[0] for f in legacy_files()]
+    "name,path,npz",
+    [
+        pytest.param(
+            *f,
+            id=f[0],
+            marks=() if f[0] in DEFAULT_LEGACY else pytest.mark.integration,
+        )
+        for f in legacy_files()
+    ],
 )
 def test_a_legacy_model_computes_what_it_computed(name, path, npz, tmp_path):
     old = keras.saving.load_model(path, compile=False)

@@ -34,6 +34,7 @@ def _convert_and_compare(model, feeds, tmp_path):
         np.testing.assert_allclose(got, model(feed), atol=1e-4)
 
 
+@pytest.mark.integration
 def test_seq2seq_converts_with_builtin_ops(tmp_path):
     model = transformer_seq2seq(
         30,

@@ -355,6 +355,7 @@ def test_a_converted_run_is_never_a_training_output_directory(converted, tmp_pat
         assert tree_digest(run) == before
 
 
+@pytest.mark.integration
 def test_a_classifier_fine_tunes_from_the_converted_run(converted, tmp_path):
     from tfformer.training.config import load_config
     from tfformer.training.trainer import train

@@ -154,6 +154,7 @@ def stdin_of(monkeypatch, data):
     return stdin
 
 
+@pytest.mark.integration
 def test_a_conversation_on_stdin_keeps_its_history(tmp_path, monkeypatch, capsys):
     """`tfformer-predict --chat` with no file: each stdin line (CRLF or LF;
     blank lines skipped) is the user's next message, answered with the

@@ -336,6 +336,7 @@ def test_vocab_json_without_merges_is_refused(tmp_path, bpe):
     assert_refused(tmp_path, source, r"has vocab\.json but no merges\.txt")
 
 
+@pytest.mark.integration
 def test_the_saved_model_generates_what_predict_does(tmp_path, bpe, capsys):
     """SavedModel `generate` (greedy: top_k 1) continues a prompt with the
     text `tfformer-predict` prints, through the in-graph BPE tokenizer;
@@ -373,6 +374,7 @@ def shipped_runtime(directory, path):
     return module.LiteRTGenerator(path)
 
 
+@pytest.mark.integration
 def test_the_tflite_model_generates_what_predict_does(tmp_path, bpe, capsys):
     """`tfformer-export --format tflite` of a converted GPT-2: the shipped
     plain-Python tokenizer gives the checkpoint tokenizer's ids (plus one);
@@ -527,6 +529,7 @@ def fine_tuning_config(tmp_path, run, *overrides):
     )
 
 
+@pytest.mark.integration
 def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     """`model.init_from` of a converted GPT-2: the copy computes the
     source's logits, takes the config's dropout but keeps GPT-2's
