@@ -130,7 +130,14 @@ def sentence_transformers_settings(directory, max_positions):
                 f"{list(ST_MODULES)} (sentence-transformers); this one is not "
                 f"converted. Received: {module!r}"
             )
-        kinds.append((short, module.get("path", "")))
+        path = module.get("path", "")
+        parts = path.replace("\\", "/").split("/") if isinstance(path, str) else None
+        if parts is None or os.path.isabs(path) or ".." in parts:
+            raise InputError(
+                f"{directory}/modules.json: a module's path must be a folder "
+                f"inside the checkpoint. Received: {module!r}"
+            )
+        kinds.append((short, path))
     names = [k for k, _ in kinds]
     if names.count("Transformer") != 1 or names[0] != "Transformer":
         raise InputError(
@@ -241,6 +248,13 @@ def convert(source, config, staging, progress):
     for `BertForSequenceClassification`, a `text_classification` run."""
     sizes = bert_sizes(config)
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(
+        isinstance(name, str) for name in architectures
+    ):
+        raise InputError(
+            "config.json: architectures must be a list of class names. "
+            f"Received: {architectures!r}"
+        )
     if "BertForSequenceClassification" in architectures:
         return convert_classifier(source, config, sizes, staging, progress)
     return convert_embedder(source, sizes, staging, progress)

@@ -44,6 +44,15 @@ KIND_NAMES = {
 }
 
 
+def finite_number(value):
+    """Whether the int or float `value` is a finite float (NaN, infinities
+    and integers past float's range are not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def config_value(config, key, kind, where="config.json", default=None):
     """`config[key]`, checked to be a `kind` (ValueError naming the key)."""
     value = config.get(key, default)
@@ -57,11 +66,7 @@ def config_value(config, key, kind, where="config.json", default=None):
     if not ok:
         expected = KIND_NAMES.get(kind, kind)
         raise InputError(f"{where}: {key!r} must be {expected}. Received: {value!r}")
-    if (
-        not isinstance(value, int)
-        and isinstance(value, float)
-        and not math.isfinite(value)
-    ):
+    if kind is not int and isinstance(value, int | float) and not finite_number(value):
         raise InputError(f"{where}: {key!r} must be finite. Received: {value!r}")
     if kind is int and value <= 0:
         raise InputError(f"{where}: {key!r} must be positive. Received: {value!r}")

@@ -5,8 +5,6 @@ none, grouped-query attention) into a `causal_lm` run on a
 a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
 reason said); a causal_lm config's `model.init_from` fine-tunes it."""
 
-import math
-
 from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import check_frequency_scaling
 from tfformer.models import GemmaBackbone, LlamaBackbone
@@ -19,6 +17,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
     check_multiple,
     config_flag,
     config_value,
+    finite_number,
     refuse_unused,
 )
 from tfformer.training.convert.huggingface.tokenizers import (
@@ -73,11 +72,12 @@ def llama_sizes(config, *, own_head_dim=False, activations=("silu",)):
             f"config.json: rope_parameters must be an object. Received: {rope!r}"
         )
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
-    # `not 0 < theta < inf`: NaN (which Python's json reads) fails it too.
+    # NaN (which Python's json reads) and integers past float's range fail.
     if (
         isinstance(theta, bool)
         or not isinstance(theta, int | float)
-        or not 0 < theta < math.inf
+        or not finite_number(theta)
+        or theta <= 0
     ):
         raise InputError(
             f"config.json: rope_theta must be positive and finite. Received: {theta!r}"

@@ -239,6 +239,14 @@ class UnsupportedTokenizer(InputError):
     decoder conversion may then keep the checkpoint's token ids instead)."""
 
 
+def _section(spec, key, where):
+    """tokenizer.json's `key` object ({} when null or absent)."""
+    value = spec.get(key) or {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {key} must be an object. Received: {value!r}")
+    return value
+
+
 def _expect(value, expected, where):
     if value != expected:
         raise UnsupportedTokenizer(
@@ -342,17 +350,17 @@ def byte_level_bpe_tokenizer(
                 _expect(value, expected, f"{where}: model.{key}")
         _expect(spec.get("normalizer"), None, f"{where}: normalizer")
         pre_tokenizer, prefix = _pre_tokenizer(
-            spec.get("pre_tokenizer") or {}, f"{where}: pre_tokenizer"
+            _section(spec, "pre_tokenizer", where), f"{where}: pre_tokenizer"
         )
         ignore_merges = config_flag(model, "ignore_merges", False, where)
-        kind = (spec.get("decoder") or {}).get("type")
+        kind = _section(spec, "decoder", where).get("type")
         if kind not in (None, "ByteLevel"):
             raise UnsupportedTokenizer(
                 f"{where}: decoder.type must be null or 'ByteLevel' (bytes "
                 f"decoded). Received: {kind!r}"
             )
         template_start = _template_start(
-            spec.get("post_processor") or {}, f"{where}: post_processor"
+            _section(spec, "post_processor", where), f"{where}: post_processor"
         )
         tokens = _bpe_vocabulary(model.get("vocab"), where)
         merges = _bpe_merges(model.get("merges") or [], where)

@@ -535,6 +535,15 @@ def test_bad_sequence_classifiers_are_refused(tmp_path, config, drop, message):
         ),
         ({"config": {"hidden_act": "swish"}}, "hidden_act must be one of .*'swish'"),
         ({"config": {"vocab_size": 99}}, "vocab_size is 99 but the tokenizer has"),
+        # A number was a TypeError; a string matched by substring.
+        (
+            {"config": {"architectures": 3}},
+            "architectures must be a list of class names. Received: 3",
+        ),
+        (
+            {"config": {"architectures": "BertForSequenceClassification"}},
+            "architectures must be a list of class names",
+        ),
         (
             {"extra": "encoder.layer.0.attention.self.distance_embedding.weight"},
             "does not use .*distance_embedding",
@@ -675,6 +684,26 @@ def test_bad_tokenizer_files_are_refused_naming_them(tmp_path, files, message):
     for name, content in files.items():
         (source / name).write_text(json.dumps(content))
     assert_refused(tmp_path, source, message)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [3, "../outside", "/etc"],
+    ids=["number", "parent", "absolute"],
+)
+def test_a_module_path_outside_the_checkpoint_is_refused(tmp_path, path):
+    """modules.json is untrusted: its Pooling path is read, so a number (a
+    TypeError) or a folder outside the checkpoint is refused by name."""
+    source = write_checkpoint(
+        tmp_path / "hf",
+        np.random.default_rng(10),
+        sentence_transformers={"pooling": "cls", "normalize": True},
+    )
+    modules = json.loads((source / "modules.json").read_text())
+    pooling = next(m for m in modules if m["type"].endswith("Pooling"))
+    pooling["path"] = path
+    (source / "modules.json").write_text(json.dumps(modules))
+    assert_refused(tmp_path, source, "a module's path must be a folder inside")
 
 
 def test_a_sentence_transformers_dense_module_is_refused(tmp_path):

@@ -280,6 +280,10 @@ def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsy
             "post_processor.type must be null",
         ),
         ({"post_processor": {"type": "TemplateProcessing"}}, "post_processor.type"),
+        # Not objects: AttributeErrors before.
+        ({"decoder": "ByteLevel"}, "decoder must be an object. Received: 'ByteLevel'"),
+        ({"pre_tokenizer": ["ByteLevel"]}, "pre_tokenizer must be an object"),
+        ({"post_processor": 1}, "post_processor must be an object. Received: 1"),
         ({"config": {"vocab_size": 200}}, "300 tokens, more than config.json's"),
     ],
 )

@@ -507,6 +507,15 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
             {"config": {"rope_theta": float("nan")}},
             "rope_theta must be positive and finite. Received: nan",
         ),
+        # An integer past float's range was an OverflowError.
+        (
+            {"config": {"rope_theta": 10**400}},
+            "rope_theta must be positive and finite",
+        ),
+        (
+            {"config": {"rms_norm_eps": 10**400}},
+            "'rms_norm_eps' must be finite",
+        ),
         (
             {"config": {"rope_parameters": [500.0]}},
             r"rope_parameters must be an object\. Received: \[500\.0\]",
