@@ -128,6 +128,27 @@ def test_predict_prints_the_top_classes(trained, capsys):
         assert len(probabilities) == 2 and probabilities[0] >= probabilities[1]
 
 
+def test_predict_opens_images_whose_names_are_not_utf8(trained, capsys, monkeypatch):
+    """A file name that is not UTF-8, as an argument or a line of stdin,
+    opens (its bytes are kept) and is printed with U+FFFD."""
+    import io
+    import shutil
+    import types
+
+    root, _ = trained
+    name = os.path.join(os.fsencode(str(root)), b"red-\xff.jpg")
+    shutil.copy(root / "data/test/red/0.jpg", name)
+    shown = str(root / "red-\ufffd.jpg")
+    run = str(root / "run")
+    assert predict_cli.main(["--checkpoint", run, os.fsdecode(name)]) == 0
+    stdin = types.SimpleNamespace(buffer=io.BytesIO(name + b"\n"))
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert predict_cli.main(["--checkpoint", run]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert [line.split("\t")[0] for line in lines] == [shown, shown]
+    assert [line.split("\t")[1].split()[0] for line in lines] == ["red", "red"]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [(None, "No such image file"), (b"\xff\xd8\xff not a jpeg", "not an image")],

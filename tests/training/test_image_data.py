@@ -156,6 +156,27 @@ def test_file_and_folder_names_that_are_not_utf8(tmp_path):
         read_image_folders(str(tmp_path), 4, progress=progress)
 
 
+def test_a_data_folder_whose_own_name_is_not_utf8(tmp_path):
+    """Under a parent folder whose name is not UTF-8, the images read and
+    the progress lines and errors name the folder printably (U+FFFD)."""
+    parent = os.fsdecode(os.fsencode(tmp_path) + b"/d\xe9")
+    for c in "ab":
+        write_image(os.path.join(parent, c, "0.png"), np.full((4, 4, 3), 7))
+    with open(os.path.join(parent, "b", "1.png"), "wb") as f:
+        f.write(b"not a png")
+    seen, progress = messages()
+    _, names = read_image_folders(parent, 4, progress=progress)
+    assert names == ["a", "b"]
+    skipped = [m for m in seen if m.startswith("Skipped")]
+    assert len(skipped) == 1 and "d\ufffd" in skipped[0]
+    "\n".join(seen).encode("utf-8")  # printable: no lone surrogates
+    os.makedirs(os.path.join(parent, "test"))
+    os.rename(os.path.join(parent, "a"), os.path.join(parent, "test", "a"))
+    os.rename(os.path.join(parent, "b"), os.path.join(parent, "test", "b"))
+    with pytest.raises(InputError, match="d\ufffd has test/ but no train/"):
+        read_image_folders(parent, 4, progress=progress)
+
+
 def test_bad_folders_are_refused_naming_them(tmp_path):
     with pytest.raises(ValueError, match=r"data\.image_dir does not exist"):
         read_image_folders(str(tmp_path / "nowhere"), 8)
@@ -198,6 +219,14 @@ def test_archives_unpack_into_the_cache_once(tmp_path, monkeypatch):
     assert sum("Unpacking" in m for m in seen) == 1
     splits, names = read_image_folders(str(archive), 4, progress=lambda m: None)
     assert names == ["a", "b"] and len(splits["test"][1]) == 2
+    # An archive whose name is not UTF-8 unpacks too (its path was hashed
+    # as UTF-8 text: a UnicodeEncodeError), and is named printably.
+    odd = os.fsdecode(os.fsencode(tmp_path) + b"/s\xe9t.tar.gz")
+    os.link(archive, odd)
+    seen.clear()
+    assert os.path.isdir(os.path.join(resolve(odd, progress=progress), "train", "a"))
+    assert "s\ufffdt" in seen[0]
+    seen[0].encode("utf-8")
     # A corrupt archive is refused and leaves nothing in the cache.
     bad = tmp_path / "bad.tar.gz"
     bad.write_bytes(archive.read_bytes()[:100])

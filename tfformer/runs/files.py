@@ -13,6 +13,16 @@ import tempfile
 from tfformer.errors import InputError
 
 
+def printable(text):
+    """`text` (a name, an argument, a line) as valid UTF-8 text: bytes that
+    were not UTF-8, which Python keeps as lone surrogates, become U+FFFD."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # lone surrogates that are not escaped bytes
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return raw.decode("utf-8", "replace")
+
+
 def current_umask():
     """The process umask (reading it means setting it, so it is put back)."""
     mask = os.umask(0)

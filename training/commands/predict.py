@@ -6,10 +6,11 @@ given; bytes that are not UTF-8 become U+FFFD. The run's predictor adds its
 own options (`--help` with `--checkpoint` lists them).
 """
 
-import re
+import os
 import sys
 
 from tfformer.errors import InputError
+from tfformer.runs.files import printable
 from tfformer.training.commands.run_arguments import (
     option_values,
     parse_with_predictor,
@@ -18,22 +19,23 @@ from tfformer.training.predictors.base import as_flags
 
 
 def as_text(argument):
-    """An argument or stdin line as valid UTF-8 text: Python hands undecodable
-    bytes over as lone surrogates, which become U+FFFD here."""
-    try:
-        raw = argument.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # lone surrogates that are not escaped bytes
-        return re.sub("[\ud800-\udfff]", "\ufffd", argument)
-    return raw.decode("utf-8", "replace")
+    """An argument or stdin line as valid UTF-8 text (undecodable bytes
+    become U+FFFD)."""
+    return printable(argument)
 
 
-def read_inputs(arguments):
-    """The inputs: the arguments, else the lines of stdin."""
+def read_inputs(arguments, paths=False):
+    """The inputs: the arguments, else the lines of stdin. Text becomes
+    valid UTF-8; file `paths` keep their bytes (a name that is not UTF-8
+    still opens)."""
     if arguments:
-        return [as_text(a) for a in arguments]
+        return list(arguments) if paths else [as_text(a) for a in arguments]
     stdin = getattr(sys.stdin, "buffer", None)
     lines = stdin if stdin is not None else (x.encode() for x in sys.stdin)
-    return [line.rstrip(b"\n").decode("utf-8", "replace") for line in lines]
+    lines = [line.rstrip(b"\n") for line in lines]
+    if paths:
+        return [os.fsdecode(line) for line in lines]
+    return [line.decode("utf-8", "replace") for line in lines]
 
 
 def main(argv=None, prog="tfformer-predict"):
@@ -51,7 +53,8 @@ def main(argv=None, prog="tfformer-predict"):
         predictor = predictor(args.checkpoint, checkpoint=args.model)
         # A conversation (causal LM `--chat`) reads stdin as it goes.
         chatting = getattr(args, "chat", None) is not None
-        inputs = args.inputs if chatting else read_inputs(args.inputs)
+        paths = getattr(predictor, "inputs_are_paths", False)
+        inputs = args.inputs if chatting else read_inputs(args.inputs, paths)
         # Printed as it comes: a causal LM streams its tokens.
         for text in predictor.printed(inputs, **option_values(args, options)):
             print(text, end="", flush=True)

@@ -92,6 +92,9 @@ class Predictor:
     # `tfformer-evaluate` (keywords of `evaluate`).
     predict_options = ()
     evaluate_options = ()
+    # Whether `tfformer-predict`'s inputs are file paths (kept as the
+    # system gives them) rather than text.
+    inputs_are_paths = False
 
     def __init__(self, run, *, checkpoint="model.keras"):
         from tfformer.training.text.vocabulary import load_tokenizer

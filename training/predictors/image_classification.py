@@ -12,6 +12,7 @@ import re
 import numpy as np
 
 from tfformer.errors import InputError, InputTypeError
+from tfformer.runs.files import printable
 from tfformer.training.predictors.base import Option, Predictor
 
 
@@ -22,6 +23,7 @@ class ImageClassificationPredictor(Predictor):
     training; the model normalizes raw pixel values itself."""
 
     task = "image_classification"
+    inputs_are_paths = True
     predict_options = (
         Option(
             "--top", type=int, default=3, help="classes shown per image (default 3)"
@@ -94,7 +96,7 @@ class ImageClassificationPredictor(Predictor):
 
     def describe(self, result):
         shown = (f"{label} {p:.4f}" for label, p in result["top"])
-        return "\t".join([str(result["image"]), *shown])
+        return "\t".join([printable(os.fspath(result["image"])), *shown])
 
     def evaluate(
         self,
@@ -246,7 +248,7 @@ def read_image_files(paths, size):
     pixels = np.zeros((len(paths), size, size, 3), np.uint8)
     for i, path in enumerate(paths):
         if not os.path.isfile(path):
-            raise InputError(f"No such image file: {path!r}")
+            raise InputError(f"No such image file: {printable(path)!r}")
         with open(path, "rb") as f:
             data = f.read()
         try:

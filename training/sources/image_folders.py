@@ -23,6 +23,7 @@ import numpy as np
 
 from tfformer.errors import InputError
 from tfformer.preprocessing.images import IMAGE_EXTENSIONS
+from tfformer.runs.files import printable
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 # Names shown when files are skipped.
@@ -42,17 +43,20 @@ def unpacked(archive, progress=print):
     nothing half-written behind). The folder's name carries the archive's
     size and modification time: a changed archive is unpacked again."""
     stat = os.stat(archive)
-    key = f"{os.path.abspath(archive)}:{stat.st_size}:{stat.st_mtime_ns}"
+    # The path's bytes: a name that is not UTF-8 is hashed as it is.
+    key = os.fsencode(os.path.abspath(archive)) + (
+        f":{stat.st_size}:{stat.st_mtime_ns}".encode()
+    )
     name = os.path.basename(archive)
     for suffix in ARCHIVE_SUFFIXES:
         name = name.removesuffix(suffix)
     target = os.path.join(
-        cache_root(), f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+        cache_root(), f"{name}-{hashlib.sha256(key).hexdigest()[:12]}"
     )
     if os.path.isdir(target):
         return target
     os.makedirs(cache_root(), exist_ok=True)
-    progress(f"Unpacking {archive} into {target}")
+    progress(f"Unpacking {shown(archive)} into {shown(target)}")
     tmp = tempfile.mkdtemp(dir=cache_root(), prefix=".unpacking-")
     try:
         if archive.endswith(".zip"):
@@ -111,9 +115,9 @@ def _class_folders(folder):
 
 
 def shown(path):
-    """`path` as printable text: bytes of a name that are not UTF-8 (Python
-    keeps them as lone surrogates) become U+FFFD."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    """`path` as printable text (`printable`: bytes of a name that are not
+    UTF-8 become U+FFFD)."""
+    return printable(path)
 
 
 def list_split(folder, class_names=None):
@@ -121,16 +125,16 @@ def list_split(folder, class_names=None):
     folder holding a folder per class. Classes are the sorted folder names,
     or `class_names` (which must be exactly those folders)."""
     if not os.path.isdir(folder):
-        raise InputError(f"{folder} is not a folder.")
+        raise InputError(f"{shown(folder)} is not a folder.")
     found = _class_folders(folder)
     if len(found) < 2:
         raise InputError(
-            f"{folder} needs a folder per class (>= 2), each holding that "
+            f"{shown(folder)} needs a folder per class (>= 2), each holding that "
             f"class's images. Received: {found or 'no folders'}"
         )
     if class_names is not None and sorted(class_names) != found:
         raise InputError(
-            f"The class folders of {folder} must be {sorted(class_names)}. "
+            f"The class folders of {shown(folder)} must be {sorted(class_names)}. "
             f"Received: {found}"
         )
     for name in found:
@@ -157,7 +161,7 @@ def list_split(folder, class_names=None):
                     ignored.append(path)
         if not count:
             raise InputError(
-                f"Class folder {directory} holds no images (files ending in "
+                f"Class folder {shown(directory)} holds no images (files ending in "
                 f"{', '.join(IMAGE_EXTENSIONS)})."
             )
     return paths, np.asarray(labels, np.int32), names, ignored
@@ -211,14 +215,14 @@ def read_split(folder, size, class_names=None, progress=print):
     paths, labels, names, ignored = list_split(folder, class_names)
     if ignored:
         progress(
-            f"Ignored {len(ignored)} file(s) in {folder} that are not images "
+            f"Ignored {len(ignored)} file(s) in {shown(folder)} that are not images "
             f"(by name): {', '.join(map(shown, ignored[:SHOWN]))}"
             + (" ..." if len(ignored) > SHOWN else "")
         )
     pixels, kept, failed = read_images(paths, size, progress)
     if failed:
         progress(
-            f"Skipped {len(failed)} of {len(paths)} image file(s) in {folder} "
+            f"Skipped {len(failed)} of {len(paths)} image file(s) in {shown(folder)} "
             f"that cannot be read or decoded: {', '.join(map(shown, failed[:SHOWN]))}"
             + (" ..." if len(failed) > SHOWN else "")
         )
@@ -228,7 +232,7 @@ def read_split(folder, size, class_names=None, progress=print):
     for name, count in zip(names, counts, strict=True):
         if not count:
             raise InputError(
-                f"Class folder {os.path.join(folder, name)} holds no image that "
+                f"Class folder {shown(os.path.join(folder, name))} holds no image that "
                 "can be read and decoded."
             )
     return pixels, labels, names, fingerprint(read, labels)
@@ -252,7 +256,7 @@ def read_image_folders(path, size, class_names=None, progress=print):
     test = os.path.join(folder, "test")
     if not os.path.isdir(train):
         if os.path.isdir(test):
-            raise InputError(f"{folder} has test/ but no train/ folder.")
+            raise InputError(f"{shown(folder)} has test/ but no train/ folder.")
         train, test = folder, None
     elif not os.path.isdir(test):
         test = None
