@@ -8,8 +8,10 @@ every TensorFlow binary has (string ops, a hash table, a while loop):
 
 1. Invalid UTF-8 becomes U+FFFD; then, as training's tokenizer is set up:
    BERT's cleanup (`bert_cleanup`, RE2 rewrites), accent stripping (a
-   table of every code point that canonical decomposition without
-   combining marks changes, made at export time by `accent_table`) and
+   table of every code point that canonical decomposition without the
+   combining marks of `ACCENT_MARKS` changes, made at export time by
+   `accent_table`; one code point at a time, so kept marks are not
+   reordered) and
    lower-casing (`tf.strings.lower`).
 2. Every code point gets a class: part of a word, whitespace (splits
    words), punctuation (a word of its own; CJK ideographs too) or dropped

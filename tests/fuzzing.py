@@ -2,16 +2,17 @@
 
 Each such test calls an exported model once per example and checks every
 input of it against a reference (Keras, the run's tokenizer, Hugging Face's),
-so its time grows with the inputs sent. The default suite runs
-`DEFAULT_EXAMPLES` examples; `TFFORMER_FUZZ=full` runs the count each test
-asks for (the thorough run). Tests that are themselves the thorough run
+so its time grows with the inputs sent. The fuzz tests are in the
+integration tier (`-m integration`), which runs `DEFAULT_EXAMPLES` examples
+each; `TFFORMER_FUZZ=full` runs the count each test asks for (the thorough
+run). Tests that are themselves the thorough run
 (marked `slow`) pass `reduce=False`. Any other value of `TFFORMER_FUZZ` is
 refused, so a typo cannot shrink the thorough run.
 
 An example is a batch of `BATCH` inputs (a served signature takes a batch,
 and inputs of every kind padded together in one call is what a server
-sees), so the default suite's 50 examples send at least 1,000 generated
-inputs through each fuzzed signature. The empty batch has a test of its own
+sees), so 50 examples send at least 1,000 generated inputs through each
+fuzzed signature. The empty batch has a test of its own
 beside each fuzz test.
 """
 

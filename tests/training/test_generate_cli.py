@@ -59,7 +59,8 @@ def byte_ids(text):
     [
         ([], dict(search="greedy")),
         # Slow: test_top_k_zero_means_no_top_k_filter samples through the
-        # command in the default run (and the stream test through the API).
+        # command in the integration tier, and the stream test samples
+        # through the API in the default suite.
         pytest.param(
             [
                 "--search",

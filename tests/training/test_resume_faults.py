@@ -245,7 +245,7 @@ def killed(tmp_path_factory):
 
 
 # Slow: the time-budget test above resumes from the same step-9 backup with
-# averaging and executions of 3 in the default run; this one differs in how
+# averaging and executions of 3 in the integration tier; this one differs in how
 # the first run stopped (an exception after the backup, no model written).
 @pytest.mark.slow
 def test_a_kill_after_an_execution_past_a_backup_multiple_resumes_there(

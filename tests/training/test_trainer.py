@@ -385,26 +385,35 @@ def test_float16_compiles_with_loss_scaling_and_float32_logits(tmp_path):
     assert keras.config.dtype_policy().name == "float32"
 
 
-def test_executions_of_several_steps_evaluate_each_example_once(tmp_path):
+@pytest.mark.parametrize(
+    "jit_compile",
+    ["false", pytest.param("true", marks=pytest.mark.integration)],
+    ids=["graph", "xla"],
+)
+def test_executions_of_several_steps_evaluate_each_example_once(tmp_path, jit_compile):
     """Executions of 2 steps, with dropout, train 2 epochs of 4 steps.
     Validation and test splits of 3 batches in executions of 2 steps: the
     figures equal a one-step-at-a-time evaluation of a single pass. (A
     repeated dataset read 4 batches a pass, the first one twice, and the
-    second epoch's validation started mid-pass.) The datasets are the same
-    with XLA; compiling the steps is for the lowering test below and the
-    model contracts' `fit` with XLA (tests/testing.py)."""
+    second epoch's validation started mid-pass.) In a graph by default;
+    compiled with XLA (the trainer's XLA path, the recipes') in the
+    integration tier."""
     config = tiny_config(
         tmp_path,
         "train.steps_per_execution=2",
+        f"train.jit_compile={jit_compile}",
         "model.dropout=0.1",
         "train.final_evaluation=false",
     )
     result = train(config, progress=lambda *_: None)
     data, model = result.data, result.model
+    assert model.jit_compile is (jit_compile == "true")
     assert result.metrics["global_step"] == 8
     batches = pipeline.evaluation_steps(data.examples["validation"].lengths, (32,), 16)
     assert batches == 3  # not a multiple of the execution's 2 steps
-    once_a_step = tiny_config(tmp_path, "train.steps_per_execution=1")
+    once_a_step = tiny_config(
+        tmp_path, "train.steps_per_execution=1", f"train.jit_compile={jit_compile}"
+    )
     compile_model(model, once_a_step)
     for split, prefix in (("validation", "val_"), ("test", "test_")):
         once = pipeline.evaluation_dataset(
@@ -440,7 +449,8 @@ def test_whole_train_step_compiles_with_xla_for_every_bucket_shape(tmp_path):
     assert set(by_shape) == {(16, 16), (16, 32)}
     model.optimizer.build(model.trainable_variables)
     step = tf.function(lambda x, y: model.train_step((x, y)), jit_compile=True)
-    # Lowering is the check; running XLA steps is the executions test's.
+    # Lowering is the check; running XLA steps is the executions test's
+    # (its XLA case, in the integration tier).
     for features, labels in by_shape.values():
         hlo = step.experimental_get_compiler_ir(features, labels)(stage="hlo")
         assert "ENTRY" in hlo

@@ -3,8 +3,9 @@
 # Tiny runs train without XLA: at these sizes compiling the train and
 # evaluation steps costs more than running them (the tiny translator's 30
 # steps: 35 s with the default config's XLA, 18 s without, on one core).
-# The XLA path keeps its own tests: test_trainer.py's XLA tests and the slow
-# kill-and-resume run ask for it.
+# The XLA path keeps its own tests: test_trainer.py's lowering test, the
+# executions test's XLA case (integration tier) and the slow kill-and-resume
+# run ask for it.
 NO_XLA = "train.jit_compile=false"
 
 # A one-layer, 32-wide model of any family, trained without XLA.

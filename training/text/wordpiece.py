@@ -49,8 +49,9 @@ class WordPieceTokenizer:
         normalizer: None, or "bert": BERT's cleanup first (control
             characters removed, whitespace made spaces, spaces around CJK
             ideographs; Hugging Face's `BertNormalizer`).
-        strip_accents: remove combining marks after canonical decomposition
-            (NFD), as `BertNormalizer` does when lower-casing by default.
+        strip_accents: remove the combining marks of `ACCENT_MARKS`
+            (Hugging Face's table) after canonical decomposition (NFD), as
+            `BertNormalizer` does when lower-casing by default.
 
     Example:
     >>> tokenizer = WordPieceTokenizer.learn(["a dog runs", "two dogs"], 100)
