@@ -37,6 +37,7 @@ if keras.backend.backend() == "tensorflow":
 # these first keeps one long file from running alone at the end while the
 # other workers idle. A file missing from the list keeps its place after them.
 HEAVIEST_FIRST = (
+    "tests/training/test_slow_runs.py",  # integration: the full default run
     "tests/export/test_causal_lm_export.py",  # 212 s
     "tests/training/test_trainer.py",  # 191 s
     "tests/tfformer/decoding/test_generator.py",  # 122 s

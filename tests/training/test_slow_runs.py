@@ -89,7 +89,9 @@ def test_sigkill_mid_epoch_then_the_same_command_resumes(tmp_path):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
 
 
-@pytest.mark.slow
+# In the integration tier (CI): the one trained model whose exact match is
+# far from 0 (471 s alone on the 2-core EPYC).
+@pytest.mark.integration
 def test_default_config_reaches_95_percent_exact_match(tmp_path):
     config = load_config(
         os.path.join(ROOT, "training", "configs", "number_words.json"),
