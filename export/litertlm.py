@@ -373,9 +373,11 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
         start, end = None, tokenizer.end_id
         words = tokenizer.vocabulary_size - tokenizer.id_offset
         prompts = [" ".join(str(k % words) for k in ks) for ks in ((5, 9, 13), (17, 3))]
-    # A chat model's replies stop at its end-of-turn token too.
+    # A chat model's replies stop at its end-of-turn token too, and a
+    # checkpoint that lists several eos ids stops at each.
     chat = run.chat_template()
-    stops = [end] if chat is None else chat.stop_ids
+    ends = list(dict.fromkeys([end, *(run.manifest.end_ids or ())]))
+    stops = ends if chat is None else chat.stop_ids
     progress(f"Converting {run.path} to the bundle's TFLite model...")
     with tempfile.TemporaryDirectory() as staging:
         tflite_dir = os.path.join(staging, "tflite")

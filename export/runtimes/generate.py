@@ -183,14 +183,18 @@ class LiteRTGenerator:
                 length = int(runner.get_input_details()["tokens"]["shape"][1])
                 self.prefills[length] = runner
         self._tokenizer = None
-        # A converted checkpoint's start and end ids are in text.json.
+        # A converted checkpoint's start and end ids are in text.json
+        # (`end_ids`: every id that ends generation, as a Llama 3.1 Instruct
+        # config.json lists three).
         self.start_id, self.end_id = START, END
+        self.end_ids = {END}
         settings = os.path.join(self.directory, "text.json")
         if os.path.isfile(settings):
             written = model_file.read_settings(settings)
             special = written.get("special_ids") or {}
             self.start_id = special.get("start", START)
             self.end_id = special.get("end", END)
+            self.end_ids = set(written.get("end_ids", ())) | {self.end_id}
             # A model of the older (1, context, kv_heads, head_dim) layout
             # would read its head count as the context here.
             if written.get("context", self.context) != self.context:
@@ -295,7 +299,7 @@ class LiteRTGenerator:
             )
             new.append(token)
             log_probs.append(log_p)
-            if token == self.end_id or column + 1 == self.context:
+            if token in self.end_ids or column + 1 == self.context:
                 break
             if len(new) < max_new_tokens:
                 logits, cache = self.decode(token, column, cache)
@@ -318,6 +322,8 @@ class LiteRTGenerator:
             prompt = prompt.decode("utf-8", "replace")
         ids = self.tokenizer.ids(prompt)
         new, _ = self.generate(ids, max_new_tokens, **settings)
+        if new and new[-1] in self.end_ids:
+            new = new[:-1]  # an end token is not text
         return self.tokenizer.detokenize(new)
 
 

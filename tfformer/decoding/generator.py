@@ -119,7 +119,9 @@ class Generator:
         search: "greedy", "beam" or "sample".
         start_id: first decoder token of a seq2seq model (ignored for GPT,
             whose prompt comes first).
-        end_id: the token that ends a sequence.
+        end_id: the token that ends a sequence, or a non-empty list of
+            them (a sequence ends at the first it generates; Llama 3.1
+            Instruct's config lists three). `self.end_id` is the first.
         pad_id: written after a sequence has ended; also marks padding in
             sources and prompts. Never generated.
         beam_width: beams per example ("beam").
@@ -178,9 +180,14 @@ class Generator:
             )
         _check_int("max_length", max_length, 2)
         _check_int("beam_width", beam_width, 1)
+        end_ids = list(end_id) if isinstance(end_id, list | tuple) else [end_id]
+        if not end_ids:
+            raise InputError(
+                "end_id must be an id or a non-empty list of ids. Received: []"
+            )
         for name, value in (
             ("start_id", start_id),
-            ("end_id", end_id),
+            *(("end_id", i) for i in end_ids),
             ("pad_id", pad_id),
         ):
             _check_int(name, value, 0)
@@ -207,7 +214,9 @@ class Generator:
         self.model = model
         self.max_length = max_length
         self.search = search
-        self.start_id, self.end_id, self.pad_id = start_id, end_id, pad_id
+        self.start_id, self.pad_id = start_id, pad_id
+        self.end_ids = tuple(dict.fromkeys(end_ids))
+        self.end_id = self.end_ids[0]
         self.beam_width = beam_width
         self.length_penalty = float(length_penalty)
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
@@ -220,6 +229,13 @@ class Generator:
         self.seed = (random.getrandbits(32) if seed is None else seed) % 2**32
 
     # -- shared pieces ---------------------------------------------------------
+
+    def is_end(self, tokens):
+        """Whether each of `tokens` (int32, any shape) is one of the end ids."""
+        ends = tokens == self.end_ids[0]
+        for end in self.end_ids[1:]:
+            ends = ops.logical_or(ends, tokens == end)
+        return ends
 
     def _prompt(self, inputs):
         """(prompt ids `(batch, max_length)`, prompt lengths `(batch,)`, encoded)."""
@@ -475,7 +491,7 @@ class Generator:
         tokens = ops.where(at_i, token[:, None], tokens)
         token_log_probs = ops.where(at_i, picked[:, None], token_log_probs)
         finished = ops.logical_or(
-            finished, ops.logical_and(generated, token == self.end_id)
+            finished, ops.logical_and(generated, self.is_end(token))
         )
         log_probs, cache, _ = self._step(token[:, None], cache, i, encoded, cross)
         state = (
@@ -616,7 +632,7 @@ class Generator:
             beams = top_index // vocabulary
             words = ops.cast(top_index % vocabulary, "int32")
             forced_now = ops.reshape(forced, (batch, width))[:, 0:1]
-            ends = ops.logical_and(words == self.end_id, ops.logical_not(forced_now))
+            ends = ops.logical_and(self.is_end(words), ops.logical_not(forced_now))
             # (batch, 2W, max_length): each candidate's parent, new word at i.
             candidates = ops.reshape(
                 gather_beams(sequences, beams), (batch, 2 * width, max_length)

@@ -261,6 +261,11 @@ class CausalLMManifest(RunManifest):
     # The run's chat template file (`tfformer.preprocessing.chat_template`),
     # for a converted checkpoint that has one.
     chat_template: str | None = None
+    # Every model id at which generation ends, the tokenizer's end token
+    # first, for a checkpoint whose config.json lists several eos ids (Llama
+    # 3.1 Instruct: end of text, of a turn, of a tool call). None: the
+    # tokenizer's end token alone.
+    end_ids: tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

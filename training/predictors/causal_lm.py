@@ -93,6 +93,14 @@ class CausalLMPredictor(Predictor):
         """The decoder's context in tokens."""
         return self.manifest.max_length
 
+    @property
+    def end_ids(self):
+        """The ids generation ends at: the tokenizer's end token, and a
+        converted checkpoint's further eos ids (the manifest's `end_ids`)."""
+        return list(
+            dict.fromkeys([self.tokenizer.end_id, *(self.manifest.end_ids or ())])
+        )
+
     # -- generation --------------------------------------------------------------
 
     def generate(self, prompts, **settings):
@@ -101,7 +109,9 @@ class CausalLMPredictor(Predictor):
         if isinstance(prompts, str):
             raise InputTypeError("prompts must be a list of strings, not one string.")
         return [
-            generated_text(self.tokenizer, *self._generator(prompt, settings))
+            generated_text(
+                self.tokenizer, *self._generator(prompt, settings), self.end_ids
+            )
             for prompt in prompts
         ]
 
@@ -112,10 +122,13 @@ class CausalLMPredictor(Predictor):
         and a piece is never taken back."""
         ids, generator = self._generator(prompt, settings)
         if generator is None or generator.search == "beam":
-            yield generated_text(self.tokenizer, ids, generator)
+            yield generated_text(self.tokenizer, ids, generator, self.end_ids)
             return
         yield from stream_text(
-            self.tokenizer, ids, generator.stream(np.array([ids], "int32"))
+            self.tokenizer,
+            ids,
+            generator.stream(np.array([ids], "int32")),
+            stop_ids=self.end_ids,
         )
 
     def predict(self, inputs, **settings):
@@ -273,7 +286,7 @@ class CausalLMPredictor(Predictor):
             self.model,
             max_length=len(ids) + new_tokens,
             start_id=tokenizer.start_id,
-            end_id=tokenizer.end_id,
+            end_id=self.end_ids,
             pad_id=tokenizer.pad_id,
             **settings,
         )
@@ -459,13 +472,14 @@ def check_generation_settings(
     )
 
 
-def generated_text(tokenizer, prompt_ids, generator):
+def generated_text(tokenizer, prompt_ids, generator, stop_ids=None):
     """The text of `prompt_ids` continued by `generator`'s whole search (the
-    prompt's text alone for no generator)."""
+    prompt's text alone for no generator), up to the first end token or id
+    of `stop_ids`."""
     if generator is None:
-        return detokenize(tokenizer, prompt_ids, len(prompt_ids))
+        return detokenize(tokenizer, prompt_ids, len(prompt_ids), stop_ids)
     out = generator(np.array([prompt_ids], "int32"))["token_ids"]
-    return detokenize(tokenizer, np.asarray(out)[0], len(prompt_ids))
+    return detokenize(tokenizer, np.asarray(out)[0], len(prompt_ids), stop_ids)
 
 
 def detokenize(tokenizer, ids, prompt_length=0, stop_ids=None):

@@ -124,12 +124,13 @@ class CausalLMTask(TrainingTask):
 
         # A decoder fine-tuned from another run keeps that run's context
         # (GPT-2's 1,024 positions after fine-tuning on shorter windows).
-        context = config.data.max_length
+        # and a converted checkpoint's end ids.
+        context, ends = config.data.max_length, None
         if config.model.init_from is not None:
             run, _, _ = self.initial_run(config)
-            context = run.manifest.max_length
+            context, ends = run.manifest.max_length, run.manifest.end_ids
         return CausalLMManifest(
-            tokenizers=tokenizer_entries(config, data), max_length=context
+            tokenizers=tokenizer_entries(config, data), max_length=context, end_ids=ends
         )
 
     def build_model(self, config, data):

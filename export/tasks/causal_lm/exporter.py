@@ -68,7 +68,11 @@ class CausalLMExporter(Exporter):
         if spec.kind in CONVERTED_KINDS:
             # A converted checkpoint's own start and end ids.
             tokenizer = converted_tokenizer(spec)
-            special = {"start_id": tokenizer.start_id, "end_id": tokenizer.end_id}
+            special = {
+                "start_id": tokenizer.start_id,
+                "end_id": tokenizer.end_id,
+                "end_ids": tuple(run.manifest.end_ids or ()),
+            }
         return CausalLMRun(
             directory=run.path,
             model=model,
@@ -122,6 +126,9 @@ class CausalLMExporter(Exporter):
                     "start": run.start_id,
                     "end": run.end_id,
                 },
+                # Every id that ends generation (several: a checkpoint
+                # whose eos_token_id lists them).
+                "end_ids": run.ends,
                 "source_length": run.context,
                 "context": run.context,
                 "prefill_lengths": lengths,

@@ -145,7 +145,7 @@ def loop_function(run):
         max_length=run.context,
         search="greedy",
         start_id=run.start_id,
-        end_id=run.end_id,
+        end_id=run.ends,
         pad_id=PAD_ID,
         carry_constants=True,
     )

@@ -25,6 +25,13 @@ class CausalLMRun(ExportRun):
     # checkpoint's (shifted by one).
     start_id: int = START_ID
     end_id: int = END_ID
+    # Further ids that end generation (the run manifest's `end_ids`).
+    end_ids: tuple = ()
+
+    @property
+    def ends(self):
+        """Every id that ends generation, `end_id` first."""
+        return list(dict.fromkeys([self.end_id, *self.end_ids]))
 
     @property
     def converted(self):

@@ -65,7 +65,7 @@ class GeneratorGraph(tf.Module):
             max_length=run.context,
             search="sample",
             start_id=run.start_id,
-            end_id=run.end_id,
+            end_id=run.ends,
             pad_id=PAD_ID,
             seed=0,
         )
@@ -187,9 +187,9 @@ class GeneratorGraph(tf.Module):
         prompt_ids = _rows_from(tokens, tf.zeros_like(kept), kept, self.context)
         # The end token is not text (a converted tokenizer would write it).
         tokens = tf.where(
-            tf.logical_and(generated, tokens == self.end_id), PAD_ID, tokens
+            tf.logical_and(generated, self.generator.is_end(tokens)), PAD_ID, tokens
         )
-        new_text_ids = tf.where(new_ids == self.end_id, PAD_ID, new_ids)
+        new_text_ids = tf.where(self.generator.is_end(new_ids), PAD_ID, new_ids)
         whole = self.tokenizer.detokenize(tokens)
         before = self.tokenizer.detokenize(prompt_ids)
         cut = tf.strings.length(before)

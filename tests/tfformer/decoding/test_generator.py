@@ -206,6 +206,33 @@ def test_greedy_stops_early_when_every_row_ended():
     assert chain.calls == 2
 
 
+@pytest.mark.parametrize("search", ["greedy", "sample", "beam"])
+def test_a_sequence_ends_at_any_of_several_end_ids(search):
+    # START -> A (0.9); A -> B (0.9); B -> END (0.9). With end ids [END, B]
+    # every search ends at B, one token earlier than at END alone, and pads
+    # after it; B as a prompt token does not end the row.
+    chain = MarkovDecoder(
+        table({START: {A: 0.9, END: 0.1}, A: {B: 0.9, END: 0.1}, B: {END: 1.0}})
+    )
+    settings = {"search": search, "seed": 0, "top_k": 1} if search == "sample" else {}
+    if search == "beam":
+        settings = {"search": "beam", "beam_width": 1}
+
+    def run(end_id, prompt=(START,)):
+        out = Generator(chain, max_length=6, end_id=end_id, **settings)(
+            np.array([prompt], "int32")
+        )
+        return ops.convert_to_numpy(out["token_ids"])[0].tolist()
+
+    assert run(END) == [START, A, B, END, PAD, PAD]
+    assert run([END, B]) == [START, A, B, PAD, PAD, PAD]
+    assert run((B, END)) == [START, A, B, PAD, PAD, PAD]
+    if search != "beam":  # beam takes one prompt length per batch; same here
+        assert run([END, B], prompt=(START, B)) == [START, B, END, PAD, PAD, PAD]
+    generator = Generator(chain, max_length=6, end_id=[B, END, B])
+    assert (generator.end_id, generator.end_ids) == (B, (B, END))
+
+
 def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
     model = seq2seq()
     source = sources()
@@ -311,6 +338,9 @@ def test_filter_logits_top_k_and_top_p():
         (dict(max_length=1), "max_length must be an int >= 2"),
         (dict(max_length=40), "at most the model's max_sequence_length"),
         (dict(length_penalty=-1.0), "length_penalty must be >= 0"),
+        (dict(end_id=[]), "end_id must be an id or a non-empty list"),
+        (dict(end_id=[3, -1]), r"end_id must be an int >= 0. Received: end_id=-1"),
+        (dict(end_id=[3, "4"]), "end_id must be an int >= 0"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):

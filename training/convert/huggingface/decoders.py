@@ -36,22 +36,43 @@ def shifted_rows(matrix):
 
 
 def special_id(config, key, default, vocabulary_size, progress):
-    """config.json's `bos_token_id` or `eos_token_id` (a list, as Llama 3's
-    eos: its first, said), in the model's ids."""
-    value = config.get(key, default)
-    if isinstance(value, list) and value:
-        progress(f"{key} lists {value}: generation stops at the first, {value[0]}.")
-        value = value[0]
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 0 <= value < vocabulary_size
-    ):
-        raise InputError(
-            f"config.json: {key} must be a token id below vocab_size "
-            f"({vocabulary_size}). Received: {value!r}"
+    """config.json's `bos_token_id` or `eos_token_id` in the model's ids (of
+    a list, as Llama 3.1 Instruct's eos: the first; `end_ids` has them all)."""
+    ids = special_ids(config, key, default, vocabulary_size)
+    if len(ids) > 1:
+        listed = [i - ID_OFFSET for i in ids]
+        progress(
+            f"{key} lists {listed}: generation ends at any of them."
+            if key == "eos_token_id"
+            else f"{key} lists {listed}: texts start with the first."
         )
-    return value + ID_OFFSET
+    return ids[0]
+
+
+def special_ids(config, key, default, vocabulary_size):
+    """config.json's `key` (an id, or a non-empty list of ids as Llama 3.1
+    Instruct's `eos_token_id`) as a list of the model's ids, repeats dropped."""
+    value = config.get(key, default)
+    values = value if isinstance(value, list) and value else [value]
+    for item in values:
+        if (
+            isinstance(item, bool)
+            or not isinstance(item, int)
+            or not 0 <= item < vocabulary_size
+        ):
+            raise InputError(
+                f"config.json: {key} must be a token id below vocab_size "
+                f"({vocabulary_size}) or a non-empty list of them. "
+                f"Received: {value!r}"
+            )
+    return [v + ID_OFFSET for v in dict.fromkeys(values)]
+
+
+def end_ids(config, default, vocabulary_size):
+    """The run manifest's `end_ids`: every eos id of config.json in the
+    model's ids, or None when it names one."""
+    ids = special_ids(config, "eos_token_id", default, vocabulary_size)
+    return ids if len(ids) > 1 else None
 
 
 def token_id_tokenizer(sizes, start, end):
@@ -90,14 +111,16 @@ def load_token_embeddings(model, weights, name, sizes):
         checkpoint.get("lm_head.weight", (vocab, d))  # tied: the same matrix
 
 
-def write_decoder_run(staging, model, tokenizer, kind, sizes, chat=None):
+def write_decoder_run(staging, model, tokenizer, kind, sizes, chat=None, ends=None):
     """Writes a converted decoder's `causal_lm` run into `staging` (with its
-    `ChatTemplate` when `chat` is given); returns its training config."""
+    `ChatTemplate` when `chat` is given, and `ends` as its `end_ids`);
+    returns its training config."""
     context = sizes["max_sequence_length"]
     manifest = CausalLMManifest(
         tokenizers={"text": TokenizerEntry(kind)},
         max_length=context,
         chat_template=None if chat is None else CHAT_TEMPLATE,
+        end_ids=ends,
     )
     if chat is not None:
         chat.save(os.path.join(staging, CHAT_TEMPLATE))

@@ -269,6 +269,78 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     assert_predict_continues_ids(run, reference, capsys)
 
 
+PROMPT = [1, 5, 0, 12]
+
+
+def run_ending_at_two_ids(tmp_path, keras_hub):
+    """A random Llama checkpoint whose config.json lists two eos ids: 2 and
+    the first token of keras-hub's greedy continuation of `PROMPT` (up to
+    id 2) that is new to it, after at least one token. Returns (the run,
+    the continuation up to that token, left out, and the token)."""
+    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(2))
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    free = reference_greedy(reference, PROMPT, 8, end=2)[len(PROMPT) :]
+    cut = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    with open(source / "config.json") as f:
+        config = json.load(f)
+    config["eos_token_id"] = [2, free[cut]]
+    with open(source / "config.json", "w") as f:
+        json.dump(config, f)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    assert reference_greedy(reference, PROMPT, 8, end=(2, free[cut]))[4:] == free[:cut]
+    return run, free[:cut], free[cut]
+
+
+def test_generation_ends_at_any_of_the_checkpoints_eos_ids(tmp_path, capsys):
+    """Llama 3.1 Instruct's config.json lists three eos ids, and
+    transformers stops at any: so do the run's generator, `tfformer-predict`
+    and `tfformer.load(RUN).generate` (the id is left out, as the end is)."""
+    keras_hub = pytest.importorskip("keras_hub")
+    run, kept, end = run_ending_at_two_ids(tmp_path, keras_hub)
+    loaded = tfformer.load(run)
+    assert loaded.directory.manifest.end_ids == (3, end + 1)  # model ids: +1
+    text = " ".join(map(str, PROMPT))
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "8", text]) == 0
+    assert capsys.readouterr().out.split() == [str(i) for i in PROMPT + kept]
+    (generated,) = loaded.generate([text], max_new_tokens=8)
+    assert generated.split() == [str(i) for i in PROMPT + kept]
+
+
+@pytest.mark.integration
+def test_exports_end_at_any_of_the_checkpoints_eos_ids(tmp_path, capsys):
+    """The SavedModel's `generate`, the device runtime and the TFLite loop
+    model stop where `tfformer-predict` does on a run with two end ids."""
+    import tensorflow as tf
+    from ai_edge_litert.interpreter import Interpreter
+
+    from tests.training.convert.huggingface.test_gpt2 import shipped_runtime
+    from tfformer.export.cli import main as export_main
+    from tfformer.export.saved_model import export_saved_model
+
+    keras_hub = pytest.importorskip("keras_hub")
+    run, kept, end = run_ending_at_two_ids(tmp_path, keras_hub)
+    text = " ".join(map(str, PROMPT))
+    served = tf.saved_model.load(
+        export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    )
+    out = served_greedy(served, [text], [8])
+    assert out["text"].numpy()[0].decode().split() == [str(i) for i in kept]
+    out = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(out)]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    runtime = shipped_runtime(str(out), str(out / "model.tflite"))
+    assert runtime.generate_text(text, 8, greedy=True).split() == [str(i) for i in kept]
+    tokens = np.zeros((1, runtime.context), np.int32)
+    tokens[0, :4] = [i + 1 for i in PROMPT]
+    loop = Interpreter(model_path=str(out / "model_loop.tflite"))
+    got = loop.get_signature_runner()(
+        token_ids=tokens, max_new_tokens=np.array([8], np.int32)
+    )["token_ids"][0]
+    # The loop model writes the end id, then padding.
+    assert got[4 : 4 + len(kept) + 2].tolist() == [i + 1 for i in kept] + [end + 1, 0]
+
+
 def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
     """SmolLM's bos and eos are id 0: the run keeps them (as model id 1)
     and generation stops there. The final norm's zero scale makes every
@@ -402,10 +474,13 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
     """`model.init_from` of a converted Llama reads a file of the
     checkpoint's ids: the splits cut between ids, the copy computes the
     source's logits, training lowers the loss on the file, and the new run
-    keeps the ids tokenizer and continues the file's pattern."""
+    keeps the ids tokenizer and the checkpoint's end ids, and continues the
+    file's pattern."""
     from tfformer.training.commands import evaluate as evaluate_cli
 
-    source = write_checkpoint(tmp_path / "hf", np.random.default_rng(8))
+    source = write_checkpoint(
+        tmp_path / "hf", np.random.default_rng(8), config={"eos_token_id": [2, 9]}
+    )
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
     pattern = [5, 17, 0, 23, 8, 31, 12, 39, 4, 26]  # 0 and 39: real tokens
     line = " ".join(str(i) for i in pattern * 3)
@@ -452,6 +527,7 @@ def test_a_converted_llama_fine_tunes_on_a_file_of_token_ids(tmp_path, capsys):
     before = json.loads(capsys.readouterr().out)["nats_per_token"]
     train(config, progress=quiet)
     tuned = str(tmp_path / "tuned")
+    assert tfformer.load(tuned).directory.manifest.end_ids == (3, 10)
     assert evaluate_cli.main(["--checkpoint", tuned, *scored]) == 0
     after = json.loads(capsys.readouterr().out)["nats_per_token"]
     assert after < 0.1 * before, (before, after)
