@@ -48,6 +48,12 @@ A converted decoder's export (`tokenizer` "bpe" or "ids") holds
      to GPT-2's 256 characters; BPE by merge rank; ids are vocabulary indices plus
      `id_offset`. Detokenize: stop at the first end id; drop padding and ids
      outside the vocabulary; tokens joined, GPT-2's characters back to bytes.
+     A Llama 3-style file (`pre_tokenizer` "llama3") cuts pieces with Llama
+     3's pattern `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+     \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+     instead; with `ignore_merges` a piece that is a vocabulary token is
+     that token; with `add_start_token` every text's ids start with the
+     start token's.
   "ids" (`TokenIds`): the text is whitespace-separated checkpoint ids;
      the model's are those plus `id_offset`, and back.
 
@@ -157,6 +163,10 @@ WHITE_SPACE = frozenset(
     + "".join(chr(c) for c in range(0x2000, 0x200B))
 )
 CONTRACTIONS = ("s", "t", "re", "ve", "m", "ll", "d")
+# Llama 3's contractions match case-insensitively, as Unicode folds case:
+# U+017F (long s) is an "s" there.
+FOLDED = {"\u017f": "s"}
+LINE_BREAKS = "\r\n"
 
 
 def bytes_to_unicode():
@@ -215,22 +225,80 @@ def gpt2_pieces(text):
     return pieces
 
 
+def _contraction(text, i):
+    """The length of Llama 3's case-insensitive contraction at `text[i]`
+    ("'" and one of `CONTRACTIONS`), or 0."""
+    if text[i] != "'":
+        return 0
+    for suffix in CONTRACTIONS:
+        got = text[i + 1 : i + 1 + len(suffix)]
+        if len(got) == len(suffix) and all(
+            FOLDED.get(c, c.lower() if c.isascii() else c) == s
+            for c, s in zip(got, suffix, strict=True)
+        ):
+            return 1 + len(suffix)
+    return 0
+
+
+def llama3_pieces(text):
+    """Llama 3's pre-tokenization of `text` (no special tokens): the
+    pattern's alternatives tried in order at each position, as a
+    backtracking regex engine does."""
+    pieces, i, n = [], 0, len(text)
+    while i < n:
+        end = i + _contraction(text, i)
+        kind = _kind(text[i])
+        lead = text[i] not in LINE_BREAKS and kind in "SO"
+        if end > i:
+            pass
+        elif kind == "L" or (lead and i + 1 < n and _kind(text[i + 1]) == "L"):
+            # '[^\r\n\p{L}\p{N}]?\p{L}+'
+            end = i + 1
+            while end < n and _kind(text[end]) == "L":
+                end += 1
+        elif kind == "N":  # '\p{N}{1,3}'
+            end = i + 1
+            while end < n and end - i < 3 and _kind(text[end]) == "N":
+                end += 1
+        elif _kind(text[i + 1 if text[i] == " " and i + 1 < n else i]) == "O":
+            # ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+            end = i + 1 if text[i] == " " else i
+            while end < n and _kind(text[end]) == "O":
+                end += 1
+            while end < n and text[end] in LINE_BREAKS:
+                end += 1
+        else:  # a run of White_Space
+            run = i
+            while run < n and _kind(text[run]) == "S":
+                run += 1
+            breaks = [k for k in range(i, run) if text[k] in LINE_BREAKS]
+            if breaks:  # '\s*[\r\n]+': up to its last line break
+                end = breaks[-1] + 1
+            elif run < n and run - i > 1:  # '\s+(?!\S)' leaves its last one
+                end = run - 1
+            else:  # '\s+'
+                end = run
+        pieces.append(text[i:end])
+        i = end
+    return pieces
+
+
+PIECES = {"gpt2": gpt2_pieces, "llama3": llama3_pieces}
+
+
 class ByteLevelBPE:
-    """GPT-2's byte-level BPE from a run's `text_tokenizer.json`."""
+    """A byte-level BPE (GPT-2's or Llama 3's) from a run's
+    `text_tokenizer.json`."""
 
     def __init__(self, spec):
-        # Llama 3's pieces and template are the SavedModel's (graph ops) only.
-        for key, plain in (
-            ("pre_tokenizer", "gpt2"),
-            ("ignore_merges", False),
-            ("add_start_token", False),
-        ):
-            if spec.get(key, plain) != plain:
-                raise ValueError(
-                    f"tokenizer.py reads GPT-2's byte-level BPE only. Received: a "
-                    f"tokenizer file with {key}={spec[key]!r}: use the SavedModel's "
-                    "generate signature for text, or the .tflite models on ids."
-                )
+        pre_tokenizer = spec.get("pre_tokenizer", "gpt2")
+        if pre_tokenizer not in PIECES:
+            raise ValueError(
+                f"tokenizer.py reads GPT-2's and Llama 3's byte-level BPE. Received: "
+                f"a tokenizer file with pre_tokenizer={pre_tokenizer!r}"
+            )
+        self.pieces = PIECES[pre_tokenizer]
+        self.ignore_merges = bool(spec.get("ignore_merges", False))
         self.vocabulary = spec["vocabulary"]
         self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.ranks = {
@@ -239,6 +307,9 @@ class ByteLevelBPE:
         self.offset = spec["id_offset"]
         self.add_prefix_space = spec["add_prefix_space"]
         self.specials = sorted(spec["special_tokens"], key=len, reverse=True)
+        self.start = None
+        if spec.get("add_start_token", False):
+            self.start = self.index[spec["start_token"]] + self.offset
         self.symbols = bytes_to_unicode()
         self.byte_of = {c: b for b, c in self.symbols.items()}
         self.cache = {}
@@ -261,6 +332,9 @@ class ByteLevelBPE:
         """The BPE tokens of one piece (as GPT-2's characters)."""
         if piece in self.cache:
             return self.cache[piece]
+        if self.ignore_merges and piece in self.index:
+            self.cache[piece] = [piece]
+            return [piece]
         word = list(piece)
         while len(word) > 1:
             pairs = set(itertools.pairwise(word))
@@ -280,19 +354,24 @@ class ByteLevelBPE:
         return word
 
     def ids(self, text):
-        out = []
+        out = [] if self.start is None else [self.start]
         for segment, special in self.segments(text):
             if special:
                 out.append(self.index[segment] + self.offset)
                 continue
             if self.add_prefix_space and not segment.startswith(" "):
                 segment = " " + segment
-            for piece in gpt2_pieces(segment):
+            for piece in self.pieces(segment):
                 chars = "".join(self.symbols[b] for b in piece.encode("utf-8"))
                 out.extend(self.index[t] + self.offset for t in self.merge(chars))
         return out
 
     def text(self, ids):
+        """Special tokens are written as text (Hugging Face's `decode`), but
+        for the start token that `add_start_token` puts first."""
+        ids = list(ids)
+        if self.start is not None and ids[:1] == [self.start]:
+            ids = ids[1:]
         tokens = [
             self.vocabulary[i - self.offset]
             for i in ids

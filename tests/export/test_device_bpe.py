@@ -15,7 +15,11 @@ from tests.tfformer.preprocessing.test_bpe_tokenizer import (
     ours_from,
     random_texts,
 )
-from tfformer.export.runtimes.tokenizer import DeviceTokenizer, gpt2_pieces
+from tfformer.export.runtimes.tokenizer import (
+    DeviceTokenizer,
+    gpt2_pieces,
+    llama3_pieces,
+)
 
 pytest.importorskip("tokenizers")
 
@@ -93,13 +97,64 @@ def test_gpt2_pieces_by_hand():
     assert gpt2_pieces("\tab\u3000cd  ") == ["\t", "ab", "\u3000", "cd", "  "]
 
 
-def test_llama3_tokenizer_files_are_refused_naming_the_setting(tmp_path):
-    """Llama 3's pieces are the SavedModel's graph ops only: the device
-    tokenizer refuses its file instead of cutting it GPT-2's way."""
-    from tests.tfformer.preprocessing.test_bpe_tokenizer import (
-        llama3_ours,
-        llama3_style_hf,
-    )
+def test_a_converted_llama3_tokenizer_gives_hugging_faces_ids(tmp_path):
+    """A converted Llama 3 run's tokenizer file (Llama 3's pattern,
+    ignore_merges, <|begin_of_text|> first): the device tokenizer's ids are
+    Hugging Face's on the fixed cases and 1,000 random strings, and its text
+    comes back unchanged."""
+    from tokenizers import Regex, pre_tokenizers
 
-    with pytest.raises(ValueError, match="pre_tokenizer='llama3'"):
-        device_of(llama3_ours(llama3_style_hf()), tmp_path)
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import (
+        LLAMA3_CASES,
+        LLAMA3_REGEX,
+    )
+    from tests.training.convert.huggingface.test_llama import converted_llama3_text
+    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+
+    hf, _, run, _ = converted_llama3_text(tmp_path)
+    ours = ByteLevelBPETokenizer.load(f"{run}/text_tokenizer.json")
+    (tmp_path / "device").mkdir()
+    device = device_of(ours, tmp_path / "device")
+    long_s = "\u017f"  # an "s" under Unicode case folding
+    folded = ["'S x", f"'{long_s} x", f"we'{long_s}", "'Ll'VE", f"'{long_s}t"]
+    texts = [*CASES, *LLAMA3_CASES, *folded, *random_texts(1000, seed=7)]
+    want = [[i + 1 for i in hf.encode(t).ids] for t in texts]
+    got = [device.ids(t) for t in texts]
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+    assert all(row[0] == device.start for row in got)  # the template's start
+    texts = [t for t in texts if END not in t]
+    assert [device.detokenize(device.ids(t)) for t in texts] == texts
+    # The pieces themselves are Hugging Face's Split's (ids can agree on
+    # other pieces when no merge joins across them).
+    split = pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated")
+    want = [[p for p, _ in split.pre_tokenize_str(t)] for t in texts]
+    assert [llama3_pieces(t) for t in texts] == want
+
+
+def test_llama3_pieces_by_hand():
+    """Llama 3's pattern on cases worked out from the regex by hand: line
+    breaks end a whitespace run, numbers go by three with no space before
+    them, one space or punctuation mark leads letters."""
+    assert llama3_pieces("a\n\n  2024") == ["a", "\n\n", " ", " ", "202", "4"]
+    assert llama3_pieces("I'LL x!!\n\ny") == ["I", "'LL", " x", "!!\n\n", "y"]
+    assert llama3_pieces(" \tab") == [" ", "\tab"]
+    assert llama3_pieces("(ab  ") == ["(ab", "  "]
+
+
+def test_other_pre_tokenizers_are_refused_naming_the_setting(tmp_path):
+    """A tokenizer file of a pre-tokenizer the device tokenizer does not
+    reproduce is refused by name, not cut GPT-2's way."""
+    path = tmp_path / "text_tokenizer.json"
+    ours_from(train_byte_level_bpe()).save(str(path))
+    spec = json.loads(path.read_text())
+    path.write_text(json.dumps({**spec, "pre_tokenizer": "qwen2"}))
+    settings = {
+        "tokenizer": "bpe",
+        "tokenizer_file": "text_tokenizer.json",
+        "special_ids": {"pad": 0, "start": 1, "end": 1},
+        "source_length": 8,
+    }
+    (tmp_path / "text.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="pre_tokenizer='qwen2'"):
+        DeviceTokenizer(str(tmp_path))

@@ -721,6 +721,29 @@ def test_llama3_text_in_a_saved_model_as_predict_and_the_tokenizer(tmp_path, cap
     assert got == [hf.encode(t).ids for t in texts]
 
 
+@pytest.mark.integration
+def test_llama3_text_on_device_as_predict_and_the_tokenizer(tmp_path, capsys):
+    """The TFLite export's plain-Python `tokenizer.py` reads the Llama 3
+    tokenizer file: its ids are Hugging Face's, and the shipped runtime
+    continues a text prompt with `tfformer-predict`'s text."""
+    from tests.training.convert.huggingface.test_gpt2 import shipped_runtime
+    from tfformer.export.cli import main as export_main
+
+    hf, _, run, _ = converted_llama3_text(tmp_path)
+    prompt = "the cat"
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(out)]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    runtime = shipped_runtime(str(out), str(out / "model.tflite"))
+    for text in ["the cat", "don't\n\n  2024 naïve!!", " \tx", "日本\r\n"]:
+        assert runtime.tokenizer.ids(text) == [i + 1 for i in hf.encode(text).ids]
+    assert prompt + runtime.generate_text(prompt, 6, greedy=True) == printed[:-1]
+
+
 def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
     """vocab.json and merges.txt do not say how text is cut into pieces
     (GPT-2's? Qwen's?): in a Llama-style directory they are not read."""
