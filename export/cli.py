@@ -55,10 +55,10 @@ def parser():
         "--quantize",
         default="none",
         help=(
-            "tflite only: none, float16, int8 (dynamic range), full_int8 (int8 "
+            "tflite: none, float16, int8 (dynamic range), full_int8 (int8 "
             "weights and activations with float fallback) or integer_only (int8 "
             "ops only, int8 output; refused, with the float ops named, for a "
-            "graph that keeps any)"
+            "graph that keeps any); litertlm: none, float16 or int8"
         ),
     )
     p.add_argument(
@@ -131,11 +131,6 @@ def export(args, exporter):
             **exporter.saved_model_options(args),
         )
     if args.format == "litertlm":
-        if args.quantize != "none":
-            raise InputError(
-                "--format litertlm bundles the float32 model. Received: "
-                f"--quantize {args.quantize!r}"
-            )
         if getattr(args, "prefill_lengths", None):
             raise InputError(
                 "--format litertlm bundles one prefill of the whole context. "
@@ -144,7 +139,10 @@ def export(args, exporter):
         from tfformer.export.litertlm import export_litertlm
 
         return export_litertlm(
-            args.checkpoint, args.out, checkpoint=args.checkpoint_file
+            args.checkpoint,
+            args.out,
+            checkpoint=args.checkpoint_file,
+            quantize=args.quantize,
         )
     from tfformer.export.tflite import export_tflite
 

@@ -345,8 +345,28 @@ def check_bundle(
     return expected
 
 
-def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=print):
-    """Writes `<out_dir>/model.litertlm` for a causal-LM run; returns its path."""
+# The TFLite variants a bundle may hold: full_int8's activations need
+# calibration text and integer_only's int8 output is no logits for LiteRT-LM.
+BUNDLE_QUANTIZATIONS = ("none", "float16", "int8")
+
+
+def bundle_name(quantize):
+    """model.litertlm, or model_<quantize>.litertlm for a quantized model."""
+    return BUNDLE if quantize == "none" else f"model_{quantize}.litertlm"
+
+
+def export_litertlm(
+    run_dir, out_dir, *, checkpoint="model.keras", quantize="none", progress=print
+):
+    """Writes `<out_dir>/model.litertlm` (`model_<quantize>.litertlm` for a
+    float16 or dynamic-range int8 model) for a causal-LM run; returns its
+    path. Its runtime check compares LiteRT-LM with the reference runtime on
+    the same (quantized) TFLite model."""
+    if quantize not in BUNDLE_QUANTIZATIONS:
+        raise InputError(
+            f"--format litertlm bundles a float32, float16 or int8 (dynamic "
+            f"range) model. Received: --quantize {quantize!r}"
+        )
     require_packages()
     run = RunDirectory(run_dir)
     if run.task != "causal_lm":
@@ -385,6 +405,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             run.path,
             tflite_dir,
             checkpoint=checkpoint,
+            quantize=quantize,
             prefill_lengths=prefill_lengths(run.manifest.max_length),
             progress=lambda *_: None,
         )
@@ -405,7 +426,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
             template = os.path.join(staging, "chat_template.jinja")
             with open(template, "w", encoding="utf-8") as f:
                 f.write(STRING_CONTENTS + chat.template)
-        bundle = os.path.join(staging, BUNDLE)
+        bundle = os.path.join(staging, bundle_name(quantize))
         build_bundle(tflite, tokenizer_path, metadata, bundle, template)
         progress("Checking the bundle in LiteRT-LM...")
         # A prompt whose first greedy token is a stop token checks nothing:
@@ -422,7 +443,7 @@ def export_litertlm(run_dir, out_dir, *, checkpoint="model.keras", progress=prin
                 f"on the check prompts {prompts}: the bundle's text is unchecked."
             )
         os.makedirs(out_dir, exist_ok=True)
-        path = os.path.join(out_dir, BUNDLE)
+        path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)
     progress(f"Wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB).")
     return path

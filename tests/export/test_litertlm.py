@@ -126,6 +126,37 @@ def test_a_bundle_that_fails_its_runtime_check_is_not_written(
     assert (out / "model.litertlm").read_bytes() == b"an earlier bundle"
 
 
+@needs_runtime
+@pytest.mark.parametrize(
+    "quantize", ["int8", pytest.param("float16", marks=pytest.mark.integration)]
+)
+def test_a_quantized_bundle_decodes_what_its_tflite_model_decodes(
+    bundle, run_dir, tmp_path, quantize
+):
+    """`--quantize int8` (dynamic range) or `float16` bundles that TFLite
+    model: LiteRT-LM's greedy text is the reference runtime's on the same
+    quantized model, and the bundle is not the float32 one."""
+    from tfformer.export.tflite import export_tflite
+
+    out = tmp_path / "bundle"
+    argv = ["--checkpoint", run_dir, "--format", "litertlm", "--out", str(out)]
+    assert export_main([*argv, "--quantize", quantize]) == 0
+    path = str(out / f"model_{quantize}.litertlm")
+    assert os.listdir(out) == [f"model_{quantize}.litertlm"]
+    assert os.path.getsize(path) != os.path.getsize(bundle)
+    tflite = export_tflite(
+        run_dir,
+        str(tmp_path / "tflite"),
+        quantize=quantize,
+        prefill_lengths=litertlm.prefill_lengths(CONTEXT),
+        progress=lambda *_: None,
+    )
+    for prompt in ["to be or", "ROMEO:"]:
+        got = litertlm.litert_lm_greedy(path, prompt, 12)
+        assert got, "LiteRT-LM decoded nothing"
+        assert got == litertlm.reference_greedy(tflite, prompt, 12)
+
+
 def test_runs_it_cannot_bundle_are_refused_naming_them(
     tiny_translator_run, run_dir, capsys, tmp_path
 ):
@@ -137,8 +168,9 @@ def test_runs_it_cannot_bundle_are_refused_naming_them(
         in capsys.readouterr().err
     )
     argv = ["--checkpoint", run_dir, "--format", "litertlm", "--out", out]
-    assert export_main([*argv, "--quantize", "int8"]) == 2
-    assert "--quantize 'int8'" in capsys.readouterr().err
+    for quantize in ("full_int8", "integer_only", "int4"):
+        assert export_main([*argv, "--quantize", quantize]) == 2
+        assert f"--quantize {quantize!r}" in capsys.readouterr().err
     assert export_main([*argv, "--prefill-lengths", "8,16"]) == 2
     assert "--prefill-lengths '8,16'" in capsys.readouterr().err
     assert not os.path.exists(out)
