@@ -118,7 +118,7 @@ def export(args, exporter):
     if args.format == "saved_model":
         if args.quantize != "none":
             raise InputError(
-                "--quantize applies to --format tflite. Received: "
+                "--quantize applies to --format tflite and litertlm. Received: "
                 f"--quantize {args.quantize!r} with --format saved_model"
             )
         from tfformer.export.saved_model import export_saved_model
@@ -131,6 +131,12 @@ def export(args, exporter):
             **exporter.saved_model_options(args),
         )
     if args.format == "litertlm":
+        if args.representative_data:
+            raise InputError(
+                "--representative-data calibrates full_int8 and integer_only "
+                "TFLite models; a bundle takes none. Received: "
+                f"--representative-data {args.representative_data!r}"
+            )
         if getattr(args, "prefill_lengths", None):
             raise InputError(
                 "--format litertlm bundles one prefill of the whole context. "

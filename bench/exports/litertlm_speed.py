@@ -23,8 +23,14 @@ reference runtime runs once untimed first (its delegates' first calls);
 LiteRT-LM's engine start is outside its tokens/s. Figures are medians with
 min and max over the rounds.
 
+`--quantize float16` or `int8` (dynamic range) exports and bundles that
+variant instead (`tfformer-export --format litertlm --quantize ...`); each
+precision is its own run of the script.
+
 Usage:
   python -m bench.exports.litertlm_speed --output bench/results/litertlm_speed.json
+  python -m bench.exports.litertlm_speed --quantize int8 \
+      --output bench/results/litertlm_speed_int8.json
 """
 
 import os
@@ -98,7 +104,7 @@ def write_checkpoint(path, shape, context):
     return sum(t.size for t in tensors.values())
 
 
-def build(root, shape, context):
+def build(root, shape, context, quantize="none"):
     """(the `.tflite` path, the `.litertlm` path, parameters, export seconds)."""
     import json
 
@@ -114,6 +120,7 @@ def build(root, shape, context):
     tflite = export_tflite(
         run,
         os.path.join(root, "tflite"),
+        quantize=quantize,
         prefill_lengths=litertlm.prefill_lengths(context),
         progress=print,
     )
@@ -179,6 +186,9 @@ def main():
     parser.add_argument(
         "--layers", type=int, default=30, help="fewer for a quick check of the script"
     )
+    parser.add_argument(
+        "--quantize", choices=["none", "float16", "int8"], default="none"
+    )
     parser.add_argument("--output", default="bench/results/litertlm_speed.json")
     args = parser.parse_args()
 
@@ -186,7 +196,9 @@ def main():
 
     shape = {**SMOLLM_135M, "num_hidden_layers": args.layers}
     with tempfile.TemporaryDirectory() as root:
-        tflite, bundle, parameters, export_seconds = build(root, shape, args.context)
+        tflite, bundle, parameters, export_seconds = build(
+            root, shape, args.context, args.quantize
+        )
         generator = LiteRTGenerator(tflite, num_threads=args.threads)
         rng = np.random.default_rng(1)
         prompt = [int(i) for i in rng.integers(3, 49152, size=args.prefill)]
@@ -219,7 +231,7 @@ def main():
                 "parameters": parameters,
                 "weights": "random (speed only)",
                 "context": args.context,
-                "precision": "float32",
+                "precision": {"none": "float32"}.get(args.quantize, args.quantize),
                 **sizes,
             },
             "export_seconds": export_seconds,

@@ -17,8 +17,9 @@ id 2 or `special_ids["start"]` of `text.json`):
      shifted); what does not fit a prefill goes through `decode`.
   3. `decode` p[n-1] at position n-1: logits for column n.
   4. Choose the token of column c from the logits (below); stop after
-     [END] (id 3, or `special_ids["end"]` of `text.json`: a converted
-     checkpoint's), after `max_new_tokens` tokens or at the context's end;
+     [END] (id 3, or a converted checkpoint's: `special_ids["end"]` and
+     every id of `end_ids` in `text.json`), after `max_new_tokens` tokens
+     or at the context's end;
      otherwise `decode` it at position c and go on with c + 1.
 
 Choosing (the Keras generator's rules): log-probabilities = log_softmax(

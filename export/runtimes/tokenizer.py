@@ -445,6 +445,8 @@ class DeviceTokenizer:
         self.unk = special.get("unk", UNK)
         self.start = special.get("start", START)
         self.end = special.get("end", END)
+        # A converted checkpoint may end at several ids (text.json's end_ids).
+        self.ends = set(self.settings.get("end_ids", ())) | {self.end}
         self.special = set(special.values()) if special else {PAD, UNK, START, END}
         self.converted = None
         if self.settings["tokenizer"] in ("bpe", "ids"):
@@ -542,9 +544,9 @@ class DeviceTokenizer:
         ids = list(ids)
         if self.converted is not None:
             # A converted decoder's start may be its end (GPT-2): stop at
-            # the first one, wherever it is.
-            if self.end in ids:
-                ids = ids[: ids.index(self.end)]
+            # the first end id, wherever it is.
+            cut = next((i for i, t in enumerate(ids) if t in self.ends), None)
+            ids = ids[:cut]
             return self.converted.text(ids)
         if self.end in ids[1:]:
             ids = ids[: ids.index(self.end, 1)]

@@ -125,6 +125,18 @@ def test_a_converted_llama3_tokenizer_gives_hugging_faces_ids(tmp_path):
     assert all(row[0] == device.start for row in got)  # the template's start
     texts = [t for t in texts if END not in t]
     assert [device.detokenize(device.ids(t)) for t in texts] == texts
+    # With text.json's end_ids, detokenize stops at the first of any.
+    settings = json.loads((tmp_path / "device" / "text.json").read_text())
+    other = device.ids("cat")[-1]
+    (tmp_path / "device" / "text.json").write_text(
+        json.dumps({**settings, "end_ids": [device.end, other]})
+    )
+    ends = DeviceTokenizer(str(tmp_path / "device"))
+    assert ends.detokenize([*ends.ids("the"), other, *ends.ids("dog")]) == "the"
+    # Without them, that id is text.
+    assert device.detokenize([*device.ids("the"), other]) == "the" + (
+        device.detokenize([other])
+    )
     # The pieces themselves are Hugging Face's Split's (ids can agree on
     # other pieces when no merge joins across them).
     split = pre_tokenizers.Split(Regex(LLAMA3_REGEX), "isolated")

@@ -173,6 +173,8 @@ def test_runs_it_cannot_bundle_are_refused_naming_them(
         assert f"--quantize {quantize!r}" in capsys.readouterr().err
     assert export_main([*argv, "--prefill-lengths", "8,16"]) == 2
     assert "--prefill-lengths '8,16'" in capsys.readouterr().err
+    assert export_main([*argv, "--representative-data", "lines.txt"]) == 2
+    assert "--representative-data 'lines.txt'" in capsys.readouterr().err
     assert not os.path.exists(out)
 
 

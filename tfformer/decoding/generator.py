@@ -572,7 +572,7 @@ class Generator:
 
         Per example it keeps `beam_width` alive hypotheses and `beam_width`
         finished ones. Each step takes the 2W best extensions of the alive
-        beams: those ending with `end_id` are scored log P / lp(length) and
+        beams: those ending with an end id are scored log P / lp(length) and
         compete with the finished set; the best W others stay alive. It stops
         when no alive beam can still beat the worst finished one.
         """

@@ -267,6 +267,17 @@ class CausalLMManifest(RunManifest):
     # tokenizer's end token alone.
     end_ids: tuple[int, ...] | None = None
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.end_ids is not None and (
+            not self.end_ids
+            or not all(not isinstance(i, bool) and i >= 1 for i in self.end_ids)
+        ):
+            raise InputError(
+                "end_ids must be null or a non-empty list of ids >= 1 (0 is "
+                f"padding). Received: {list(self.end_ids)!r}"
+            )
+
 
 @dataclasses.dataclass(frozen=True)
 class TextClassificationManifest(RunManifest):

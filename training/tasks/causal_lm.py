@@ -123,7 +123,7 @@ class CausalLMTask(TrainingTask):
         from tfformer.runs.manifest import CausalLMManifest
 
         # A decoder fine-tuned from another run keeps that run's context
-        # (GPT-2's 1,024 positions after fine-tuning on shorter windows).
+        # (GPT-2's 1,024 positions after fine-tuning on shorter windows)
         # and a converted checkpoint's end ids.
         context, ends = config.data.max_length, None
         if config.model.init_from is not None:

@@ -45,11 +45,12 @@ that an app owns the loop and the sampling:
   tokens: at most context - max_new_tokens), clips `max_new_tokens` into
   [0, context - 1] and generates until [END] or the context ends. An empty
   prompt (all 0) starts from [START]. (A converted checkpoint's start and
-  end ids are its own, in `text.json`'s `special_ids`.)
+  end ids are its own, in `text.json`'s `special_ids`, and it ends at each
+  id of `end_ids` there.)
 - `text.json`, the vocabulary (a converted run's tokenizer file,
   `text_tokenizer.json`), `tokenizer.py` (the translator's reference
-  tokenizer, reused; GPT-2's byte-level BPE and token ids for converted
-  runs) and `generate.py` (`export/runtimes/generate.py`, the
+  tokenizer, reused; GPT-2's and Llama 3's byte-level BPE and token ids
+  for converted runs) and `generate.py` (`export/runtimes/generate.py`, the
   reference runtime that drives prefill/decode and samples exactly as the
   Keras generator does).
 

@@ -27,7 +27,9 @@ EXAMPLES = [
         tokenizers={"source": TokenizerEntry("byte"), "target": TokenizerEntry("byte")},
         max_length=40,
     ),
-    CausalLMManifest(tokenizers={"text": TokenizerEntry("ids")}, max_length=1024),
+    CausalLMManifest(
+        tokenizers={"text": TokenizerEntry("ids")}, max_length=1024, end_ids=(3, 10)
+    ),
     TextClassificationManifest(
         tokenizers=TEXT, max_length=128, labels=("neg", "pos"), pairs=True
     ),
@@ -145,6 +147,18 @@ def manifest_with(**changes):
 def test_bad_manifests_are_refused_naming_the_key(changes, message):
     with pytest.raises(ValueError, match=message):
         RunManifest.from_manifest(manifest_with(**changes), "run.json")
+
+
+@pytest.mark.parametrize("end_ids", [[], [3, 0], [3, True], [3, "4"]])
+def test_a_causal_lm_runs_end_ids_must_be_ids_above_padding(end_ids):
+    manifest = {
+        "format_version": 1,
+        "task": "causal_lm",
+        "tokenizers": {"text": {"kind": "ids"}},
+        "settings": {"max_length": 12, "end_ids": end_ids},
+    }
+    with pytest.raises(ValueError, match=r"run.json: .*end_ids must be"):
+        RunManifest.from_manifest(manifest, "run.json")
 
 
 def test_a_schema_checks_its_own_task_and_roles():

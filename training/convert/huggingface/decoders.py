@@ -19,7 +19,11 @@ from tfformer.models import CausalLM
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import CHAT_TEMPLATE
 from tfformer.runs.manifest import CausalLMManifest, TokenizerEntry
-from tfformer.training.convert.huggingface.checkpoint import Weights, assign
+from tfformer.training.convert.huggingface.checkpoint import (
+    Weights,
+    assign,
+    read_json,
+)
 from tfformer.training.convert.huggingface.runs import (
     HIDDEN_DROPOUT,
     model_section,
@@ -49,9 +53,10 @@ def special_id(config, key, default, vocabulary_size, progress):
     return ids[0]
 
 
-def special_ids(config, key, default, vocabulary_size):
+def special_ids(config, key, default, vocabulary_size, where="config.json"):
     """config.json's `key` (an id, or a non-empty list of ids as Llama 3.1
-    Instruct's `eos_token_id`) as a list of the model's ids, repeats dropped."""
+    Instruct's `eos_token_id`) as a list of the model's ids, repeats dropped
+    (`where` names the file in errors)."""
     value = config.get(key, default)
     values = value if isinstance(value, list) and value else [value]
     for item in values:
@@ -61,17 +66,25 @@ def special_ids(config, key, default, vocabulary_size):
             or not 0 <= item < vocabulary_size
         ):
             raise InputError(
-                f"config.json: {key} must be a token id below vocab_size "
+                f"{where}: {key} must be a token id below vocab_size "
                 f"({vocabulary_size}) or a non-empty list of them. "
                 f"Received: {value!r}"
             )
     return [v + ID_OFFSET for v in dict.fromkeys(values)]
 
 
-def end_ids(config, default, vocabulary_size):
-    """The run manifest's `end_ids`: every eos id of config.json in the
-    model's ids, or None when it names one."""
+def end_ids(source, config, default, vocabulary_size):
+    """The run manifest's `end_ids`: every eos id of config.json and
+    generation_config.json (which transformers' `generate` reads; some
+    checkpoints list the end-of-turn ids there only) in the model's ids,
+    or None when they name one."""
     ids = special_ids(config, "eos_token_id", default, vocabulary_size)
+    generation = read_json(source, "generation_config.json", required=False) or {}
+    if generation.get("eos_token_id") is not None:
+        ids += special_ids(
+            generation, "eos_token_id", None, vocabulary_size, "generation_config.json"
+        )
+    ids = list(dict.fromkeys(ids))
     return ids if len(ids) > 1 else None
 
 

@@ -144,7 +144,7 @@ def convert(source, config, staging, progress):
     unused = [n for n in weights.checkpoint.unused() if not buffer.fullmatch(n)]
     refuse_unused(source, unused)
     chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
-    ends = decoders.end_ids(config, END_OF_TEXT_ID, vocab)
+    ends = decoders.end_ids(source, config, END_OF_TEXT_ID, vocab)
     return decoders.write_decoder_run(
         staging, model, tokenizer, kind, sizes, chat, ends
     )

@@ -244,7 +244,7 @@ def convert(
     unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
     chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
-    ends = decoders.end_ids(config, 2, vocab)
+    ends = decoders.end_ids(source, config, 2, vocab)
     return decoders.write_decoder_run(
         staging, model, tokenizer, kind, sizes, chat, ends
     )

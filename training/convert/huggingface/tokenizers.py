@@ -407,7 +407,8 @@ def byte_level_bpe_tokenizer(
     ):
         value = config.get(key, default)
         if isinstance(value, list) and value:
-            value = value[0]  # Llama 3.1's eos list: generation stops at the first
+            value = value[0]  # Llama 3.1's eos list: the tokenizer's end token
+            # is the first (generation ends at each: the manifest's end_ids)
         if (
             isinstance(value, int)
             and not isinstance(value, bool)

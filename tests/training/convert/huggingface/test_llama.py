@@ -341,6 +341,21 @@ def test_exports_end_at_any_of_the_checkpoints_eos_ids(tmp_path, capsys):
     assert got[4 : 4 + len(kept) + 2].tolist() == [i + 1 for i in kept] + [end + 1, 0]
 
 
+def test_generation_config_eos_ids_end_generation_too(tmp_path):
+    """transformers' `generate` reads generation_config.json, where some
+    checkpoints list their end-of-turn ids: they join config.json's."""
+    from tfformer.training.convert.huggingface import decoders
+
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 9]}')
+    assert decoders.end_ids(str(tmp_path), {"eos_token_id": 2}, 2, 40) == [3, 10]
+    assert decoders.end_ids(str(tmp_path), {"eos_token_id": [2, 9]}, 2, 40) == [3, 10]
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": 2}')
+    assert decoders.end_ids(str(tmp_path), {}, 2, 40) is None
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 40]}')
+    with pytest.raises(ValueError, match=r"generation_config.json: eos_token_id"):
+        decoders.end_ids(str(tmp_path), {}, 2, 40)
+
+
 def test_a_checkpoint_whose_special_ids_are_zero(tmp_path, capsys):
     """SmolLM's bos and eos are id 0: the run keeps them (as model id 1)
     and generation stops there. The final norm's zero scale makes every
