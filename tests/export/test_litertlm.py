@@ -127,9 +127,8 @@ def test_a_bundle_that_fails_its_runtime_check_is_not_written(
 
 
 @needs_runtime
-@pytest.mark.parametrize(
-    "quantize", ["int8", pytest.param("float16", marks=pytest.mark.integration)]
-)
+@pytest.mark.integration
+@pytest.mark.parametrize("quantize", ["int8", "float16"])
 def test_a_quantized_bundle_decodes_what_its_tflite_model_decodes(
     bundle, run_dir, tmp_path, quantize
 ):
