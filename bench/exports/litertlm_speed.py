@@ -25,12 +25,11 @@ min and max over the rounds.
 
 `--quantize float16` or `int8` (dynamic range) exports and bundles that
 variant instead (`tfformer-export --format litertlm --quantize ...`); each
-precision is its own run of the script.
+precision is its own run of the script, written to
+bench/results/litertlm_speed.json (float32) or litertlm_speed_<quantize>.json.
 
 Usage:
-  python -m bench.exports.litertlm_speed --output bench/results/litertlm_speed.json
-  python -m bench.exports.litertlm_speed --quantize int8 \
-      --output bench/results/litertlm_speed_int8.json
+  python -m bench.exports.litertlm_speed [--quantize float16|int8]
 """
 
 import os
@@ -189,8 +188,11 @@ def main():
     parser.add_argument(
         "--quantize", choices=["none", "float16", "int8"], default="none"
     )
-    parser.add_argument("--output", default="bench/results/litertlm_speed.json")
+    parser.add_argument("--output", help="default: bench/results/litertlm_speed*.json")
     args = parser.parse_args()
+    if args.output is None:
+        suffix = "" if args.quantize == "none" else f"_{args.quantize}"
+        args.output = f"bench/results/litertlm_speed{suffix}.json"
 
     from tfformer.export.runtimes.generate import LiteRTGenerator
 
