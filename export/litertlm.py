@@ -396,8 +396,7 @@ def export_litertlm(
     # A chat model's replies stop at its end-of-turn token too, and a
     # checkpoint that lists several eos ids stops at each.
     chat = run.chat_template()
-    ends = list(dict.fromkeys([end, *(run.manifest.end_ids or ())]))
-    stops = ends if chat is None else chat.stop_ids
+    stops = run.manifest.ends(end) if chat is None else chat.stop_ids
     progress(f"Converting {run.path} to the bundle's TFLite model...")
     with tempfile.TemporaryDirectory() as staging:
         tflite_dir = os.path.join(staging, "tflite")

@@ -11,6 +11,7 @@ import pytest
 
 import tfformer
 from tfformer.decoding import Generator
+from tfformer.runs.files import printable
 from tfformer.training.commands import predict as predict_cli
 from tfformer.training.predictors.causal_lm import detokenize, stream_text
 
@@ -148,11 +149,11 @@ def test_top_k_zero_means_no_top_k_filter(capsys, run, loaded):
 
 def test_arguments_that_are_not_utf8_become_replacement_characters():
     # Python hands undecodable argv bytes over as escaped lone surrogates.
-    assert predict_cli.as_text(b"to \xff be".decode("utf-8", "surrogateescape")) == (
+    assert printable(b"to \xff be".decode("utf-8", "surrogateescape")) == (
         "to \ufffd be"
     )
-    assert predict_cli.as_text("a\ud800b") == "a\ufffdb"
-    assert predict_cli.as_text("plain é") == "plain é"
+    assert printable("a\ud800b") == "a\ufffdb"
+    assert printable("plain é") == "plain é"
 
 
 def test_zero_new_tokens_prints_the_prompt(capsys, run):

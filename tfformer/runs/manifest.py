@@ -267,6 +267,11 @@ class CausalLMManifest(RunManifest):
     # tokenizer's end token alone.
     end_ids: tuple[int, ...] | None = None
 
+    def ends(self, end_id):
+        """Every id generation ends at for a run whose tokenizer ends at
+        `end_id`: it first, then `end_ids`, once each."""
+        return list(dict.fromkeys([end_id, *(self.end_ids or ())]))
+
     def __post_init__(self):
         super().__post_init__()
         if self.end_ids is not None and (

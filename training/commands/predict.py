@@ -18,18 +18,12 @@ from tfformer.training.commands.run_arguments import (
 from tfformer.training.predictors.base import as_flags
 
 
-def as_text(argument):
-    """An argument or stdin line as valid UTF-8 text (undecodable bytes
-    become U+FFFD)."""
-    return printable(argument)
-
-
 def read_inputs(arguments, paths=False):
     """The inputs: the arguments, else the lines of stdin. Text becomes
     valid UTF-8; file `paths` keep their bytes (a name that is not UTF-8
     still opens)."""
     if arguments:
-        return list(arguments) if paths else [as_text(a) for a in arguments]
+        return list(arguments) if paths else [printable(a) for a in arguments]
     stdin = getattr(sys.stdin, "buffer", None)
     lines = stdin if stdin is not None else (x.encode() for x in sys.stdin)
     lines = [line.rstrip(b"\n") for line in lines]

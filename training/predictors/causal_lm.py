@@ -97,9 +97,7 @@ class CausalLMPredictor(Predictor):
     def end_ids(self):
         """The ids generation ends at: the tokenizer's end token, and a
         converted checkpoint's further eos ids (the manifest's `end_ids`)."""
-        return list(
-            dict.fromkeys([self.tokenizer.end_id, *(self.manifest.end_ids or ())])
-        )
+        return self.manifest.ends(self.tokenizer.end_id)
 
     # -- generation --------------------------------------------------------------
 

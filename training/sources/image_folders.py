@@ -56,7 +56,7 @@ def unpacked(archive, progress=print):
     if os.path.isdir(target):
         return target
     os.makedirs(cache_root(), exist_ok=True)
-    progress(f"Unpacking {shown(archive)} into {shown(target)}")
+    progress(f"Unpacking {printable(archive)} into {printable(target)}")
     tmp = tempfile.mkdtemp(dir=cache_root(), prefix=".unpacking-")
     try:
         if archive.endswith(".zip"):
@@ -114,33 +114,27 @@ def _class_folders(folder):
     )
 
 
-def shown(path):
-    """`path` as printable text (`printable`: bytes of a name that are not
-    UTF-8 become U+FFFD)."""
-    return printable(path)
-
-
 def list_split(folder, class_names=None):
     """(file paths, class ids, class names, ignored files) of one split
     folder holding a folder per class. Classes are the sorted folder names,
     or `class_names` (which must be exactly those folders)."""
     if not os.path.isdir(folder):
-        raise InputError(f"{shown(folder)} is not a folder.")
+        raise InputError(f"{printable(folder)} is not a folder.")
     found = _class_folders(folder)
     if len(found) < 2:
         raise InputError(
-            f"{shown(folder)} needs a folder per class (>= 2), each holding that "
+            f"{printable(folder)} needs a folder per class (>= 2), each holding that "
             f"class's images. Received: {found or 'no folders'}"
         )
     if class_names is not None and sorted(class_names) != found:
         raise InputError(
-            f"The class folders of {shown(folder)} must be {sorted(class_names)}. "
+            f"The class folders of {printable(folder)} must be {sorted(class_names)}. "
             f"Received: {found}"
         )
     for name in found:
-        if shown(name) != name:
+        if printable(name) != name:
             raise InputError(
-                f"Class folder {shown(os.path.join(folder, name))} has a name "
+                f"Class folder {printable(os.path.join(folder, name))} has a name "
                 "that is not UTF-8: class names are the run's and its exports' "
                 "labels. Rename the folder."
             )
@@ -161,7 +155,7 @@ def list_split(folder, class_names=None):
                     ignored.append(path)
         if not count:
             raise InputError(
-                f"Class folder {shown(directory)} holds no images (files ending in "
+                f"Class folder {printable(directory)} holds no images (files ending in "
                 f"{', '.join(IMAGE_EXTENSIONS)})."
             )
     return paths, np.asarray(labels, np.int32), names, ignored
@@ -215,15 +209,16 @@ def read_split(folder, size, class_names=None, progress=print):
     paths, labels, names, ignored = list_split(folder, class_names)
     if ignored:
         progress(
-            f"Ignored {len(ignored)} file(s) in {shown(folder)} that are not images "
-            f"(by name): {', '.join(map(shown, ignored[:SHOWN]))}"
+            f"Ignored {len(ignored)} file(s) in {printable(folder)} that are not "
+            f"images (by name): {', '.join(map(printable, ignored[:SHOWN]))}"
             + (" ..." if len(ignored) > SHOWN else "")
         )
     pixels, kept, failed = read_images(paths, size, progress)
     if failed:
         progress(
-            f"Skipped {len(failed)} of {len(paths)} image file(s) in {shown(folder)} "
-            f"that cannot be read or decoded: {', '.join(map(shown, failed[:SHOWN]))}"
+            f"Skipped {len(failed)} of {len(paths)} image file(s) in "
+            f"{printable(folder)} that cannot be read or decoded: "
+            f"{', '.join(map(printable, failed[:SHOWN]))}"
             + (" ..." if len(failed) > SHOWN else "")
         )
     labels = labels[kept]
@@ -232,8 +227,8 @@ def read_split(folder, size, class_names=None, progress=print):
     for name, count in zip(names, counts, strict=True):
         if not count:
             raise InputError(
-                f"Class folder {shown(os.path.join(folder, name))} holds no image that "
-                "can be read and decoded."
+                f"Class folder {printable(os.path.join(folder, name))} holds no "
+                "image that can be read and decoded."
             )
     return pixels, labels, names, fingerprint(read, labels)
 
@@ -256,7 +251,7 @@ def read_image_folders(path, size, class_names=None, progress=print):
     test = os.path.join(folder, "test")
     if not os.path.isdir(train):
         if os.path.isdir(test):
-            raise InputError(f"{shown(folder)} has test/ but no train/ folder.")
+            raise InputError(f"{printable(folder)} has test/ but no train/ folder.")
         train, test = folder, None
     elif not os.path.isdir(test):
         test = None

@@ -71,7 +71,7 @@ class CausalLMExporter(Exporter):
             special = {
                 "start_id": tokenizer.start_id,
                 "end_id": tokenizer.end_id,
-                "end_ids": tuple(run.manifest.end_ids or ()),
+                "end_ids": tuple(run.manifest.ends(tokenizer.end_id)),
             }
         return CausalLMRun(
             directory=run.path,

@@ -25,13 +25,14 @@ class CausalLMRun(ExportRun):
     # checkpoint's (shifted by one).
     start_id: int = START_ID
     end_id: int = END_ID
-    # Further ids that end generation (the run manifest's `end_ids`).
+    # Every id that ends generation, `end_id` first (`CausalLMManifest.ends`);
+    # empty: `end_id` alone.
     end_ids: tuple = ()
 
     @property
     def ends(self):
         """Every id that ends generation, `end_id` first."""
-        return list(dict.fromkeys([self.end_id, *self.end_ids]))
+        return list(self.end_ids) or [self.end_id]
 
     @property
     def converted(self):
