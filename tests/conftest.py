@@ -65,20 +65,78 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+def _tensorflow_caches_kept():
+    """A context in which TensorFlow's eager kernel and function caches are
+    not cleared.
+
+    `keras.utils.set_random_seed` (through `tf.random.set_seed`) and
+    `keras.backend.clear_session` both clear them, so a test that calls a
+    SavedModel, a `tf.function` or a model a module-scoped fixture built paid
+    to instantiate its functions again: 1.5-5 s a test, a sixth of the export
+    files' time. The clear exists to restart stateful random kernels
+    (`tf.random.uniform` and kin); tfformer draws with stateless ops and
+    explicit seeds, so keeping the caches within a test file changes no
+    figure. `_file_state` still clears them between files. A private
+    TensorFlow function, checked by name so a release that moves it fails
+    here and not in silence.
+    """
+    import contextlib
+
+    from tensorflow.python import pywrap_tfe
+
+    name = "TFE_ContextClearCaches"
+    if not callable(getattr(pywrap_tfe, name, None)):
+        raise RuntimeError(
+            f"tensorflow {tf.__version__} has no pywrap_tfe.{name}: update "
+            "tests/conftest.py's _tensorflow_caches_kept"
+        )
+
+    @contextlib.contextmanager
+    def kept():
+        clear = getattr(pywrap_tfe, name)
+        setattr(pywrap_tfe, name, lambda handle: None)
+        try:
+            yield
+        finally:
+            setattr(pywrap_tfe, name, clear)
+
+    return kept()
+
+
+def _fresh_keras_state(keep_tensorflow_caches):
+    """float32, seed 1234 and a fresh Keras session (without Keras's forced
+    full garbage collection: with a worker's heap full of traced graphs that
+    took a third of a second per test; Python's own collector still runs)."""
+    import contextlib
+
+    keep = (
+        _tensorflow_caches_kept()
+        if keep_tensorflow_caches and keras.backend.backend() == "tensorflow"
+        else contextlib.nullcontext()
+    )
+    with keep:
+        # In this order: the session holds the policy and Keras's seed.
+        keras.backend.clear_session(free_memory=False)
+        keras.config.set_dtype_policy("float32")
+        keras.utils.set_random_seed(1234)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _file_state():
+    """Each test file ends with TensorFlow's caches cleared (see
+    `_tensorflow_caches_kept`), so a worker's caches hold one file's
+    functions at most."""
+    yield
+    _fresh_keras_state(keep_tensorflow_caches=False)
+
+
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
-    """Each test starts from float32, a fixed seed and a fresh Keras session.
-
-    The session is cleared without Keras's forced full garbage collection:
-    with a worker's heap full of traced graphs that collection took a third
-    of a second per test (389 s of a default run, summed over the workers);
-    Python's own collector still runs as objects pile up.
-    """
-    keras.config.set_dtype_policy("float32")
-    keras.utils.set_random_seed(1234)
+    """Each test starts from float32, a fixed seed and a fresh Keras session;
+    TensorFlow's caches stay, within a file (see `_tensorflow_caches_kept`)."""
+    _fresh_keras_state(keep_tensorflow_caches=True)
     yield
-    keras.config.set_dtype_policy("float32")
-    keras.backend.clear_session(free_memory=False)
+    _fresh_keras_state(keep_tensorflow_caches=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
