@@ -292,7 +292,9 @@ class CausalLMPredictor(Predictor):
     def prompt_ids(self, prompt, max_new_tokens):
         """The token ids a prompt starts from: its tokens, cut from the left
         (with a warning on stderr) to leave `max_new_tokens` of the context;
-        the start token alone for an empty prompt."""
+        the start token alone for an empty prompt. A start token the
+        tokenizer puts first (`add_start_token`, Llama 3's) stays first: the
+        model never saw a text without it."""
         if not isinstance(prompt, str):
             raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
         keep = self.context - max_new_tokens
@@ -305,7 +307,10 @@ class CausalLMPredictor(Predictor):
                 file=sys.stderr,
                 flush=True,
             )
-            ids = ids[-keep:]
+            if getattr(self.tokenizer, "add_start_token", False):
+                ids = ids[:1] + ids[len(ids) - keep + 1 :]
+            else:
+                ids = ids[-keep:]
         return ids or [self.tokenizer.start_id]
 
     # -- scores ------------------------------------------------------------------

@@ -37,13 +37,14 @@ that an app owns the loop and the sampling:
   prefills the prompt and then decodes its last token again. With
   `prefill_lengths` of more than one length the signatures are
   `prefill_{N}`, as ai-edge-torch names them.
-- `model_loop.tflite`: the convenience form, `token_ids` `(1, context)`
-  (the prompt, right-padded with 0) and `max_new_tokens` `(1,)` in,
-  `token_ids` `(1, context)` out, the greedy KV-cached loop inside (one
-  WHILE op, which the GPU delegate cannot run). The app cuts the prompt:
-  the model reads its first context - 1 ids (leave room for the new
-  tokens: at most context - max_new_tokens), clips `max_new_tokens` into
-  [0, context - 1] and generates until [END] or the context ends. An empty
+- `model_loop.tflite`: the convenience form, `token_ids` `(1, context)` (the
+  prompt, right-padded with 0) and `max_new_tokens` `(1,)` in, `token_ids`
+  `(1, context)` out, the greedy KV-cached loop inside (one WHILE op, which
+  the GPU delegate cannot run). The app cuts the prompt: the model reads its
+  first context - 1 ids (leave room for the new tokens: at most context -
+  max_new_tokens; a tokenizer that puts a start token first, as Llama 3's
+  does, keeps it first in a cut prompt), clips `max_new_tokens` into [0,
+  context - 1] and generates until [END] or the context ends. An empty
   prompt (all 0) starts from [START]. (A converted checkpoint's start and
   end ids are its own, in `text.json`'s `special_ids`, and it ends at each
   id of `end_ids` there.)

@@ -711,6 +711,27 @@ def test_llama3_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, cap
     assert code == 0
     printed = capsys.readouterr().out
     assert printed == hf.decode(ids) + "\n"
+    # A prompt longer than the context leaves is cut from the left, as a
+    # transformers user truncates: <|begin_of_text|> stays first.
+    cut = long_prompt_cut(hf)
+    ids = reference_greedy(reference, cut, 6, end=hf.token_to_id(END_OF_TEXT))
+    argv = ["--checkpoint", run, "--max-new-tokens", "6", LONG_PROMPT]
+    assert predict_cli.main(argv) == 0
+    printed = capsys.readouterr()
+    assert printed.out == hf.decode(ids) + "\n"  # the kept prompt, continued
+    assert f"kept its last {len(cut)}" in printed.err
+
+
+# Over the 26 tokens a context of 32 leaves for 6 new ones.
+LONG_PROMPT = "the cat sat on the mat, and the dog sat on the log. " * 3
+
+
+def long_prompt_cut(hf):
+    """LONG_PROMPT's Hugging Face ids cut to 26 from the left, keeping
+    <|begin_of_text|> first."""
+    ids = hf.encode(LONG_PROMPT).ids
+    assert ids[0] == hf.token_to_id(BEGIN) and len(ids) > 26 + 5
+    return ids[:1] + ids[len(ids) - 25 :]
 
 
 @pytest.mark.integration
@@ -729,8 +750,16 @@ def test_llama3_text_in_a_saved_model_as_predict_and_the_tokenizer(tmp_path, cap
     texts = ["the cat", "don't\n\n  2024 naïve!!", " \tx", "日本\r\n"]
     path = export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
     served = tf.saved_model.load(path)
-    out = served_greedy(served, [prompt], [6])
-    assert prompt + out["text"].numpy()[0].decode("utf-8", "replace") == printed[:-1]
+    out = served_greedy(served, [prompt, LONG_PROMPT], [6, 6])
+    text = out["text"].numpy()[0].decode("utf-8", "replace")
+    assert prompt + text == printed[:-1]
+    # A long prompt keeps <|begin_of_text|> first, as predict does.
+    argv = ["--checkpoint", run, "--max-new-tokens", "6", LONG_PROMPT]
+    assert predict_cli.main(argv) == 0
+    text = out["text"].numpy()[1].decode("utf-8", "replace")
+    assert hf.decode(long_prompt_cut(hf)) + text + "\n" == capsys.readouterr().out
+    kept = [len(hf.encode(prompt).ids), 32 - 6]
+    assert out["prompt_tokens"].numpy().tolist() == kept
     tokens = served.signatures["tokenize"](text=tf.constant(texts))["token_ids"]
     got = [[i - 1 for i in row if i] for row in tokens.numpy().tolist()]
     assert got == [hf.encode(t).ids for t in texts]
@@ -757,6 +786,12 @@ def test_llama3_text_on_device_as_predict_and_the_tokenizer(tmp_path, capsys):
     for text in ["the cat", "don't\n\n  2024 naïve!!", " \tx", "日本\r\n"]:
         assert runtime.tokenizer.ids(text) == [i + 1 for i in hf.encode(text).ids]
     assert prompt + runtime.generate_text(prompt, 6, greedy=True) == printed[:-1]
+    # A long prompt keeps <|begin_of_text|> first, as predict does.
+    argv = ["--checkpoint", run, "--max-new-tokens", "6", LONG_PROMPT]
+    assert predict_cli.main(argv) == 0
+    continued = runtime.generate_text(LONG_PROMPT, 6, greedy=True)
+    kept = hf.decode(long_prompt_cut(hf))
+    assert kept + continued + "\n" == capsys.readouterr().out
 
 
 def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
