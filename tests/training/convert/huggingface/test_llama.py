@@ -794,6 +794,56 @@ def test_llama3_text_on_device_as_predict_and_the_tokenizer(tmp_path, capsys):
     assert kept + continued + "\n" == capsys.readouterr().out
 
 
+@pytest.mark.integration
+def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
+    """`tfformer-evaluate --text`: nats per token of keras-hub's logits over
+    the same windows of Hugging Face's ids (<|begin_of_text|> once, first).
+    `model.init_from` with `data.tokenizer=bpe` fine-tunes the run on the
+    file: its loss falls, its tokenizer file is the run's, and it continues
+    text."""
+    keras_hub = pytest.importorskip("keras_hub")
+    from tests.training.convert.huggingface.test_gpt2 import (
+        STORY,
+        fine_tuning_config,
+    )
+    from tfformer.training.commands import evaluate as evaluate_cli
+
+    hf, source, run, _ = converted_llama3_text(tmp_path)
+    (tmp_path / "story.txt").write_text(STORY, encoding="utf-8")
+    text = ["--text", str(tmp_path / "story.txt"), "--window", "8"]
+    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
+    got = json.loads(capsys.readouterr().out)
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    ids = hf.encode(STORY).ids
+    assert ids[0] == hf.token_to_id(BEGIN)
+    count = (len(ids) - 1) // 8
+    windows = np.array([ids[8 * k : 8 * k + 9] for k in range(count)], "int32")
+    logits = backbone_logits(reference, windows[:, :-1]).astype("float64")
+    logits -= logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    labels = windows[:, 1:]
+    nats = -np.take_along_axis(log_p, labels[..., None], -1).sum()
+    assert got["tokens"] == labels.size
+    assert got["nats_per_token"] == pytest.approx(nats / labels.size, abs=1e-4)
+
+    text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
+    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
+    before = json.loads(capsys.readouterr().out)["nats_per_token"]
+    train(fine_tuning_config(tmp_path, run), progress=quiet)
+    tuned = str(tmp_path / "tuned")
+    assert evaluate_cli.main(["--checkpoint", tuned, *text]) == 0
+    after = json.loads(capsys.readouterr().out)["nats_per_token"]
+    assert after < 0.65 * before, (before, after)
+    with (
+        open(os.path.join(tuned, "text_tokenizer.json"), "rb") as mine,
+        open(os.path.join(run, "text_tokenizer.json"), "rb") as theirs,
+    ):
+        assert mine.read() == theirs.read()
+    code = predict_cli.main(["--checkpoint", tuned, "--max-new-tokens", "5", "the"])
+    assert code == 0
+    assert capsys.readouterr().out.startswith("the")
+
+
 def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
     """vocab.json and merges.txt do not say how text is cut into pieces
     (GPT-2's? Qwen's?): in a Llama-style directory they are not read."""
