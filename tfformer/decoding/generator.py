@@ -119,9 +119,10 @@ class Generator:
         search: "greedy", "beam" or "sample".
         start_id: first decoder token of a seq2seq model (ignored for GPT,
             whose prompt comes first).
-        end_id: the token that ends a sequence, or a non-empty list of
-            them (a sequence ends at the first it generates; Llama 3.1
-            Instruct's config lists three). `self.end_id` is the first.
+        end_id: the token that ends a sequence, or a non-empty list, tuple
+            or 1-D NumPy array of them (a sequence ends at the first it
+            generates; Llama 3.1 Instruct's config lists three).
+            `self.end_id` is the first.
         pad_id: written after a sequence has ended; also marks padding in
             sources and prompts. Never generated.
         beam_width: beams per example ("beam").
@@ -180,6 +181,8 @@ class Generator:
             )
         _check_int("max_length", max_length, 2)
         _check_int("beam_width", beam_width, 1)
+        if isinstance(end_id, np.ndarray | np.integer) and end_id.ndim <= 1:
+            end_id = end_id.tolist()  # NumPy ids, as tokenizers give them
         end_ids = list(end_id) if isinstance(end_id, list | tuple) else [end_id]
         if not end_ids:
             raise InputError(

@@ -227,6 +227,8 @@ def test_a_sequence_ends_at_any_of_several_end_ids(search):
     assert run(END) == [START, A, B, END, PAD, PAD]
     assert run([END, B]) == [START, A, B, PAD, PAD, PAD]
     assert run((B, END)) == [START, A, B, PAD, PAD, PAD]
+    assert run(np.array([END, B])) == [START, A, B, PAD, PAD, PAD]
+    assert run(np.int64(END)) == [START, A, B, END, PAD, PAD]
     if search != "beam":  # beam takes one prompt length per batch; same here
         assert run([END, B], prompt=(START, B)) == [START, B, END, PAD, PAD, PAD]
     generator = Generator(chain, max_length=6, end_id=[B, END, B])
@@ -341,6 +343,15 @@ def test_filter_logits_top_k_and_top_p():
         (dict(end_id=[]), "end_id must be an id or a non-empty list"),
         (dict(end_id=[3, -1]), r"end_id must be an int >= 0. Received: end_id=-1"),
         (dict(end_id=[3, "4"]), "end_id must be an int >= 0"),
+        (dict(end_id=np.array([], "int32")), "end_id must be an id or a non-empty"),
+        (
+            dict(end_id=np.array([[3]])),
+            r"end_id must be an int >= 0. Received: end_id=array",
+        ),
+        (
+            dict(end_id=np.array([3.0])),
+            r"end_id must be an int >= 0. Received: end_id=3.0",
+        ),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):
