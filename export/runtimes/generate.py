@@ -279,14 +279,17 @@ class LiteRTGenerator:
         top_k=0,
         top_p=1.0,
         seed=0,
-        keep_start=False,
+        keep_start=None,
     ):
         """(generated ids, their log-probabilities) after `prompt_ids`
         (its last context - max_new_tokens ids, at most context - 1; with
-        `keep_start`, a first id that is the start token stays first)."""
+        `keep_start`, a first id that is the start token stays first; None:
+        when the tokenizer puts one first, as Llama 3's does)."""
         check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
         keep = min(self.context - max_new_tokens, self.context - 1)
         ids = [int(i) for i in prompt_ids]
+        if keep_start is None:
+            keep_start = getattr(self.tokenizer.converted, "start", None) is not None
         if keep_start and len(ids) > keep and ids[0] == self.start_id:
             ids = ids[:1] + ids[len(ids) - keep + 1 :]
         ids = ids[-keep:] or [self.start_id]
@@ -327,9 +330,7 @@ class LiteRTGenerator:
         if isinstance(prompt, bytes):
             prompt = prompt.decode("utf-8", "replace")
         ids = self.tokenizer.ids(prompt)
-        # A start token the tokenizer puts first (Llama 3's) survives a cut.
-        keep_start = getattr(self.tokenizer.converted, "start", None) is not None
-        new, _ = self.generate(ids, max_new_tokens, keep_start=keep_start, **settings)
+        new, _ = self.generate(ids, max_new_tokens, **settings)
         if new and new[-1] in self.end_ids:
             new = new[:-1]  # an end token is not text
         return self.tokenizer.detokenize(new)

@@ -300,17 +300,18 @@ class CausalLMPredictor(Predictor):
         keep = self.context - max_new_tokens
         ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
         if len(ids) > keep:
+            pinned = getattr(self.tokenizer, "add_start_token", False)
+            kept = (
+                f"its start token and last {keep - 1}" if pinned else f"its last {keep}"
+            )
             print(
-                f"warning: the prompt has {len(ids)} tokens; kept its last "
-                f"{keep} (the context is {self.context} tokens, "
-                f"{max_new_tokens} of them for new tokens)",
+                f"warning: the prompt has {len(ids)} tokens; kept {kept} (the "
+                f"context is {self.context} tokens, {max_new_tokens} of them for "
+                "new tokens)",
                 file=sys.stderr,
                 flush=True,
             )
-            if getattr(self.tokenizer, "add_start_token", False):
-                ids = ids[:1] + ids[len(ids) - keep + 1 :]
-            else:
-                ids = ids[-keep:]
+            ids = ids[:1] + ids[len(ids) - keep + 1 :] if pinned else ids[-keep:]
         return ids or [self.tokenizer.start_id]
 
     # -- scores ------------------------------------------------------------------

@@ -233,6 +233,10 @@ def test_a_sequence_ends_at_any_of_several_end_ids(search):
         assert run([END, B], prompt=(START, B)) == [START, B, END, PAD, PAD, PAD]
     generator = Generator(chain, max_length=6, end_id=[B, END, B])
     assert (generator.end_id, generator.end_ids) == (B, (B, END))
+    ids = [np.int64(B), np.int32(END)]
+    generator = Generator(chain, max_length=6, end_id=ids, pad_id=np.int64(PAD))
+    assert generator.end_ids == (B, END) and type(generator.end_ids[0]) is int
+    assert type(generator.pad_id) is int
 
 
 def test_top_k_one_is_greedy_and_a_seed_reproduces_samples():
