@@ -120,6 +120,9 @@ def test_a_long_prompt_is_cut_from_the_left_with_a_warning(capsys, run, loaded):
     kept = prompt[-22:]
     assert out == reference(loaded, byte_ids(kept), 10) + "\n"
     assert out.startswith(kept)
+    # With no new tokens it keeps 31, as the SavedModel's generate does.
+    code, out, err = predict(capsys, run, "--max-new-tokens", "0", prompt)
+    assert code == 0 and "kept its last 31" in err and out == prompt[-31:] + "\n"
 
 
 def test_an_empty_prompt_starts_from_the_start_token(capsys, run, loaded):
