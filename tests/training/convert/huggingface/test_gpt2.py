@@ -533,6 +533,30 @@ def fine_tuning_config(tmp_path, run, *overrides):
     )
 
 
+def assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys):
+    """Fine-tunes the converted text run `run` on the story
+    (`fine_tuning_config`): the story's nats per token in windows of 12
+    fall below 0.65 of the run's, and the new run keeps the run's tokenizer
+    file. Returns the new run's path."""
+    from tfformer.training.trainer import train
+
+    config = fine_tuning_config(tmp_path, run)  # writes the text it trains on
+    text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
+    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
+    before = json.loads(capsys.readouterr().out)["nats_per_token"]
+    train(config, progress=quiet)
+    tuned = str(tmp_path / "tuned")
+    assert evaluate_cli.main(["--checkpoint", tuned, *text]) == 0
+    after = json.loads(capsys.readouterr().out)["nats_per_token"]
+    assert after < 0.65 * before, (before, after)
+    with (
+        open(os.path.join(tuned, "text_tokenizer.json"), "rb") as mine,
+        open(os.path.join(run, "text_tokenizer.json"), "rb") as theirs,
+    ):
+        assert mine.read() == theirs.read()
+    return tuned
+
+
 @pytest.mark.integration
 def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     """`model.init_from` of a converted GPT-2: the copy computes the
@@ -540,7 +564,6 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     placement (no dropout on the MLP's hidden activations) unless
     `model.activation_dropout` says otherwise, trains (its loss on the
     text falls), and the new run keeps the BPE and generates text."""
-    from tfformer.training.trainer import train
 
     source = with_tokenizer(tmp_path / "hf", bpe)
     run = convert(str(source), str(tmp_path / "run"), progress=quiet)
@@ -573,19 +596,7 @@ def test_a_converted_gpt2_fine_tunes_on_text(tmp_path, bpe, capsys):
     noisy = np.asarray(model({"token_ids": ids}, training=True))
     assert np.abs(noisy - np.asarray(model({"token_ids": ids}))).max() > 1e-3
 
-    text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
-    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
-    before = json.loads(capsys.readouterr().out)["nats_per_token"]
-    train(fine_tuning_config(tmp_path, run), progress=quiet)
-    tuned = str(tmp_path / "tuned")
-    assert evaluate_cli.main(["--checkpoint", tuned, *text]) == 0
-    after = json.loads(capsys.readouterr().out)["nats_per_token"]
-    assert after < 0.65 * before, (before, after)
-    with (
-        open(os.path.join(tuned, "text_tokenizer.json"), "rb") as mine,
-        open(os.path.join(run, "text_tokenizer.json"), "rb") as theirs,
-    ):
-        assert mine.read() == theirs.read()
+    tuned = assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys)
     assert evaluate_cli.main(["--checkpoint", tuned]) == 0  # its held-out text
     assert json.loads(capsys.readouterr().out)["split"] == "test"
     code = predict_cli.main(["--checkpoint", tuned, "--max-new-tokens", "5", "the"])

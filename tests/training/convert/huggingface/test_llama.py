@@ -804,7 +804,7 @@ def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     keras_hub = pytest.importorskip("keras_hub")
     from tests.training.convert.huggingface.test_gpt2 import (
         STORY,
-        fine_tuning_config,
+        assert_fine_tuning_lowers_the_loss,
     )
     from tfformer.training.commands import evaluate as evaluate_cli
 
@@ -826,20 +826,7 @@ def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     assert got["tokens"] == labels.size
     assert got["nats_per_token"] == pytest.approx(nats / labels.size, abs=1e-4)
 
-    config = fine_tuning_config(tmp_path, run)  # writes the text it trains on
-    text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
-    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
-    before = json.loads(capsys.readouterr().out)["nats_per_token"]
-    train(config, progress=quiet)
-    tuned = str(tmp_path / "tuned")
-    assert evaluate_cli.main(["--checkpoint", tuned, *text]) == 0
-    after = json.loads(capsys.readouterr().out)["nats_per_token"]
-    assert after < 0.65 * before, (before, after)
-    with (
-        open(os.path.join(tuned, "text_tokenizer.json"), "rb") as mine,
-        open(os.path.join(run, "text_tokenizer.json"), "rb") as theirs,
-    ):
-        assert mine.read() == theirs.read()
+    tuned = assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys)
     argv = ["--checkpoint", tuned, "--max-new-tokens", "5", "the"]
     assert predict_cli.main(argv) == 0
     printed = capsys.readouterr().out
