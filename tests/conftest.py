@@ -1,5 +1,6 @@
 """Test-wide setup: quiet TensorFlow, deterministic seeds, float32 by default."""
 
+import contextlib
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -65,6 +66,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 
+@contextlib.contextmanager
 def _tensorflow_caches_kept():
     """A context in which TensorFlow's eager kernel and function caches are
     not cleared.
@@ -80,35 +82,26 @@ def _tensorflow_caches_kept():
     TensorFlow function, checked by name so a release that moves it fails
     here and not in silence.
     """
-    import contextlib
-
     from tensorflow.python import pywrap_tfe
 
     name = "TFE_ContextClearCaches"
-    if not callable(getattr(pywrap_tfe, name, None)):
+    clear = getattr(pywrap_tfe, name, None)
+    if not callable(clear):
         raise RuntimeError(
             f"tensorflow {tf.__version__} has no pywrap_tfe.{name}: update "
             "tests/conftest.py's _tensorflow_caches_kept"
         )
-
-    @contextlib.contextmanager
-    def kept():
-        clear = getattr(pywrap_tfe, name)
-        setattr(pywrap_tfe, name, lambda handle: None)
-        try:
-            yield
-        finally:
-            setattr(pywrap_tfe, name, clear)
-
-    return kept()
+    setattr(pywrap_tfe, name, lambda handle: None)
+    try:
+        yield
+    finally:
+        setattr(pywrap_tfe, name, clear)
 
 
 def _fresh_keras_state(keep_tensorflow_caches):
     """float32, seed 1234 and a fresh Keras session (without Keras's forced
     full garbage collection: with a worker's heap full of traced graphs that
     took a third of a second per test; Python's own collector still runs)."""
-    import contextlib
-
     keep = (
         _tensorflow_caches_kept()
         if keep_tensorflow_caches and keras.backend.backend() == "tensorflow"
@@ -132,7 +125,8 @@ def _file_state():
 
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
-    """Each test starts from float32, a fixed seed and a fresh Keras session;
+    """Each test starts and ends with float32, a fixed seed and a fresh Keras
+    session (its end, for the module fixtures a later test sets up);
     TensorFlow's caches stay, within a file (see `_tensorflow_caches_kept`)."""
     _fresh_keras_state(keep_tensorflow_caches=True)
     yield

@@ -288,10 +288,12 @@ class LiteRTGenerator:
         check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
         keep = min(self.context - max_new_tokens, self.context - 1)
         ids = [int(i) for i in prompt_ids]
-        if keep_start is None:
-            keep_start = getattr(self.tokenizer.converted, "start", None) is not None
-        if keep_start and len(ids) > keep and ids[0] == self.start_id:
-            ids = ids[:1] + ids[len(ids) - keep + 1 :]
+        if len(ids) > keep and ids[0] == self.start_id:
+            if keep_start is None:  # the tokenizer is read only for a cut
+                converted = self.tokenizer.converted  # None, BPE or token ids
+                keep_start = getattr(converted, "start", None) is not None
+            if keep_start:
+                ids = ids[:1] + ids[len(ids) - keep + 1 :]
         ids = ids[-keep:] or [self.start_id]
         cache = self.prefill(ids[:-1], self.new_cache())
         logits, cache = self.decode(ids[-1], len(ids) - 1, cache)

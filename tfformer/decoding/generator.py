@@ -27,16 +27,15 @@ from tfformer.models.cached_decoder import CachedDecoder
 SEARCHES = ("greedy", "beam", "sample")
 
 
-def _plain_int(value):
-    """A NumPy integer as a Python int; anything else as it is."""
-    return int(value) if isinstance(value, np.integer) else value
-
-
 def _check_int(name, value, minimum):
+    """`value` as a Python int (a NumPy integer too), or InputError."""
+    if isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InputError(
             f"{name} must be an int >= {minimum}. Received: {name}={value!r}"
         )
+    return value
 
 
 def _concrete(value):
@@ -186,22 +185,16 @@ class Generator:
             )
         _check_int("max_length", max_length, 2)
         _check_int("beam_width", beam_width, 1)
-        # NumPy ids, as tokenizers give them, are ids too.
         if isinstance(end_id, np.ndarray | np.integer) and end_id.ndim <= 1:
-            end_id = end_id.tolist()
+            end_id = end_id.tolist()  # NumPy ids, as tokenizers give them
         end_ids = list(end_id) if isinstance(end_id, list | tuple) else [end_id]
-        end_ids = [_plain_int(i) for i in end_ids]
-        start_id, pad_id = _plain_int(start_id), _plain_int(pad_id)
         if not end_ids:
             raise InputError(
                 "end_id must be an id or a non-empty list of ids. Received: []"
             )
-        for name, value in (
-            ("start_id", start_id),
-            *(("end_id", i) for i in end_ids),
-            ("pad_id", pad_id),
-        ):
-            _check_int(name, value, 0)
+        start_id = _check_int("start_id", start_id, 0)
+        end_ids = [_check_int("end_id", i, 0) for i in end_ids]
+        pad_id = _check_int("pad_id", pad_id, 0)
         if isinstance(length_penalty, bool) or not isinstance(
             length_penalty, int | float
         ):

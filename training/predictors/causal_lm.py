@@ -292,10 +292,9 @@ class CausalLMPredictor(Predictor):
     def prompt_ids(self, prompt, max_new_tokens):
         """The token ids a prompt starts from: its tokens, cut from the left
         (with a warning on stderr) to leave `max_new_tokens` of the context
-        and at most context - 1 ids;
-        the start token alone for an empty prompt. A start token the
-        tokenizer puts first (`add_start_token`, Llama 3's) stays first: the
-        model never saw a text without it."""
+        and at most context - 1 ids; the start token alone for an empty
+        prompt. A start token the tokenizer puts first (`add_start_token`,
+        Llama 3's) stays first: the model never saw a text without it."""
         if not isinstance(prompt, str):
             raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
         # At most context - 1, as the SavedModel and the device runtime keep
