@@ -9,17 +9,39 @@
    checks the compute dtype and that the values stay close to float32;
 5. trains one `fit` step in a graph and checks the loss is finite and the
    weights moved (`run_model_test`, the model-level contract every layer
-   sits in, does it with `jit_compile=True`).
+   sits in, does it in a graph and, with `FIT_STEP`, XLA-compiled).
 """
 
 import json
 
 import keras
 import numpy as np
+import pytest
 
 from tests import numpy_reference as ref
 
 MIXED_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 8e-2}
+
+# The model contracts' `fit` step, once in a graph (TensorFlow's default
+# tier) and once XLA-compiled (the integration tier, and the JAX run, which
+# runs that tier). On the 2-core machine the XLA compile is most of a
+# contract: the one-layer seq2seq contract takes 11.2 s with it and 3.3 s
+# without. The default tier still compiles one whole train step with XLA,
+# the trainer's own (test_trainer.py, every bucket shape of the translator).
+# On JAX, jit is XLA and a step outside it runs op by op (a minute for the
+# seq2seq contract), so there the XLA variant is the contract.
+ON_TENSORFLOW = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow",
+    reason="a graph step is TensorFlow's; on JAX the XLA variant is the contract",
+)
+FIT_STEP = pytest.mark.parametrize(
+    "jit_compile",
+    [
+        pytest.param(False, marks=ON_TENSORFLOW),
+        pytest.param(True, marks=pytest.mark.integration),
+    ],
+    ids=["graph", "xla"],
+)
 
 
 def _call(layer, tensors, names, call_kwargs):
@@ -47,6 +69,7 @@ def fit_one_step(model, inputs, targets, optimizer, loss, jit_compile=True):
     Asserts a finite loss; returns the fraction of trainable weights it moved.
     """
     model.compile(optimizer=optimizer, loss=loss, jit_compile=jit_compile)
+    assert model.jit_compile is jit_compile  # Keras did not overrule it
     # Built here, as `fit` builds it under a distribution strategy (the
     # trainer's case). Without one, Keras builds the optimizer inside the
     # step's first trace, and `tf.function` traces a step that created
@@ -189,15 +212,16 @@ def ffn_weights(ffn):
     )
 
 
-def run_model_test(build, inputs, labels, tmp_path, atol=1e-5):
+def run_model_test(build, inputs, labels, tmp_path, atol=1e-5, *, jit_compile):
     """The model-level contract for a builder.
 
     `build()` returns a fresh model of the same architecture. Checks: the
     config survives JSON (`to_json` / `model_from_json`) and gives the same
     outputs with the same weights; `.keras` save/load gives identical outputs;
     mixed_float16 and mixed_bfloat16 forward passes stay close to float32
-    with float32 logits; one `fit` step with `jit_compile=True` on sparse
-    labels gives a finite loss and moves the weights. Returns the model.
+    with float32 logits; one `fit` step (XLA-compiled if `jit_compile`, see
+    `FIT_STEP`) on sparse labels gives a finite loss and moves the weights.
+    Returns the model.
     """
     model = build()
     expected = keras.ops.convert_to_numpy(model(inputs))
@@ -223,7 +247,9 @@ def run_model_test(build, inputs, labels, tmp_path, atol=1e-5):
         assert_close_to_scale(out, expected, rtol, policy)
 
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    moved = fit_one_step(model, inputs, labels, keras.optimizers.Adam(1e-3), loss)
+    moved = fit_one_step(
+        model, inputs, labels, keras.optimizers.Adam(1e-3), loss, jit_compile
+    )
     assert moved >= 0.5, "fit left most weights unchanged"
     return model
 

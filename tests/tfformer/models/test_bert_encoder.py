@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.testing import run_model_test
+from tests.testing import FIT_STEP, run_model_test
 from tfformer.models import bert_classifier, bert_encoder, bert_masked_lm
 
 SMALL = dict(
@@ -22,25 +22,29 @@ INPUTS = {"token_ids": TOKENS, "segment_ids": SEGMENTS}
 ONE_LAYER = {**SMALL, "num_layers": 1}
 
 
-def test_masked_lm_contract_and_tied_projection(tmp_path):
+@FIT_STEP
+def test_masked_lm_contract_and_tied_projection(tmp_path, jit_compile):
     positions = np.array([[1, 3], [2, 4]], "int32")
     model = run_model_test(
         lambda: bert_masked_lm(bert_encoder(40, **ONE_LAYER)),
         {**INPUTS, "mask_positions": positions},
         np.array([[6, 7], [9, 10]]),
         tmp_path,
+        jit_compile=jit_compile,
     )
     # The vocabulary projection is the token embedding itself: no extra matrix.
     embedding = model.backbone.token_embedding
     assert embedding.tie_weights and not hasattr(embedding, "reverse_embeddings")
 
 
-def test_classifier_contract(tmp_path):
+@FIT_STEP
+def test_classifier_contract(tmp_path, jit_compile):
     run_model_test(
         lambda: bert_classifier(bert_encoder(40, **ONE_LAYER), num_classes=3),
         INPUTS,
         np.array([0, 2]),
         tmp_path,
+        jit_compile=jit_compile,
     )
 
 

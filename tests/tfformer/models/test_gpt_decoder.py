@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.testing import run_model_test
+from tests.testing import FIT_STEP, ON_TENSORFLOW, run_model_test
 from tfformer.models import CachedDecoder, gpt_decoder
 
 SMALL = dict(
@@ -21,19 +21,24 @@ ONE_LAYER = {**SMALL, "num_layers": 1}
 
 
 @pytest.mark.parametrize(
-    "position",
+    "position, jit_compile",
     [
-        pytest.param("learned", marks=pytest.mark.integration),
-        pytest.param("sinusoidal", marks=pytest.mark.integration),
-        "rotary",
+        pytest.param("rotary", False, marks=ON_TENSORFLOW),
+        *(
+            pytest.param(position, True, marks=pytest.mark.integration)
+            for position in ("rotary", "learned", "sinusoidal")
+        ),
     ],
+    ids=["rotary-graph", "rotary-xla", "learned-xla", "sinusoidal-xla"],
 )
-def test_model_contract(position, tmp_path):
+def test_model_contract(position, jit_compile, tmp_path):
+    """Every position embedding, with the fit step of `FIT_STEP`'s tiers."""
     run_model_test(
         lambda: gpt_decoder(30, **ONE_LAYER, position=position, num_key_value_heads=2),
         {"token_ids": TOKENS},
         np.roll(TOKENS, -1, axis=1),
         tmp_path,
+        jit_compile=jit_compile,
     )
 
 
@@ -48,12 +53,14 @@ LLAMA = dict(
 )
 
 
-def test_llama_style_model_contract(tmp_path):
+@FIT_STEP
+def test_llama_style_model_contract(tmp_path, jit_compile):
     model = run_model_test(
         lambda: gpt_decoder(30, **ONE_LAYER, **LLAMA),
         {"token_ids": TOKENS},
         np.roll(TOKENS, -1, axis=1),
         tmp_path,
+        jit_compile=jit_compile,
     )
     assert not [w for w in model.weights if w.name in ("bias", "beta")]
     assert type(model.backbone.final_norm).__name__ == "RMSNormalization"

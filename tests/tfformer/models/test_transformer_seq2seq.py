@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tests.testing import run_model_test
+from tests.testing import ON_TENSORFLOW, run_model_test
 from tfformer.models import CachedDecoder, transformer_seq2seq
 
 SMALL = dict(
@@ -24,22 +24,26 @@ def _inputs(source=SOURCE, target=TARGET):
 
 
 @pytest.mark.parametrize(
-    "options",
+    "options, jit_compile",
     [
-        dict(),
-        # 30 s each on 2 cores: in the slow run only, for the default
-        # suite's 15 minutes; "paper" keeps the contract in the default run.
+        pytest.param(dict(), False, marks=ON_TENSORFLOW),
+        pytest.param(dict(), True, marks=pytest.mark.integration),
+        # In the slow run only: "paper" keeps the contract in the other tiers.
         pytest.param(
             dict(tie_embeddings="all", normalize_first=True, position="learned"),
+            True,
             marks=pytest.mark.slow,
         ),
         pytest.param(
-            dict(tie_embeddings="none", num_key_value_heads=1), marks=pytest.mark.slow
+            dict(tie_embeddings="none", num_key_value_heads=1),
+            True,
+            marks=pytest.mark.slow,
         ),
     ],
-    ids=["paper", "prenorm_shared_learned", "untied_mqa"],
+    ids=["paper-graph", "paper-xla", "prenorm_shared_learned", "untied_mqa"],
 )
-def test_model_contract(options, tmp_path):
+def test_model_contract(options, jit_compile, tmp_path):
+    """The contract, with the fit step of `FIT_STEP`'s tiers."""
     # One layer each side: a second adds nothing the contract checks, and
     # doubles the XLA compile of its fit step.
     one_layer = {**SMALL, "num_encoder_layers": 1, "num_decoder_layers": 1}
@@ -48,6 +52,7 @@ def test_model_contract(options, tmp_path):
         _inputs(),
         np.roll(TARGET, -1, axis=1),
         tmp_path,
+        jit_compile=jit_compile,
     )
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tests.testing import run_model_test
+from tests.testing import FIT_STEP, run_model_test
 from tfformer.models import vit
 
 SMALL = dict(
@@ -10,7 +10,8 @@ SMALL = dict(
 IMAGES = np.random.default_rng(0).normal(size=(2, 8, 12, 3)).astype("float32")
 
 
-def test_model_contract(tmp_path):
+@FIT_STEP
+def test_model_contract(tmp_path, jit_compile):
     model = run_model_test(
         # One layer: a second adds nothing the contract checks, and doubles
         # the XLA compile of its fit step.
@@ -18,6 +19,7 @@ def test_model_contract(tmp_path):
         IMAGES,
         np.array([1, 4]),
         tmp_path,
+        jit_compile=jit_compile,
     )
     assert model.backbone.patch_embedding.num_patches == 2 * 3
 
