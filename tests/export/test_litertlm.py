@@ -247,10 +247,12 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
 
 
 @needs_runtime
-@pytest.mark.parametrize(
-    "converted",
-    [converted_gpt2, pytest.param(converted_llama3, marks=pytest.mark.integration)],
-)
+# Both in the integration tier (a conversion, a bundle and four LiteRT-LM
+# engines: 18-22 CPU-seconds each). The default suite runs LiteRT-LM on the
+# byte-level bundle above and checks each converted run's tokenizer.json
+# with `tokenizers` (what LiteRT-LM's Hugging Face tokenizer follows).
+@pytest.mark.integration
+@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
 def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
     tmp_path, capsys, converted
 ):
