@@ -261,3 +261,18 @@ def tiny_gpt_run(tmp_path_factory):
         "tiny_gpt",
         lambda path: train_shared_gpt(text_root, path),
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_run(tmp_path_factory):
+    """A one-layer BERT classifier of two classes trained for 48 steps
+    (`tests/training/tiny.py`), shared like `tiny_gpt_run`; its sentence
+    files sit beside the shared folder, where the run's config points."""
+    from tests.training.tiny import train_tiny_classifier
+
+    data_root = tmp_path_factory.mktemp("tiny_classifier_data")
+    return shared_build(
+        tmp_path_factory,
+        "tiny_classifier",
+        lambda path: train_tiny_classifier(data_root, path),
+    )

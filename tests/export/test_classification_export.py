@@ -21,66 +21,18 @@ from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_t
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.bert_text import pair_lengths
 from tfformer.export.tflite import check_integer_only, export_tflite
-from tfformer.training.config import load_config
 from tfformer.training.tasks import get_task
 from tfformer.training.tasks.text_classification import encode_texts
-from tfformer.training.trainer import train
 
-from ..training.tiny import TINY_MODEL
+from ..training.tiny import (
+    CLASSIFIER_MAX_LENGTH,
+    FILLER,
+    GOOD,
+    train_tiny_classifier,
+)
 
-MAX_LENGTH = 16
+MAX_LENGTH = CLASSIFIER_MAX_LENGTH
 FLOATS = set(FLOAT_TYPES)
-BAD = ["awful", "dull", "boring", "bad"]
-GOOD = ["great", "fine", "superb", "good"]
-FILLER = ["the", "film", "was", "really", "quite", "a", "plot", "é", "naïve", "!"]
-
-
-def sentences(rng, cue_words, count):
-    return [
-        " ".join(
-            [*rng.choice(FILLER, rng.integers(2, 9)).tolist(), rng.choice(cue_words)]
-        )
-        for _ in range(count)
-    ]
-
-
-def train_classifier(root, pairs):
-    rng = np.random.default_rng(0)
-    overrides = [
-        *TINY_MODEL,
-        "task=text_classification",
-        "data.vocabulary_size=80",
-        f"data.max_length={MAX_LENGTH}",
-        "data.bucket_lengths=[8,16]",
-        "data.holdout_fraction=0.2",
-        "train.batch_size=8",
-        "train.steps_per_epoch=6",
-        "train.epochs=3",
-        "train.warmup_steps=5",
-        "train.learning_rate_scale=0.3",
-        "train.verbose=0",
-        "train.label_smoothing=0.0",
-        f"train.output_dir={root / 'run'}",
-    ]
-    if pairs:
-        lines = []
-        for label in rng.integers(0, 3, 240):
-            first = " ".join(rng.choice(FILLER, rng.integers(1, 12)))
-            second = sentences(rng, [BAD, GOOD, FILLER][label], 1)[0]
-            lines.append(f"{first}\t{second}\t{['neg', 'pos', 'neutral'][label]}")
-        tsv = root / "pairs.tsv"
-        tsv.write_text("\n".join(lines) + "\n")
-        overrides.append(f"data.tsv_path={tsv}")
-    else:
-        negative, positive = root / "neg.txt", root / "pos.txt"
-        negative.write_text("\n".join(sentences(rng, BAD, 120)))
-        positive.write_text("\n".join(sentences(rng, GOOD, 120)))
-        overrides += [
-            f"data.class_paths={negative},{positive}",
-            "data.class_names=negative,positive",
-        ]
-    train(load_config(overrides=overrides), progress=lambda *_: None)
-    return str(root / "run")
 
 
 @pytest.fixture(
@@ -88,9 +40,13 @@ def train_classifier(root, pairs):
     params=["single", pytest.param("pairs", marks=pytest.mark.integration)],
 )
 def case(request, tmp_path_factory):
-    """(run dir, loaded run, served SavedModel, test inputs) of one run."""
+    """(run dir, loaded run, served SavedModel, test inputs) of one run: the
+    session's tiny classifier, or a classifier of sentence pairs."""
     root = tmp_path_factory.mktemp(f"classifier_{request.param}")
-    run_dir = train_classifier(root, request.param == "pairs")
+    if request.param == "pairs":
+        run_dir = train_tiny_classifier(root, pairs=True)
+    else:
+        run_dir = request.getfixturevalue("tiny_classifier_run")
     path = export_saved_model(run_dir, str(root / "serving"), progress=lambda *_: None)
     task = get_task("text_classification")
     loaded = tfformer.load(run_dir)
