@@ -128,6 +128,9 @@ def test_training_on_the_budget_clock_saves_its_state(tmp_path, monkeypatch):
             "data.train_size=64",
             "data.validation_size=16",
             "data.test_size=16",
+            # One shape (the default's three): one trace of each step.
+            "data.max_length=32",
+            "data.bucket_lengths=[32]",
             f"train.output_dir={tmp_path / 'run'}",
         ]
     )
