@@ -112,26 +112,32 @@ def gpt():
     return Case(model, _ids(PROMPT_LENGTHS, 4, SEEDS["gpt"]), seq2seq=False)
 
 
-# Every width and both penalties for both models; the default run keeps a
-# subset with every width and both penalties for each model, the cases where
-# the penalty changes the choice (seq2seq w4, gpt w5) and where nothing
-# finishes (w2) among them.
+# Every width and both penalties for both models. The default run keeps
+# the cases where the penalty changes the choice (seq2seq w4, gpt w5) and
+# where nothing finishes (w2); the integration tier, the other widths at
+# one penalty each; the slow run, the rest.
 DEFAULT = {
     ("seq2seq", 2, 0.6),
-    ("seq2seq", 3, 0.0),
     ("seq2seq", 4, 0.6),
-    ("seq2seq", 5, 0.0),
     ("gpt", 2, 0.0),
+    ("gpt", 5, 0.6),
+}
+INTEGRATION = {
+    ("seq2seq", 3, 0.0),
+    ("seq2seq", 5, 0.0),
     ("gpt", 3, 0.6),
     ("gpt", 4, 0.0),
-    ("gpt", 5, 0.6),
 }
 SWEEP = [
     pytest.param(
         kind,
         width,
         alpha,
-        marks=() if (kind, width, alpha) in DEFAULT else pytest.mark.slow,
+        marks=()
+        if (kind, width, alpha) in DEFAULT
+        else pytest.mark.integration
+        if (kind, width, alpha) in INTEGRATION
+        else pytest.mark.slow,
         id=f"{kind}-w{width}-a{alpha}",
     )
     for kind in ("seq2seq", "gpt")
