@@ -39,23 +39,24 @@ if keras.backend.backend() == "tensorflow":
 # other workers idle. A file missing from the list keeps its place after them.
 HEAVIEST_FIRST = (
     "tests/training/test_slow_runs.py",  # integration: the full default run
-    "tests/export/test_causal_lm_export.py",  # 212 s
-    "tests/training/test_trainer.py",  # 191 s
-    "tests/tfformer/decoding/test_generator.py",  # 122 s
-    "tests/export/test_litertlm.py",  # 117 s
-    "tests/export/test_saved_model.py",  # 102 s
-    "tests/training/test_main_job.py",  # 86 s
-    "tests/training/test_masked_lm.py",  # 83 s
-    "tests/tfformer/test_api.py",  # 78 s
-    "tests/training/test_generate_cli.py",  # 77 s
-    "tests/export/test_image_export.py",  # 67 s
-    "tests/training/convert/huggingface/test_llama.py",  # 64 s
-    "tests/test_packaging.py",  # 64 s
-    "tests/export/test_tflite.py",  # 64 s
-    "tests/export/test_embedding_export.py",  # 64 s
-    "tests/export/test_classification_export.py",  # 64 s
-    "tests/tfformer/decoding/test_beam_reference.py",  # 59 s
-    "tests/tfformer/models/test_transformer_seq2seq.py",  # 57 s
+    # First: it builds the shared tiny GPT that three other files wait for.
+    "tests/export/test_causal_lm_export.py",  # 163 s
+    "tests/training/test_trainer.py",  # 177 s
+    "tests/training/test_masked_lm.py",  # 89 s
+    "tests/export/test_litertlm.py",  # 88 s
+    "tests/training/convert/huggingface/test_llama.py",  # 84 s
+    "tests/tfformer/decoding/test_generator.py",  # 81 s
+    "tests/training/test_main_job.py",  # 74 s
+    "tests/tfformer/test_api.py",  # 70 s
+    "tests/training/test_generate_cli.py",  # 67 s
+    "tests/export/test_saved_model.py",  # 63 s
+    "tests/export/test_tflite.py",  # 57 s
+    "tests/export/test_classification_export.py",  # 56 s
+    "tests/test_packaging.py",  # 54 s
+    "tests/training/convert/huggingface/test_bert.py",  # 52 s
+    "tests/training/convert/huggingface/test_gpt2.py",  # 49 s
+    "tests/export/test_image_export.py",  # 47 s
+    "tests/training/convert/huggingface/test_chat.py",  # 44 s
 )
 
 

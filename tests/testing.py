@@ -26,10 +26,11 @@ MIXED_TOLERANCE = {"mixed_float16": 2e-2, "mixed_bfloat16": 8e-2}
 # tier) and once XLA-compiled (the integration tier, and the JAX run, which
 # runs that tier). On the 2-core machine the XLA compile is most of a
 # contract: the one-layer seq2seq contract takes 11.2 s with it and 3.3 s
-# without. The default tier still compiles one whole train step with XLA,
-# the trainer's own (test_trainer.py, every bucket shape of the translator).
-# On JAX, jit is XLA and a step outside it runs op by op (a minute for the
-# seq2seq contract), so there the XLA variant is the contract.
+# without. The default tier keeps one XLA-compiled fit step, the rotary
+# GPT's contract (test_gpt_decoder.py), and lowers the trainer's whole step
+# to HLO for every bucket shape (test_trainer.py). On JAX, jit is XLA and a
+# step outside it runs op by op (a minute for the seq2seq contract), so
+# there the XLA variant is the contract.
 ON_TENSORFLOW = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow",
     reason="a graph step is TensorFlow's; on JAX the XLA variant is the contract",
@@ -145,9 +146,9 @@ def run_layer_test(
             assert keras.backend.standardize_dtype(out.dtype) == compute_dtype
             assert_close_to_scale(out, eager, rtol, policy)
     # 5. One training step, in a graph. Not compiled with XLA: every layer
-    # is inside a model whose contract (`run_model_test`) fits with XLA, and
-    # compiling each layer again was a fifth of the layer and model tests'
-    # time.
+    # is inside a model whose contract (`run_model_test`) fits with XLA (in
+    # the integration tier, see `FIT_STEP`), and compiling each layer again
+    # was a fifth of the layer and model tests' time.
     if fit:
         target = np.random.default_rng(0).normal(size=eager.shape).astype("float32")
         optimizer = keras.optimizers.SGD(0.1)
