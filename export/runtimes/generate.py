@@ -279,21 +279,16 @@ class LiteRTGenerator:
         top_k=0,
         top_p=1.0,
         seed=0,
-        keep_start=None,
     ):
         """(generated ids, their log-probabilities) after `prompt_ids`
-        (its last context - max_new_tokens ids, at most context - 1; with
-        `keep_start`, a first id that is the start token stays first; None:
-        when the tokenizer puts one first, as Llama 3's does)."""
+        (its last context - max_new_tokens ids, at most context - 1; a first
+        id that is the start token stays first, as Llama 3's tokenizer puts
+        it there and a prompt of ids may)."""
         check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
         keep = min(self.context - max_new_tokens, self.context - 1)
         ids = [int(i) for i in prompt_ids]
         if len(ids) > keep and ids[0] == self.start_id:
-            if keep_start is None:  # the tokenizer is read only for a cut
-                converted = self.tokenizer.converted  # None, BPE or token ids
-                keep_start = getattr(converted, "start", None) is not None
-            if keep_start:
-                ids = ids[:1] + ids[len(ids) - keep + 1 :]
+            ids = ids[:1] + ids[len(ids) - keep + 1 :]
         ids = ids[-keep:] or [self.start_id]
         cache = self.prefill(ids[:-1], self.new_cache())
         logits, cache = self.decode(ids[-1], len(ids) - 1, cache)

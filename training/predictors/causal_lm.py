@@ -293,8 +293,9 @@ class CausalLMPredictor(Predictor):
         """The token ids a prompt starts from: its tokens, cut from the left
         (with a warning on stderr) to leave `max_new_tokens` of the context
         and at most context - 1 ids; the start token alone for an empty
-        prompt. A start token the tokenizer puts first (`add_start_token`,
-        Llama 3's) stays first: the model never saw a text without it."""
+        prompt. A prompt that starts with the start token keeps it first
+        (Llama 3's tokenizer puts it there, and a prompt of ids may): the
+        model never saw a text without it."""
         if not isinstance(prompt, str):
             raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
         # At most context - 1, as the SavedModel and the device runtime keep
@@ -302,7 +303,7 @@ class CausalLMPredictor(Predictor):
         keep = min(self.context - max_new_tokens, self.context - 1)
         ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
         if len(ids) > keep:
-            pinned = getattr(self.tokenizer, "add_start_token", False)
+            pinned = ids[0] == self.tokenizer.start_id
             kept = (
                 f"its start token and last {keep - 1}" if pinned else f"its last {keep}"
             )

@@ -42,8 +42,8 @@ that an app owns the loop and the sampling:
   `(1, context)` out, the greedy KV-cached loop inside (one WHILE op, which
   the GPU delegate cannot run). The app cuts the prompt: the model reads its
   first context - 1 ids (leave room for the new tokens: at most context -
-  max_new_tokens; a tokenizer that puts a start token first, as Llama 3's
-  does, keeps it first in a cut prompt), clips `max_new_tokens` into [0,
+  max_new_tokens; a prompt that starts with the start token, as Llama 3's
+  tokenizer makes it, keeps it first when cut), clips `max_new_tokens` into [0,
   context - 1] and generates until [END] or the context ends. An empty
   prompt (all 0) starts from [START]. (A converted checkpoint's start and
   end ids are its own, in `text.json`'s `special_ids`, and it ends at each

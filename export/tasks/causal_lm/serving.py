@@ -92,9 +92,10 @@ class GeneratorGraph(tf.Module):
 
     def prompt_ids(self, prompt, keep):
         """Right-padded prompt ids `(batch, longest)`, each row its last
-        `keep[r]` tokens (the start token if none), and their counts. A start
-        token the tokenizer puts first (`add_start_token`) stays first in a
-        cut row, before the last `keep[r] - 1` tokens."""
+        `keep[r]` tokens (the start token if none), and their counts. A row
+        that starts with the start token (Llama 3's tokenizer puts it there,
+        and a prompt of ids may) keeps it first when cut, before its last
+        `keep[r] - 1` tokens."""
         prompt = tf.reshape(prompt, [-1])
         size = tf.strings.length(prompt)
         # The last MAX_INPUT_BYTES bytes: the end of a prompt is what counts.
@@ -109,9 +110,9 @@ class GeneratorGraph(tf.Module):
         width = tf.maximum(_max_or(kept, 0), 1)
         rows = _rows_from(ids.to_tensor(), lengths - kept, kept, width)
         empty = kept == 0
-        starts = empty
-        if getattr(self.tokenizer, "add_start_token", False):
-            starts = tf.logical_or(empty, lengths > kept)
+        first = ids[:, :1].to_tensor(default_value=-1, shape=[None, 1])[:, 0]
+        cut = tf.logical_and(lengths > kept, first == self.start_id)
+        starts = tf.logical_or(empty, cut)
         first = tf.range(width)[None, :] == 0
         rows = tf.where(tf.logical_and(starts[:, None], first), self.start_id, rows)
         return rows, tf.where(empty, 1, kept)

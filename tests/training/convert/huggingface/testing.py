@@ -36,14 +36,17 @@ def reference_greedy(reference, ids, steps, end):
     return ids
 
 
-def assert_predict_continues_ids(run, reference, capsys, prompt=(1, 5, 0, 12)):
+def assert_predict_continues_ids(
+    run, reference, capsys, prompt=(1, 5, 0, 12), kept=None
+):
     """`tfformer-predict` on the token-id run `run` continues `prompt` (id 0
     a real token of the checkpoint) by 6 greedy tokens (KV-cached), the ones
     a full forward pass of the keras-hub backbone `reference` picks one at a
-    time up to the end id 2."""
+    time up to the end id 2. `kept`: the ids of a prompt too long for the
+    context that predict keeps and prints (default: all of `prompt`)."""
     from tfformer.training.commands import predict as predict_cli
 
-    ids = reference_greedy(reference, list(prompt), 6, end=2)
+    ids = reference_greedy(reference, list(prompt if kept is None else kept), 6, end=2)
     text = " ".join(str(i) for i in prompt)
     code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", text])
     assert code == 0
