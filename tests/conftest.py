@@ -249,31 +249,29 @@ def tiny_translator_run(tmp_path_factory):
     )
 
 
+def _shared_run_with_data(tmp_path_factory, name, train):
+    """`shared_build` of `train(data_root, path)`: the run's data files (its
+    config points at them) go to a folder of their own beside the shared
+    one."""
+    data_root = tmp_path_factory.mktemp(f"{name}_data")
+    return shared_build(tmp_path_factory, name, lambda path: train(data_root, path))
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt_run(tmp_path_factory):
     """A two-layer byte-level GPT trained for 120 steps on one repeated line
-    (`tests/training/tiny.py`), shared like `tiny_translator_run`. Its text
-    file sits beside the shared folder, where the run's config points."""
+    (`tests/training/tiny.py`), shared like `tiny_translator_run`."""
     from tests.training.tiny import train_shared_gpt
 
-    text_root = tmp_path_factory.mktemp("tiny_gpt_text")
-    return shared_build(
-        tmp_path_factory,
-        "tiny_gpt",
-        lambda path: train_shared_gpt(text_root, path),
-    )
+    return _shared_run_with_data(tmp_path_factory, "tiny_gpt", train_shared_gpt)
 
 
 @pytest.fixture(scope="session")
 def tiny_classifier_run(tmp_path_factory):
     """A one-layer BERT classifier of two classes trained for 48 steps
-    (`tests/training/tiny.py`), shared like `tiny_gpt_run`; its sentence
-    files sit beside the shared folder, where the run's config points."""
+    (`tests/training/tiny.py`), shared like `tiny_translator_run`."""
     from tests.training.tiny import train_tiny_classifier
 
-    data_root = tmp_path_factory.mktemp("tiny_classifier_data")
-    return shared_build(
-        tmp_path_factory,
-        "tiny_classifier",
-        lambda path: train_tiny_classifier(data_root, path),
+    return _shared_run_with_data(
+        tmp_path_factory, "tiny_classifier", train_tiny_classifier
     )
