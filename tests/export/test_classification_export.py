@@ -31,7 +31,6 @@ from ..training.tiny import (
     train_tiny_classifier,
 )
 
-MAX_LENGTH = CLASSIFIER_MAX_LENGTH
 FLOATS = set(FLOAT_TYPES)
 
 
@@ -101,10 +100,12 @@ def test_tokenize_is_trainings_encoding(case):
     pairs = loaded.directory.manifest.pairs
     extra = [(long, "a plot"), ("a", long), (long, long)] if pairs else [long, "", "  "]
     texts = [*test, *extra]
-    rows, segments = encode_texts(tokenizer, texts, MAX_LENGTH)
+    rows, segments = encode_texts(tokenizer, texts, CLASSIFIER_MAX_LENGTH)
     out = call(served, "tokenize", texts)
     for i, (row, segment) in enumerate(zip(rows, segments, strict=True)):
-        assert out["token_ids"][i].tolist() == row + [0] * (MAX_LENGTH - len(row))
+        assert out["token_ids"][i].tolist() == row + [0] * (
+            CLASSIFIER_MAX_LENGTH - len(row)
+        )
         assert out["segment_ids"][i, : len(row)].tolist() == segment
     classified = call(served, "classify", extra)
     expected = [True, True, True] if pairs else [True, False, False]
@@ -153,7 +154,9 @@ def test_embed_is_the_pooled_vector_and_the_normalised_mean(case):
         out = backbone(inputs, training=training)
         return {"pooled": out["pooled_output"], "sequence": out["sequence_output"]}
 
-    rows, segments = encode_texts(loaded.tokenizers["text"], texts, MAX_LENGTH)
+    rows, segments = encode_texts(
+        loaded.tokenizers["text"], texts, CLASSIFIER_MAX_LENGTH
+    )
     for i, (row, segment) in enumerate(zip(rows, segments, strict=True)):
         got = encoder(
             {"token_ids": np.array([row]), "segment_ids": np.array([segment])},
@@ -240,7 +243,7 @@ def test_no_input_makes_classify_fail(case, batch):
     np.testing.assert_allclose(out["probabilities"].sum(-1), 1.0, atol=1e-5)
     np.testing.assert_array_equal(out["label_id"], out["probabilities"].argmax(-1))
     assert out["label"].astype(str).tolist() == [labels[i] for i in out["label_id"]]
-    budget = MAX_LENGTH - (3 if pairs else 2)
+    budget = CLASSIFIER_MAX_LENGTH - (3 if pairs else 2)
     tokenizer = loaded.tokenizers["text"]
     for row, parts in enumerate(batch):
         if any(len(t) > 16384 for t in parts):
@@ -286,7 +289,9 @@ def test_tflite_float32_equals_keras_on_every_test_input(case, device):
         "tokenizer.py",
     ]
     expected = keras_probabilities(loaded, test)
-    rows, segments = encode_texts(loaded.tokenizers["text"], test, MAX_LENGTH)
+    rows, segments = encode_texts(
+        loaded.tokenizers["text"], test, CLASSIFIER_MAX_LENGTH
+    )
     for i, text in enumerate(test):
         ids, kinds = runtime.encode(text)
         # The reference tokenizer gives training's ids.

@@ -110,8 +110,8 @@ class GeneratorGraph(tf.Module):
         width = tf.maximum(_max_or(kept, 0), 1)
         rows = _rows_from(ids.to_tensor(), lengths - kept, kept, width)
         empty = kept == 0
-        first = ids[:, :1].to_tensor(default_value=-1, shape=[None, 1])[:, 0]
-        cut = tf.logical_and(lengths > kept, first == self.start_id)
+        leading = ids[:, :1].to_tensor(default_value=-1, shape=[None, 1])[:, 0]
+        cut = tf.logical_and(lengths > kept, leading == self.start_id)
         starts = tf.logical_or(empty, cut)
         first = tf.range(width)[None, :] == 0
         rows = tf.where(tf.logical_and(starts[:, None], first), self.start_id, rows)

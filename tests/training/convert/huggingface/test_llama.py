@@ -269,14 +269,14 @@ def test_greedy_generation_equals_keras_hubs_argmax(tmp_path, capsys):
     assert_predict_continues_ids(run, reference, capsys)
     # A long prompt of ids keeps the bos first, before its last 25 ids, as
     # a Llama 3 text prompt keeps <|begin_of_text|>.
-    assert_predict_continues_ids(
-        run, reference, capsys, LONG_IDS, kept=[1, *LONG_IDS[-25:]]
-    )
+    assert_predict_continues_ids(run, reference, capsys, LONG_IDS, kept=LONG_IDS_KEPT)
 
 
 PROMPT = [1, 5, 0, 12]
 # Past the 26 ids a context of 32 leaves for 6 new tokens; the bos first.
 LONG_IDS = [1, *np.random.default_rng(4).integers(3, 40, 35).tolist()]
+# What a cut keeps of it: the bos, then the last 25 ids.
+LONG_IDS_KEPT = [1, *LONG_IDS[-25:]]
 
 
 def run_ending_at_two_ids(tmp_path, keras_hub):
@@ -406,7 +406,7 @@ def test_the_saved_model_generates_the_ids_predict_does(tmp_path, capsys):
     printed = capsys.readouterr().out.strip()
     out = served_greedy(served, [long], [6])
     assert out["prompt_tokens"].numpy().tolist() == [26]
-    kept = [str(i) for i in [1, *LONG_IDS[-25:]]]
+    kept = [str(i) for i in LONG_IDS_KEPT]
     assert [*kept, *out["text"].numpy()[0].decode().split()] == printed.split()
     # An id the checkpoint does not have fails the call, naming the range.
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"in \[0, 40\)"):
@@ -451,7 +451,7 @@ def test_the_tflite_model_generates_the_ids_predict_does(tmp_path, capsys):
     # A long prompt of ids keeps the bos first, as predict does.
     long = " ".join(map(str, LONG_IDS))
     assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", long]) == 0
-    kept = " ".join(map(str, [1, *LONG_IDS[-25:]]))
+    kept = " ".join(map(str, LONG_IDS_KEPT))
     text = runtime.generate_text(long, 6, greedy=True)
     assert f"{kept} {text}".strip() == capsys.readouterr().out.strip()
     new, _ = runtime.generate([2, 1, 10], 5, greedy=True)
