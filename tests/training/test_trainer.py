@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 import shutil
 
@@ -32,8 +33,11 @@ TINY = [
     "train.verbose=0",
     "train.final_evaluation_examples=16",
     "train.checkpoint_every_steps=3",
-    # No dropout: a resumed run then equals the finished one weight for weight.
-    "model.dropout=0.0",
+    # Dropout and executions of 2 steps: a run resumed after step 3 (mid
+    # execution) must still equal the finished one weight for weight, and
+    # the executions test evaluates the finished run.
+    "model.dropout=0.1",
+    "train.steps_per_execution=2",
 ]
 
 
@@ -296,13 +300,17 @@ def test_resuming_mid_epoch_equals_an_uninterrupted_run(finished, tmp_path):
     """A run killed after step 3 of a 4-step epoch, restarted from its backup,
     ends with the weights of a run that was never interrupted (the finished
     run, of the same settings): it continues at batch 4 of epoch 1 with the
-    optimizer state (and schedule) of step 3."""
+    optimizer state (and schedule) and the dropout draws of step 3. The
+    backup comes from executions of one step, so the resumed run's
+    executions of two start with a partial one."""
     _, full = finished
     config = tiny_config(tmp_path)
     _write_backup_after(config, steps=3)
     messages = []
     resumed = train(config, progress=messages.append)
-    assert any("Resuming from step 3: epoch 1, batch 4" in m for m in messages)
+    assert any("Resuming from step 3: epoch 1, batch 4" in m for m in messages), (
+        messages
+    )
     assert resumed.metrics["global_step"] == 8
     for a, b in zip(full.model.weights, resumed.model.weights, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
@@ -312,7 +320,9 @@ def _write_backup_after(config, steps):
     """The backup a run of `config` leaves after `steps` optimizer steps."""
     data = build_dataset(config, None, progress=lambda *_: None)
     keras.utils.set_random_seed(config.train.seed)
-    model = compile_model(build_model(config, data), config)
+    parent = os.path.dirname(config.train.output_dir)
+    one_step = tiny_config(pathlib.Path(parent), "train.steps_per_execution=1")
+    model = compile_model(build_model(config, data), one_step)
     stream = pipeline.training_stream(
         data.examples["train"],
         batch_size=config.train.batch_size,
@@ -390,22 +400,23 @@ def test_float16_compiles_with_loss_scaling_and_float32_logits(tmp_path):
     ["false", pytest.param("true", marks=pytest.mark.integration)],
     ids=["graph", "xla"],
 )
-def test_executions_of_several_steps_evaluate_each_example_once(tmp_path, jit_compile):
+def test_executions_of_several_steps_evaluate_each_example_once(
+    finished, tmp_path, jit_compile
+):
     """Executions of 2 steps, with dropout, train 2 epochs of 4 steps.
     Validation and test splits of 3 batches in executions of 2 steps: the
     figures equal a one-step-at-a-time evaluation of a single pass. (A
     repeated dataset read 4 batches a pass, the first one twice, and the
-    second epoch's validation started mid-pass.) In a graph by default;
-    compiled with XLA (the trainer's XLA path, the recipes') in the
-    integration tier."""
-    config = tiny_config(
-        tmp_path,
-        "train.steps_per_execution=2",
-        f"train.jit_compile={jit_compile}",
-        "model.dropout=0.1",
-        "train.final_evaluation=false",
-    )
-    result = train(config, progress=lambda *_: None)
+    second epoch's validation started mid-pass.) In a graph (the finished
+    run's settings) by default; compiled with XLA (the trainer's XLA path,
+    the recipes') in the integration tier."""
+    if jit_compile == "false":
+        _, result = finished
+    else:
+        config = tiny_config(
+            tmp_path, "train.jit_compile=true", "train.final_evaluation=false"
+        )
+        result = train(config, progress=lambda *_: None)
     data, model = result.data, result.model
     assert model.jit_compile is (jit_compile == "true")
     assert result.metrics["global_step"] == 8

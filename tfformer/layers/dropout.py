@@ -37,11 +37,33 @@ class Dropout(keras.layers.Dropout):
     with Keras's dropout and about 90 ms with Threefry (no dropout: 400 ms).
     TensorFlow's kernels outside XLA do not run Threefry, so eager calls and
     graphs without XLA keep Philox. Other backends use Keras's dropout
-    unchanged (JAX's generator is Threefry already). Same seed, same masks:
-    a resumed run draws the masks an uninterrupted one would. The masks
-    differ from `keras.layers.Dropout`'s for the same seed (another
-    generator), and between XLA and non-XLA execution.
+    unchanged (JAX's generator is Threefry already). The masks differ from
+    `keras.layers.Dropout`'s for the same seed (another generator), and
+    between XLA and non-XLA execution.
+
+    Unlike `keras.layers.Dropout`, the layer saves its seed generator's state
+    with its weights (`save_weights`, `.keras`): a run resumed from a backup
+    goes on drawing the masks an uninterrupted run would, instead of the
+    masks of its first steps again. Weights saved without that state (by
+    `keras.layers.Dropout`, or by tfformer before it kept it) load too, and
+    leave the state as it is.
     """
+
+    SEED_STATE = "seed_generator_state"
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        if getattr(self, "seed_generator", None) is not None:
+            store[self.SEED_STATE] = self.seed_generator.state
+
+    def load_own_variables(self, store):
+        generator = getattr(self, "seed_generator", None)
+        if self.SEED_STATE in store and generator is not None:
+            generator.state.assign(store[self.SEED_STATE])
+        # Keras's own check counts the stored entries against the layer's
+        # variables, which do not include the generator's state.
+        rest = {k: store[k] for k in store.keys() if k != self.SEED_STATE}
+        super().load_own_variables(rest)
 
     def call(self, inputs, training=False):
         if not training or self.rate <= 0:

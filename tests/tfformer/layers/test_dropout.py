@@ -61,6 +61,47 @@ def test_config_round_trip_and_a_keras_dropout_subclass():
     assert again.get_config() == layer.get_config()
 
 
+def _dropout_model(seed):
+    inputs = keras.Input((16,))
+    return keras.Model(inputs, keras.layers.Dense(4)(Dropout(0.5, seed=seed)(inputs)))
+
+
+def test_saved_weights_keep_the_generator_so_a_restored_model_draws_on(tmp_path):
+    """A model restored from `save_weights` (a run's backup) or a `.keras`
+    file draws the masks the saved one would have drawn next, not its first
+    masks again (which is what keras.layers.Dropout's weights give)."""
+    x = np.ones((8, 16), "float32")
+    model = _dropout_model(seed=5)
+    layer = model.layers[1]
+    first = [np.asarray(layer(x, training=True)) for _ in range(3)]
+    model.save_weights(tmp_path / "backup.weights.h5")
+    model.save(tmp_path / "model.keras")
+    expected = np.asarray(layer(x, training=True))  # the fourth draw
+
+    restored = _dropout_model(seed=5)
+    restored.load_weights(tmp_path / "backup.weights.h5")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    for again in (restored.layers[1], loaded.layers[1]):
+        draw = np.asarray(again(x, training=True))
+        np.testing.assert_array_equal(draw, expected)
+        assert not any(np.array_equal(draw, f) for f in first)
+
+
+def test_weights_saved_without_the_generator_state_still_load(tmp_path):
+    # keras.layers.Dropout stores nothing for the layer: its weights load
+    # into tfformer's Dropout, whose generator keeps its own state.
+    inputs = keras.Input((16,))
+    dense = keras.layers.Dense(4)
+    keras_model = keras.Model(inputs, dense(keras.layers.Dropout(0.5)(inputs)))
+    keras_model.save_weights(tmp_path / "keras.weights.h5")
+    model = _dropout_model(seed=5)
+    model.load_weights(tmp_path / "keras.weights.h5")
+    np.testing.assert_array_equal(
+        np.asarray(model.layers[2].kernel), np.asarray(dense.kernel)
+    )
+    assert np.asarray(model.layers[1].seed_generator.state)[1] == 0
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_dtype_is_kept(dtype):
     x = keras.ops.ones((8, 8), dtype=dtype)
