@@ -1,6 +1,7 @@
 """The distribution installs one import name, `tfformer`, and the model
 library never imports the training program, the exporters or the run format."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -97,25 +98,40 @@ def test_generic_top_level_names_are_not_importable(tmp_path):
     # directory), the installed package provides no `training` or `export`.
     # (This environment has the test tools besides; a fresh virtual
     # environment has no other package that could provide them either.)
+    # Their installed names are imported by the compiled-run test below.
     for name in ("training", "export"):
         result = _run(f"import {name}", tmp_path)
         assert result.returncode != 0 and "No module named" in result.stderr, name
-    result = _run("import tfformer.training.config, tfformer.export.cli", tmp_path)
-    assert result.returncode == 0, result.stderr
 
 
-def test_the_model_library_imports_nothing_of_training_export_runs_or_preprocessing(
+def test_the_model_library_alone_imports_nothing_else_and_loads_saved_models(
     tmp_path,
 ):
+    # One fresh process: the model library imports nothing of the training
+    # program, the exporters, the run format or the preprocessing; then
+    # `import tfformer` alone (not tfformer.layers by name) finds every
+    # registered layer of a saved model, and still imports no training code.
+    from tfformer.models import gpt_decoder
+
+    path = str(tmp_path / "gpt.keras")
+    gpt_decoder(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16).save(
+        path
+    )
     code = (
-        "import sys, tfformer.layers, tfformer.models, tfformer.decoding\n"
+        "import json, sys, tfformer.layers, tfformer.models, tfformer.decoding\n"
         "bad = [m for m in sys.modules if m.split('.')[:2] in "
         "(['tfformer', 'training'], ['tfformer', 'export'], ['tfformer', 'runs'], "
         "['tfformer', 'preprocessing'])]\n"
-        "print(bad); sys.exit(1 if bad else 0)\n"
+        "import tfformer, keras\n"
+        "assert callable(tfformer.load)\n"
+        f"keras.saving.load_model({path!r}, compile=False)\n"
+        "training = [m for m in sys.modules if m.startswith('tfformer.training')]\n"
+        "print(json.dumps([bad, training]))\n"
     )
     result = _run(code, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == 0, result.stderr[-2000:]
+    library, loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert library == [] and loaded == [], (library, loaded)
 
 
 def test_training_and_export_never_import_each_other():
@@ -138,20 +154,6 @@ def test_training_and_export_never_import_each_other():
     assert not [m for m in imported("export") if m.startswith("tfformer.training")]
 
 
-def test_import_tfformer_is_enough_to_load_a_saved_model(tmp_path):
-    # A fresh process that imports only `tfformer` (not tfformer.layers by
-    # name) must find every registered layer of a saved model.
-    from tfformer.models import gpt_decoder
-
-    path = str(tmp_path / "gpt.keras")
-    gpt_decoder(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16).save(
-        path
-    )
-    code = f"import tfformer, keras; keras.saving.load_model({path!r}, compile=False)"
-    result = _run(code, tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-
-
 def test_import_tfformer_training_is_enough_to_load_a_compiled_run(tmp_path):
     from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
     from tfformer.training.config import load_config
@@ -172,6 +174,11 @@ def test_import_tfformer_training_is_enough_to_load_a_compiled_run(tmp_path):
     data = PreparedData({"text": ByteTokenizer()}, {}, {}, (64,))
     path = str(tmp_path / "compiled.keras")
     compile_model(build_model(config, data), config).save(path)
-    code = f"import tfformer.training, keras; keras.saving.load_model({path!r})"
+    # Then, in the same process, the installed names of the training program
+    # and the exporters import from outside the checkout.
+    code = (
+        f"import tfformer.training, keras; keras.saving.load_model({path!r})\n"
+        "import tfformer.training.config, tfformer.export.cli\n"
+    )
     result = _run(code, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
