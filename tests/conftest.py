@@ -275,3 +275,18 @@ def tiny_classifier_run(tmp_path_factory):
     return _shared_run_with_data(
         tmp_path_factory, "tiny_classifier", train_tiny_classifier
     )
+
+
+def pytest_collection_finish(session):
+    """Once a worker has imported everything, its imported objects leave the
+    garbage collector's view (`gc.freeze`), and full collections come ten
+    times rarer: a worker's heap of modules and traced graphs made each full
+    collection cost about half a second. On test_generator.py and
+    test_trainer.py in one process: 7.7 CPU-seconds of collection (6.1 of
+    them in 12 full ones) before, 3.7 after (2.2 of them pytest's own at the
+    session's end), peak memory 1.40 GB and 1.48 GB."""
+    import gc
+
+    gc.freeze()
+    generation0, generation1, _ = gc.get_threshold()
+    gc.set_threshold(generation0, generation1, 100)
