@@ -279,9 +279,10 @@ def tiny_classifier_run(tmp_path_factory):
 
 def pytest_collection_finish(session):
     """Once a worker has imported everything, its imported objects leave the
-    garbage collector's view (`gc.freeze`), and full collections come ten
-    times rarer: a worker's heap of modules and traced graphs made each full
-    collection cost about half a second. On test_generator.py and
+    garbage collector's view (`gc.freeze`), and a full collection waits for
+    100 younger ones instead of CPython 3.11's 10: a worker's heap of modules
+    and traced graphs made each full collection cost about half a second.
+    On test_generator.py and
     test_trainer.py in one process: 7.7 CPU-seconds of collection (6.1 of
     them in 12 full ones) before, 3.7 after (2.2 of them pytest's own at the
     session's end), peak memory 1.40 GB and 1.48 GB."""

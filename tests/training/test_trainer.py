@@ -425,6 +425,8 @@ def test_executions_of_several_steps_evaluate_each_example_once(
     once_a_step = tiny_config(
         tmp_path, "train.steps_per_execution=1", f"train.jit_compile={jit_compile}"
     )
+    # Recompiling replaces the shared finished model's optimizer, not its
+    # weights, which are all the tests after this one read of it.
     compile_model(model, once_a_step)
     for split, prefix in (("validation", "val_"), ("test", "test_")):
         once = pipeline.evaluation_dataset(

@@ -46,7 +46,8 @@ class Dropout(keras.layers.Dropout):
     goes on drawing the masks an uninterrupted run would, instead of the
     masks of its first steps again. Weights saved without that state (by
     `keras.layers.Dropout`, or by tfformer before it kept it) load too, and
-    leave the state as it is.
+    leave the state as it is; the other way, `keras.layers.Dropout` refuses
+    the extra entry (`load_weights(skip_mismatch=True)` skips it).
     """
 
     SEED_STATE = "seed_generator_state"
@@ -57,13 +58,14 @@ class Dropout(keras.layers.Dropout):
             store[self.SEED_STATE] = self.seed_generator.state
 
     def load_own_variables(self, store):
+        # Keras's own check counts the stored entries against the layer's
+        # variables, which do not include the generator's state; it runs
+        # first, so a refused entry leaves the layer as it was.
+        rest = {k: store[k] for k in store.keys() if k != self.SEED_STATE}
+        super().load_own_variables(rest)
         generator = getattr(self, "seed_generator", None)
         if self.SEED_STATE in store and generator is not None:
             generator.state.assign(store[self.SEED_STATE])
-        # Keras's own check counts the stored entries against the layer's
-        # variables, which do not include the generator's state.
-        rest = {k: store[k] for k in store.keys() if k != self.SEED_STATE}
-        super().load_own_variables(rest)
 
     def call(self, inputs, training=False):
         if not training or self.rate <= 0:
