@@ -122,6 +122,68 @@ def _escape_re2(text):
     return "".join(one(c) for c in text)
 
 
+def merge_symbols(values, splits, merge_rank):
+    """BPE over every piece at once: `values` (symbols, flat) in rows cut
+    at `splits`, and `merge_rank` a table of "left right" to the pair's rank
+    (lower first; `NO_MERGE` for a pair that does not merge); returns the
+    merged symbols the same way.
+
+    Each pass merges, in every row, every occurrence of the row's
+    lowest-rank pair, left to right without overlap (GPT-2's own
+    `bpe()`; Hugging Face's heap merges them one at a time, leftmost
+    first, to the same result: a pair involving a merged token always
+    ranks after the merge that made it). The passes are as many as the
+    distinct merges of the longest piece, not its merges.
+    """
+
+    def body(values, splits, _):
+        rows = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
+        row_of = rows.value_rowids()
+        count = tf.size(values, out_type=tf.int64)
+        index = tf.range(count)
+        position = index - tf.gather(splits, row_of)
+        length = tf.gather(rows.row_lengths(), row_of)
+        following = tf.concat([values, [""]], 0)[1:]
+        has_pair = position + 1 < length
+        rank = merge_rank.lookup(tf.strings.join([values, following], " "))
+        rank = tf.where(has_pair, rank, NO_MERGE)
+        best = tf.math.unsorted_segment_min(rank, row_of, rows.nrows())
+        is_best = tf.logical_and(rank < NO_MERGE, rank == tf.gather(best, row_of))
+        # In a run of consecutive occurrences ("a a a" and the pair
+        # "a a"), the 1st, 3rd, ... start a merge. Runs never cross rows
+        # (a row's last symbol has no pair).
+        run = tf.cumsum(tf.cast(tf.logical_not(is_best), tf.int64))
+        run_start = tf.math.unsorted_segment_min(
+            tf.where(is_best, index, tf.int64.max), run, count + 1
+        )
+        offset = index - tf.gather(run_start, run)
+        merge_here = tf.logical_and(is_best, offset % 2 == 0)
+        dropped = tf.concat([[False], merge_here], 0)[:-1]
+        values = tf.where(merge_here, tf.strings.join([values, following]), values)
+        kept = tf.logical_not(dropped)
+        new_lengths = tf.math.unsorted_segment_sum(
+            tf.cast(kept, tf.int64), row_of, rows.nrows()
+        )
+        splits = tf.concat([[0], tf.cumsum(new_lengths)], 0)
+        return (
+            tf.boolean_mask(values, kept),
+            splits,
+            tf.reduce_any(rank < NO_MERGE),
+        )
+
+    values, splits, _ = tf.while_loop(
+        lambda values, splits, merged: merged,
+        body,
+        (values, splits, tf.constant(True)),
+        shape_invariants=(
+            tf.TensorShape([None]),
+            tf.TensorShape([None]),
+            tf.TensorShape([]),
+        ),
+    )
+    return values, splits
+
+
 class ByteLevelBPETokenizer(tf.Module):
     """GPT-2's byte-level BPE: strings to int32 ids and back, core ops only.
 
@@ -331,7 +393,9 @@ class ByteLevelBPETokenizer(tf.Module):
         )
         take = tf.ragged.range(lengths) + starts[:, None]
         symbols = tf.gather(tf.concat([characters, whole], 0), take.flat_values)
-        values, splits = self._merge(symbols, tf.cast(take.row_splits, tf.int64))
+        values, splits = merge_symbols(
+            symbols, tf.cast(take.row_splits, tf.int64), self._merge_rank
+        )
         ids = self._token_to_id.lookup(values) + self.id_offset
         per_piece = tf.RaggedTensor.from_row_splits(ids, splits, validate=False)
         nested = tf.RaggedTensor.from_row_splits(
@@ -342,65 +406,6 @@ class ByteLevelBPETokenizer(tf.Module):
             start = tf.fill([ids.nrows(), 1], tf.constant(self.start_id, tf.int32))
             ids = tf.concat([tf.RaggedTensor.from_tensor(start), ids], axis=1)
         return ids
-
-    def _merge(self, values, splits):
-        """BPE over every piece at once: `values` (symbols, flat) in rows cut
-        at `splits`; returns the merged ones the same way.
-
-        Each pass merges, in every row, every occurrence of the row's
-        lowest-rank pair, left to right without overlap (GPT-2's own
-        `bpe()`; Hugging Face's heap merges them one at a time, leftmost
-        first, to the same result: a pair involving a merged token always
-        ranks after the merge that made it). The passes are as many as the
-        distinct merges of the longest piece, not its merges.
-        """
-
-        def body(values, splits, _):
-            rows = tf.RaggedTensor.from_row_splits(values, splits, validate=False)
-            row_of = rows.value_rowids()
-            count = tf.size(values, out_type=tf.int64)
-            index = tf.range(count)
-            position = index - tf.gather(splits, row_of)
-            length = tf.gather(rows.row_lengths(), row_of)
-            following = tf.concat([values, [""]], 0)[1:]
-            has_pair = position + 1 < length
-            rank = self._merge_rank.lookup(tf.strings.join([values, following], " "))
-            rank = tf.where(has_pair, rank, NO_MERGE)
-            best = tf.math.unsorted_segment_min(rank, row_of, rows.nrows())
-            is_best = tf.logical_and(rank < NO_MERGE, rank == tf.gather(best, row_of))
-            # In a run of consecutive occurrences ("a a a" and the pair
-            # "a a"), the 1st, 3rd, ... start a merge. Runs never cross rows
-            # (a row's last symbol has no pair).
-            run = tf.cumsum(tf.cast(tf.logical_not(is_best), tf.int64))
-            run_start = tf.math.unsorted_segment_min(
-                tf.where(is_best, index, tf.int64.max), run, count + 1
-            )
-            offset = index - tf.gather(run_start, run)
-            merge_here = tf.logical_and(is_best, offset % 2 == 0)
-            dropped = tf.concat([[False], merge_here], 0)[:-1]
-            values = tf.where(merge_here, tf.strings.join([values, following]), values)
-            kept = tf.logical_not(dropped)
-            new_lengths = tf.math.unsorted_segment_sum(
-                tf.cast(kept, tf.int64), row_of, rows.nrows()
-            )
-            splits = tf.concat([[0], tf.cumsum(new_lengths)], 0)
-            return (
-                tf.boolean_mask(values, kept),
-                splits,
-                tf.reduce_any(rank < NO_MERGE),
-            )
-
-        values, splits, _ = tf.while_loop(
-            lambda values, splits, merged: merged,
-            body,
-            (values, splits, tf.constant(True)),
-            shape_invariants=(
-                tf.TensorShape([None]),
-                tf.TensorShape([None]),
-                tf.TensorShape([]),
-            ),
-        )
-        return values, splits
 
     # -- detokenize ------------------------------------------------------------
 

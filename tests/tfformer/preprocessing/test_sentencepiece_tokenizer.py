@@ -1,0 +1,305 @@
+"""`SentencePieceTokenizer` (SentencePiece's BPE in core TensorFlow ops)
+against the `sentencepiece` package on BPE models it trains here with
+byte fallback, in Llama 2's settings (dummy prefix, whitespace kept, digits
+split), Gemma's (no dummy prefix) and SentencePiece's defaults (extra
+whitespace removed): the same ids for fixed cases and 1,000 random strings
+of several scripts, emoji, whitespace runs, NUL and a user-defined piece;
+the same text decoded; and the model files it refuses, named."""
+
+import io
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfformer.errors import InputError
+from tfformer.preprocessing.sentencepiece_tokenizer import (
+    SentencePieceTokenizer,
+    read_model_proto,
+)
+
+spm = pytest.importorskip("sentencepiece")
+
+TOOL = "<|tool|>"  # a user-defined piece: matched first, never merged
+CORPUS_WORDS = (
+    "the quick brown fox jumps over the lazy dog while a naïve café owner "
+    "sings 2024 songs über straße 東京 大阪 тест слово مرحبا שלום 😀 "
+    "tools <|tool|> called twice, then    spaces\tand\nlines"
+).split(" ")
+SETTINGS = {
+    # Llama 2's tokenizer.model: identity normalizer, dummy prefix, extra
+    # whitespace kept, digits split, whitespace-only pieces, byte fallback.
+    "llama2": dict(
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+    ),
+    # Gemma's: no dummy prefix either.
+    "gemma": dict(
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        split_digits=True,
+        allow_whitespace_only_pieces=True,
+    ),
+    # SentencePiece's own defaults (with the identity normalizer).
+    "defaults": dict(add_dummy_prefix=True, remove_extra_whitespaces=True),
+}
+CASES = [
+    "Hello world",
+    "the quick brown fox",
+    "",
+    " ",
+    "   ",
+    "  lead and trail  ",
+    "a  b   c",
+    "tab\tand\nnewline\r\n",
+    "\nstarts with a line break",
+    "naïve café 2024",
+    "東京 тест مرحبا 😀😀",
+    "unseen: ξψω ☃ 𝄞 \u200b",
+    TOOL,
+    f"x{TOOL}y {TOOL}{TOOL}",
+    "\x00",
+    "a\x00b \x00 \x00\x00c",
+    "\ufdd0\ufdd1\ufdd2 x\ufdd0",
+    "\ufffd replacement",
+]
+POOL = [
+    *list("abcdefghijklmnopqrstuvwxyz ABC  \n\t0123456789.,!?-_'"),
+    "é",
+    "ß",
+    "ü",
+    "東",
+    "京",
+    "т",
+    "ж",
+    "م",
+    "ש",
+    "😀",
+    "🎉",
+    "ξ",
+    "☃",
+    "\u3000",
+    "\xa0",
+    "\r",
+    "\x00",
+    "\ufdd0",
+    "\ufffd",
+    "\u0301",
+    "the ",
+    " fox",
+    "straße",
+    TOOL,
+    "<|",
+    "|>",
+]
+
+
+def train(settings, vocab_size=500):
+    rng = random.Random(0)
+    lines = [
+        " ".join(rng.choice(CORPUS_WORDS) for _ in range(rng.randint(3, 12)))
+        for _ in range(1500)
+    ]
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        byte_fallback=True,
+        normalization_rule_name="identity",
+        user_defined_symbols=[TOOL],
+        character_coverage=1.0,
+        # The corpus has fewer merges than that: as many as there are.
+        hard_vocab_limit=False,
+        minloglevel=2,
+        **settings,
+    )
+    return model.getvalue()
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def pair(request):
+    data = train(SETTINGS[request.param])
+    reference = spm.SentencePieceProcessor(model_proto=data)
+    ours = SentencePieceTokenizer.from_model(read_model_proto(data))
+    return request.param, reference, ours
+
+
+def random_texts(n, seed=0):
+    rng = random.Random(seed)
+    return [
+        "".join(rng.choice(POOL) for _ in range(rng.randint(0, 30))) for _ in range(n)
+    ]
+
+
+def test_the_same_ids_as_sentencepiece(pair):
+    name, reference, ours = pair
+    texts = CASES + random_texts(1000)
+    want = [reference.encode(t) for t in texts]
+    got = ours.tokenize(tf.constant(texts)).to_list()
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, (name, mismatched[:3])
+    # Merges happened (not character by character), bytes fell back, and the
+    # user-defined piece is one id.
+    pieces = [reference.id_to_piece(i) for row in want for i in row]
+    assert len(want[CASES.index("the quick brown fox")]) <= 4
+    assert "<0xE2>" in pieces  # ☃'s first byte: no piece of the model
+    assert reference.piece_to_id(TOOL) in want[CASES.index(TOOL)]
+
+
+def test_text_decodes_as_sentencepiece_decodes(pair):
+    name, reference, ours = pair
+    texts = CASES + random_texts(300, seed=1)
+    ids = ours.tokenize(tf.constant(texts))
+    got = [b.decode("utf-8") for b in ours.detokenize(ids).numpy()]
+    want = [reference.decode(row) for row in ids.to_list()]
+    assert got == want, name
+    # What the normalizer kept comes back: everything, but for the extra
+    # spaces the defaults remove.
+    if name != "defaults":
+        assert got == texts
+    # Any ids but byte pieces (whose bytes need not be UTF-8): control and
+    # lone "▁" pieces first, unknown ones, pieces anywhere.
+    rng = random.Random(5)
+    size = reference.get_piece_size()
+    rows = [
+        [i for i in rng.choices(range(size), k=rng.randint(0, 12))] for _ in range(1000)
+    ]
+    rows = [[i for i in row if not reference.is_byte(i)] for row in rows]
+    space, word = reference.piece_to_id("\u2581"), reference.piece_to_id("\u2581the")
+    bos, unk = reference.bos_id(), reference.unk_id()
+    rows += [
+        [bos, space, space, word],
+        [space, word, space],
+        [space, space],
+        [unk, word],
+        [bos, word, bos, word],
+    ]
+    got = ours.detokenize(tf.ragged.constant(rows, dtype=tf.int32)).numpy()
+    want = [reference.decode(row) for row in rows]
+    assert [b.decode("utf-8") for b in got] == want, name
+
+
+def test_start_token_and_ids_outside_the_model(pair):
+    _, reference, _ = pair
+    with_start = SentencePieceTokenizer.from_model(
+        read_model_proto(reference.serialized_model_proto()), add_start_token=True
+    )
+    ids = with_start.tokenize(tf.constant(["Hello world", ""])).to_list()
+    bos = reference.bos_id()
+    assert ids == [[bos, *reference.encode("Hello world")], [bos]]
+    # Control pieces decode to nothing; ids outside the model are dropped.
+    row = [bos, *reference.encode("Hello"), 10**6, reference.eos_id()]
+    assert with_start.detokenize(tf.ragged.constant([row])).numpy() == [b"Hello"]
+
+
+def test_an_id_offset_keeps_id_0_for_padding(pair):
+    _, reference, _ = pair
+    shifted = SentencePieceTokenizer.from_model(
+        read_model_proto(reference.serialized_model_proto()), id_offset=1
+    )
+    texts = ["Hello world", "東京 ☃", ""]
+    ids = shifted.tokenize(tf.constant(texts))
+    assert ids.to_list() == [[i + 1 for i in reference.encode(t)] for t in texts]
+    assert shifted.end_id == reference.eos_id() + 1
+    padded = ids.to_tensor(shape=[3, 12]).numpy()  # padding: 0
+    assert [b.decode() for b in shifted.detokenize(padded).numpy()] == texts
+
+
+def test_tokenizes_inside_a_traced_function(pair):
+    _, reference, ours = pair
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def ids(texts):
+        return ours.tokenize(texts).to_tensor()
+
+    texts = ["Hello world", "東京 😀", ""]
+    got = ids(tf.constant(texts)).numpy()
+    for row, text in zip(got, texts, strict=True):
+        want = reference.encode(text)
+        assert row[: len(want)].tolist() == want and not row[len(want) :].any()
+
+
+def test_a_saved_tokenizer_loads_equal(pair, tmp_path):
+    _, reference, ours = pair
+    path = str(tmp_path / "tokenizer.json")
+    ours.save(path)
+    again = SentencePieceTokenizer.load(path)
+    texts = random_texts(50, seed=2)
+    assert again.tokenize(tf.constant(texts)).to_list() == [
+        reference.encode(t) for t in texts
+    ]
+
+
+# -- files it refuses ----------------------------------------------------------
+
+
+def test_models_it_does_not_reproduce_are_refused_naming_why():
+    base = dict(
+        vocab_size=400, normalization_rule_name="identity", hard_vocab_limit=False
+    )
+    cases = [
+        (dict(model_type="unigram", byte_fallback=True), "model_type 'unigram'"),
+        (dict(model_type="bpe", byte_fallback=False), "byte_fallback=false"),
+        (
+            dict(model_type="bpe", byte_fallback=True, normalization_rule_name="nfkc"),
+            "normalizer 'nfkc' maps characters",
+        ),
+        (
+            dict(model_type="bpe", byte_fallback=True, treat_whitespace_as_suffix=True),
+            "treat_whitespace_as_suffix",
+        ),
+    ]
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(CORPUS_WORDS) for _ in range(8)) for _ in range(300)]
+    for settings, message in cases:
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines),
+            model_writer=model,
+            minloglevel=2,
+            **{**base, **settings},
+        )
+        with pytest.raises(InputError, match="does not reproduce") as error:
+            SentencePieceTokenizer.from_model(
+                read_model_proto(model.getvalue(), "m.model"), where="m.model"
+            )
+        assert message in str(error.value) and "m.model" in str(error.value)
+
+
+def test_a_damaged_model_file_is_named():
+    data = train(SETTINGS["llama2"])
+    for damaged in (data[: len(data) // 2], b"\xff" * 11, b"not a model"):
+        with pytest.raises(InputError, match=r"tokenizer\.model is damaged"):
+            read_model_proto(damaged)
+    reference = spm.SentencePieceProcessor(model_proto=data)
+    assert len(read_model_proto(data)["pieces"]) == reference.get_piece_size()
+
+
+def test_bad_pieces_are_refused():
+    model = read_model_proto(train(SETTINGS["llama2"]))
+    pieces = list(model["pieces"])
+    options = dict(
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        start_token="<s>",
+        end_token="</s>",
+    )
+    with pytest.raises(InputError, match="repeat"):
+        SentencePieceTokenizer([*pieces, pieces[5]], **options)
+    with pytest.raises(InputError, match="holds a space"):
+        SentencePieceTokenizer([*pieces, ("a b", 0.0, 1)], **options)
+    with pytest.raises(InputError, match="byte pieces"):
+        SentencePieceTokenizer([p for p in pieces if p[0] != "<0x41>"], **options)
+    with pytest.raises(InputError, match="start_token='<bos>'"):
+        SentencePieceTokenizer(pieces, **{**options, "start_token": "<bos>"})
+    # An unused piece that merges could make.
+    merged = next(p for p, _, t in pieces if t == 1 and len(p) == 2)
+    unused = [(p, s, 5 if p == merged else t) for p, s, t in pieces]
+    with pytest.raises(InputError, match="unused piece"):
+        SentencePieceTokenizer(unused, **options)
+    assert np.isfinite([s for _, s, _ in pieces]).all()
