@@ -386,6 +386,108 @@ class ByteLevelBPE:
         return data.decode("utf-8", "replace")
 
 
+class SentencePieceBPE:
+    """A SentencePiece BPE model (Llama 2's, Gemma's) from a run's
+    `text_tokenizer.json`: its pieces as `[piece, score, type]` in id order
+    (types 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)."""
+
+    MERGEABLE = (1, 4, 5)
+
+    def __init__(self, spec):
+        self.pieces = [(p, float(s), int(t)) for p, s, t in spec["pieces"]]
+        self.offset = spec["id_offset"]
+        self.add_dummy_prefix = spec["add_dummy_prefix"]
+        self.remove_extra_whitespaces = spec["remove_extra_whitespaces"]
+        index = {p: i for i, (p, _, _) in enumerate(self.pieces)}
+        self.mergeable = {
+            p: i for p, i in index.items() if self.pieces[i][2] in self.MERGEABLE
+        }
+        # A pair merges when its concatenation is a piece: the highest score
+        # first, the leftmost among equal scores.
+        self.ranks = {}
+        for piece, i in self.mergeable.items():
+            for cut in range(1, len(piece)):
+                left, right = piece[:cut], piece[cut:]
+                if left in self.mergeable and right in self.mergeable:
+                    self.ranks[(left, right)] = -self.pieces[i][1]
+        self.user = sorted(
+            (p for p, _, t in self.pieces if t == 4), key=len, reverse=True
+        )
+        self.byte_ids = [index[f"<0x{b:02X}>"] for b in range(256)]
+        self.start = None
+        if spec["add_start_token"]:
+            self.start = index[spec["start_token"]] + self.offset
+
+    def normalize(self, text):
+        if self.remove_extra_whitespaces:
+            text = re.sub(" +", " ", text.strip(" "))
+        if self.add_dummy_prefix and text:
+            text = " " + text
+        return text.replace(" ", "\u2581")
+
+    def merge(self, symbols):
+        while True:
+            ranks = [self.ranks.get(p) for p in itertools.pairwise(symbols)]
+            known = [r for r in ranks if r is not None]
+            if not known:
+                return symbols
+            best, merged, k = min(known), [], 0
+            while k < len(symbols):
+                if k + 1 < len(symbols) and ranks[k] == best:
+                    merged.append(symbols[k] + symbols[k + 1])
+                    k += 2
+                else:
+                    merged.append(symbols[k])
+                    k += 1
+            symbols = merged
+
+    def ids(self, text):
+        out = [] if self.start is None else [self.start]
+        text = self.normalize(text)
+        # User-defined pieces first (longest first), never merged.
+        pattern = "|".join(re.escape(p) for p in self.user)
+        parts = re.split(f"({pattern})", text) if pattern else [text]
+        for k, part in enumerate(parts):
+            if not part:
+                continue
+            if k % 2 and pattern:
+                out.append(self.mergeable[part] + self.offset)
+                continue
+            for symbol in self.merge(list(part)):
+                if symbol in self.mergeable:
+                    out.append(self.mergeable[symbol] + self.offset)
+                else:  # byte fallback
+                    out.extend(self.byte_ids[b] + self.offset for b in symbol.encode())
+        return out
+
+    def text(self, ids):
+        """Pieces back to text as `sentencepiece` decodes them: bytes for byte
+        pieces, nothing for control ones, " \u2047 " for the unknown one,
+        spaces for "\u2581"; while nothing is written yet, a piece's leading
+        "\u2581" (the dummy prefix's) is dropped, once (with
+        `remove_extra_whitespaces`, from each such piece)."""
+        data, seen = bytearray(), False
+        strip = self.add_dummy_prefix or self.remove_extra_whitespaces
+        for i in ids:
+            i -= self.offset
+            if not 0 <= i < len(self.pieces):
+                continue
+            piece, _, kind = self.pieces[i]
+            if kind == 3:
+                continue
+            if kind == 6:
+                data.append(int(piece[3:5], 16))
+                continue
+            if kind == 2:
+                data.extend(" \u2047 ".encode())
+                continue
+            if strip and not seen and not data and piece.startswith("\u2581"):
+                piece = piece[1:]
+                seen = not self.remove_extra_whitespaces
+            data.extend(piece.replace("\u2581", " ").encode())
+        return data.decode("utf-8", "replace")
+
+
 class TokenIds:
     """Whitespace-separated checkpoint ids from a run's `text_tokenizer.json`."""
 
@@ -405,6 +507,9 @@ class TokenIds:
 
     def text(self, ids):
         return " ".join(str(i - self.offset) for i in ids if i != self.pad)
+
+
+CONVERTED = {"bpe": ByteLevelBPE, "sentencepiece": SentencePieceBPE, "ids": TokenIds}
 
 
 def read_json(path):
@@ -449,10 +554,9 @@ class DeviceTokenizer:
         self.ends = set(self.settings.get("end_ids", ())) | {self.end}
         self.special = set(special.values()) if special else {PAD, UNK, START, END}
         self.converted = None
-        if self.settings["tokenizer"] in ("bpe", "ids"):
+        if self.settings["tokenizer"] in CONVERTED:
             spec = read_json(os.path.join(directory, self.settings["tokenizer_file"]))
-            kind = ByteLevelBPE if self.settings["tokenizer"] == "bpe" else TokenIds
-            self.converted = kind(spec)
+            self.converted = CONVERTED[self.settings["tokenizer"]](spec)
             return
         if self.byte_level:
             return

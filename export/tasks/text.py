@@ -21,10 +21,11 @@ MAX_INPUT_BYTES = 16384
 
 
 def refuse_token_ids(spec):
-    """The tokenizers of converted decoders (token ids; GPT-2's byte-level
-    BPE) have their own classes (`causal_lm.run.converted_tokenizer`):
-    refused by the WordPiece and byte helpers here."""
-    if spec.kind in ("ids", "bpe"):
+    """The tokenizers of converted decoders (token ids; byte-level or
+    SentencePiece BPE) have their own classes
+    (`causal_lm.run.converted_tokenizer`): refused by the WordPiece and byte
+    helpers here."""
+    if spec.kind in ("ids", "bpe", "sentencepiece"):
         raise InputError(
             f"{spec.path} is a converted decoder's tokenizer ({spec.kind!r}): "
             "only causal_lm exports read it."

@@ -22,7 +22,7 @@ from typing import ClassVar
 from tfformer.errors import InputError, InputTypeError
 
 FORMAT_VERSION = 1
-TOKENIZER_KINDS = ("wordpiece", "byte", "ids", "bpe")
+TOKENIZER_KINDS = ("wordpiece", "byte", "ids", "bpe", "sentencepiece")
 # Special-token roles a converted vocabulary names (`tfformer.preprocessing.text`).
 SPECIAL_ROLES = ("pad", "unk", "start", "end", "mask")
 

@@ -29,7 +29,7 @@ class TextDataConfig:
     # tokenizers of converted checkpoints (token ids in and out; GPT-2's
     # byte-level BPE), which tfformer does not learn: a causal_lm run
     # fine-tuned from a converted GPT-2 (model.init_from) takes its BPE.
-    tokenizer: Literal["wordpiece", "byte", "ids", "bpe"] = "wordpiece"
+    tokenizer: Literal["wordpiece", "byte", "ids", "bpe", "sentencepiece"] = "wordpiece"
     vocabulary_size: int = 2000
     # WordPiece is learned from at most this many training sentences (seeded
     # sample): the learner's time grows with the number of distinct words.

@@ -9,6 +9,7 @@ import numpy as np
 from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+from tfformer.preprocessing.sentencepiece_tokenizer import SentencePieceTokenizer
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import tokenizer_file
 from tfformer.training.text.wordpiece import WordPieceTokenizer
@@ -24,10 +25,11 @@ def learn_or_load(
     made (bytes). `directory` None: always learned (never a file that
     happens to lie in the working directory).
     """
-    if config.tokenizer in ("ids", "bpe"):
+    if config.tokenizer in ("ids", "bpe", "sentencepiece"):
         raise InputError(
             f"data.tokenizer={config.tokenizer!r} is the tokenizer of converted "
-            "checkpoints (token ids, GPT-2's BPE), which tfformer does not "
+            "checkpoints (token ids, byte-level or SentencePiece BPE), which "
+            "tfformer does not "
             "learn: use 'wordpiece' or 'byte', or fine-tune a converted "
             "causal_lm run with model.init_from=RUN."
         )
@@ -73,6 +75,8 @@ def load_tokenizer(spec):
         return TokenIdTokenizer.load(spec.path)
     if spec.kind == "bpe":
         return ByteLevelBPETokenizer.load(spec.path)
+    if spec.kind == "sentencepiece":
+        return SentencePieceTokenizer.load(spec.path)
     return WordPieceTokenizer.load(
         spec.path, lower_case=spec.lower_case, **spec.options
     )

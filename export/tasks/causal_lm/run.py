@@ -11,7 +11,7 @@ from tfformer.preprocessing.text import END_ID, PAD_ID, START_ID, UNK_ID
 # A converted decoder's tokenizers (token ids; GPT-2's byte-level BPE), in
 # core ops for its SavedModel, in plain Python (`tokenizer.py`) next to its
 # TFLite model.
-CONVERTED_KINDS = ("ids", "bpe")
+CONVERTED_KINDS = ("ids", "bpe", "sentencepiece")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,10 +43,11 @@ class CausalLMRun(ExportRun):
 def converted_tokenizer(spec):
     """The core-op tokenizer of a converted decoder's `TokenizerSpec`."""
     from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
+    from tfformer.preprocessing.sentencepiece_tokenizer import SentencePieceTokenizer
     from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
-    kind = ByteLevelBPETokenizer if spec.kind == "bpe" else TokenIdTokenizer
-    return kind.load(spec.path)
+    kinds = {"bpe": ByteLevelBPETokenizer, "sentencepiece": SentencePieceTokenizer}
+    return kinds.get(spec.kind, TokenIdTokenizer).load(spec.path)
 
 
 def core_tokenizer(run, character_classes=None):

@@ -63,8 +63,9 @@ def test_tokenizer_file_names():
     assert tokenizer_file("wordpiece", "source") == "source_vocab.txt"
     assert tokenizer_file("byte", "text") == "text_tokenizer.json"
     assert tokenizer_file("bpe", "text") == "text_tokenizer.json"
-    with pytest.raises(ValueError, match=r"tokenizer must be one of.*'sentencepiece'"):
-        tokenizer_file("sentencepiece", "text")
+    assert tokenizer_file("sentencepiece", "text") == "text_tokenizer.json"
+    with pytest.raises(ValueError, match=r"tokenizer must be one of.*'unigram'"):
+        tokenizer_file("unigram", "text")
 
 
 def test_broken_directories_name_the_file(tmp_path):

@@ -7,10 +7,10 @@ sqrt(hidden_size), RMSNorms that multiply by 1 + w (the converted gammas
 are 1 + w), heads of config.json's `head_dim` and the token embedding as
 the output projection. Gemma 2 and 3 (soft-capping, sliding windows, more
 norms) have other model types and are not converted. Gemma's tokenizer is
-SentencePiece, which tfformer does not reproduce: the run reads and writes
-token ids (a prompt starts with Gemma's `<bos>`, id 2, as its tokenizer
-puts it; `GemmaConfig`'s bos 2 and eos 1 when config.json leaves them
-out)."""
+SentencePiece (`tokenizer.model`): read as Llama 2's is, text in and out
+when tfformer reproduces the model, token ids otherwise (a prompt starts
+with Gemma's `<bos>`, id 2, as its tokenizer puts it; `GemmaConfig`'s bos 2
+and eos 1 when config.json leaves them out)."""
 
 from tfformer.errors import InputError
 from tfformer.training.convert.huggingface import llama

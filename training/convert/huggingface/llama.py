@@ -2,8 +2,11 @@
 RMSNorm, SwiGLU, rotary positions with Llama 3.1's frequency scaling or
 none, grouped-query attention) into a `causal_lm` run on a
 `LlamaBackbone`: text in and out when the directory's `tokenizer.json` is
-a byte-level BPE tfformer reproduces (Llama 3's), token ids otherwise (the
+a byte-level BPE tfformer reproduces (Llama 3's) or its `tokenizer.model` a
+SentencePiece BPE model it reproduces (Llama 2's), token ids otherwise (the
 reason said); a causal_lm config's `model.init_from` fine-tunes it."""
+
+import os
 
 from tfformer.errors import InputError
 from tfformer.layers.rotary_embedding import check_frequency_scaling
@@ -23,6 +26,7 @@ from tfformer.training.convert.huggingface.checkpoint import (
 from tfformer.training.convert.huggingface.tokenizers import (
     UnsupportedTokenizer,
     byte_level_bpe_tokenizer,
+    sentencepiece_tokenizer,
 )
 
 MODEL_TYPES = ("llama",)
@@ -209,7 +213,7 @@ def convert(
     vocab = sizes["vocabulary_size"] - decoders.ID_OFFSET
     start = decoders.special_id(config, "bos_token_id", 1, vocab, progress)
     end = decoders.special_id(config, "eos_token_id", 2, vocab, progress)
-    tokenizer, kind = text_tokenizer(source, config, vocab, progress), "bpe"
+    tokenizer, kind = text_tokenizer(source, config, vocab, progress)
     if tokenizer is None:
         tokenizer, kind = decoders.token_id_tokenizer(sizes, start, end), "ids"
     weights = Weights.open(source, "embed_tokens.weight", ("model.", ""))
@@ -235,7 +239,7 @@ def convert(
         + (
             "; text in and out (the model's ids are the checkpoint's plus one, "
             "id 0 padding)"
-            if kind == "bpe"
+            if kind != "ids"
             else "; token ids in and out (the checkpoint's; the model's are one "
             "higher, id 0 padding)"
         )
@@ -244,6 +248,12 @@ def convert(
     unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
     chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
+    if kind == "sentencepiece" and os.path.isfile(
+        os.path.join(source, "tokenizer_config.json")
+    ):
+        # Templates write control tokens (<s>, [INST]) as text, which
+        # sentencepiece (and this tokenizer) cut into characters.
+        progress("Chat template: not converted with a SentencePiece tokenizer.")
     ends = decoders.end_ids(source, config, 2, vocab)
     return decoders.write_decoder_run(
         staging, model, tokenizer, kind, sizes, chat, ends
@@ -251,15 +261,25 @@ def convert(
 
 
 def text_tokenizer(source, config, vocab, progress):
-    """The checkpoint's byte-level BPE tokenizer (Llama 3's), or None when
-    the directory has none that tfformer reproduces (Llama 2's
-    SentencePiece, Qwen2's NFC normalizer, ...): the run then reads and
-    writes token ids, and `progress` says why."""
+    """(tokenizer, kind) of the checkpoint's text: its byte-level BPE (Llama
+    3's, "bpe") or its SentencePiece BPE (`tokenizer.model`: Llama 2's,
+    Gemma's, "sentencepiece"), or (None, None) when the directory has none
+    that tfformer reproduces (Qwen2's NFC normalizer, ...): the run then
+    reads and writes token ids, and `progress` says why."""
     try:
         tokenizer = byte_level_bpe_tokenizer(
             source, config, vocab, progress, (1, 2), gpt2_files=False
         )
+        if tokenizer is not None:
+            return tokenizer, "bpe"
+    except UnsupportedTokenizer as e:
+        if not os.path.isfile(os.path.join(source, "tokenizer.model")):
+            progress(f"{e}\nThe tokenizer is not converted.")
+            return None, None
+        progress(f"{e}\nReading tokenizer.model instead.")
+    try:
+        tokenizer = sentencepiece_tokenizer(source, config, vocab, progress, (1, 2))
     except UnsupportedTokenizer as e:
         progress(f"{e}\nThe tokenizer is not converted.")
-        tokenizer = None
-    return tokenizer
+        return None, None
+    return (tokenizer, "sentencepiece") if tokenizer is not None else (None, None)

@@ -1,7 +1,8 @@
 """Tokenizer conversions: BERT's WordPiece (`vocab.txt` or
-`tokenizer.json`, with tokenizer_config.json's casing) and the byte-level
+`tokenizer.json`, with tokenizer_config.json's casing), the byte-level
 BPEs of GPT-2 (`tokenizer.json`, or `vocab.json` and `merges.txt`) and
-Llama 3 (`tokenizer.json`), each checked to be what tfformer's graph-op
+Llama 3 (`tokenizer.json`), and SentencePiece BPE models (`tokenizer.model`:
+Llama 2's, Gemma's), each checked to be what tfformer's graph-op
 tokenizers reproduce."""
 
 import json
@@ -11,6 +12,11 @@ import tensorflow as tf
 
 from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
+from tfformer.preprocessing.sentencepiece_tokenizer import (
+    SentencePieceTokenizer,
+    check_model,
+    read_model_file,
+)
 from tfformer.runs.files import read_lines
 from tfformer.runs.manifest import TokenizerEntry
 from tfformer.training.convert.huggingface.checkpoint import config_flag, read_json
@@ -457,5 +463,78 @@ def byte_level_bpe_tokenizer(
         + (f", {template_start} first" if template_start else "")
         + f") from {os.path.basename(where)}, "
         f"{len(tokens)} tokens, {len(merges)} merges, special {special}"
+    )
+    return tokenizer
+
+
+# -- SentencePiece -------------------------------------------------------------
+
+
+def sentencepiece_tokenizer(source, config, vocab_size, progress, special_default):
+    """The SentencePiece BPE tokenizer of a checkpoint directory's
+    `tokenizer.model` (Llama 2's, Gemma's), or None when it has none. Its
+    ids are the model's (one higher than the checkpoint's); its start and
+    end tokens are config.json's bos and eos ids (`special_default`, a
+    (bos, eos) pair, when absent), and a text starts with the start token
+    when tokenizer_config.json's `add_bos_token` says so (true when absent,
+    as Llama's and Gemma's tokenizers have it).
+
+    Raises:
+        UnsupportedTokenizer: a model tfformer does not reproduce, named.
+        ValueError: a file that is damaged or does not fit the model."""
+    path = os.path.join(source, "tokenizer.model")
+    if not os.path.isfile(path):
+        return None
+    model = read_model_file(path)
+    try:
+        check_model(model, path)
+    except InputError as e:
+        raise UnsupportedTokenizer(str(e)) from None
+    pieces = model["pieces"]
+    if len(pieces) > vocab_size:
+        raise InputError(
+            f"{path}: {len(pieces)} pieces, more than config.json's vocab_size "
+            f"({vocab_size})."
+        )
+    names = {}
+    for key, default in zip(
+        ("bos_token_id", "eos_token_id"), special_default, strict=True
+    ):
+        value = config.get(key, default)
+        if isinstance(value, list) and value:
+            value = value[0]  # the tokenizer's end token is the first
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 0 <= value < len(pieces)
+        ):
+            names[key] = pieces[value][0]
+        else:
+            raise InputError(
+                f"config.json: {key} ({value!r}) is not an id of {path}'s "
+                f"{len(pieces)} pieces."
+            )
+    settings = read_json(source, TOKENIZER_CONFIG, required=False) or {}
+    add_bos = config_flag(settings, "add_bos_token", True, TOKENIZER_CONFIG)
+    unknown = model["trainer"]["unk_id"]
+    try:
+        tokenizer = SentencePieceTokenizer(
+            pieces,
+            add_dummy_prefix=model["normalizer"]["add_dummy_prefix"],
+            remove_extra_whitespaces=model["normalizer"]["remove_extra_whitespaces"],
+            start_token=names["bos_token_id"],
+            end_token=names["eos_token_id"],
+            unknown_token=pieces[unknown][0] if 0 <= unknown < len(pieces) else "",
+            add_start_token=add_bos,
+            id_offset=ID_OFFSET,
+        )
+    except ValueError as e:
+        raise InputError(f"{path}: {e}") from None
+    progress(
+        f"Tokenizer: SentencePiece BPE from tokenizer.model, {len(pieces)} pieces"
+        + (", dummy prefix" if tokenizer.add_dummy_prefix else "")
+        + (", extra whitespace removed" if tokenizer.remove_extra_whitespaces else "")
+        + (f", {tokenizer.start_token} first" if add_bos else "")
+        + f", end {tokenizer.end_token}"
     )
     return tokenizer

@@ -854,6 +854,90 @@ def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     assert printed.startswith("the") and len(printed) > len("the\n"), printed
 
 
+# -- Llama 2's SentencePiece tokenizer ----------------------------------------------
+
+
+def converted_llama2_text(tmp_path):
+    """A random Llama checkpoint with a SentencePiece BPE `tokenizer.model`
+    in Llama 2's settings (trained here by `sentencepiece`), converted:
+    (the sentencepiece processor, the checkpoint, the run, what convert
+    said)."""
+    spm = pytest.importorskip("sentencepiece")
+    from tests.tfformer.preprocessing.test_sentencepiece_tokenizer import (
+        SETTINGS,
+        train,
+    )
+
+    data = train(SETTINGS["llama2"])
+    processor = spm.SentencePieceProcessor(model_proto=data)
+    sizes = {**SIZES, "vocab": processor.get_piece_size()}
+    rng = np.random.default_rng(12)
+    source = write_checkpoint(
+        tmp_path / "hf",
+        rng,
+        sizes=sizes,
+        tensors=llama_tensors(rng, sizes=sizes),
+        config={"vocab_size": sizes["vocab"], "bos_token_id": 1, "eos_token_id": 2},
+    )
+    (source / "tokenizer.model").write_bytes(data)
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    return processor, source, run, said
+
+
+def test_llama2_text_in_and_out_equals_keras_hub_and_sentencepiece(tmp_path, capsys):
+    """With Llama 2's tokenizer.model, the run takes and gives text: its ids
+    are sentencepiece's (<s> first, as Llama's tokenizer adds it; the
+    model's ids one higher), and `tfformer-predict` continues a prompt with
+    keras-hub's greedy tokens, decoded as sentencepiece decodes them."""
+    keras_hub = pytest.importorskip("keras_hub")
+    processor, source, run, said = converted_llama2_text(tmp_path)
+    assert any(
+        "SentencePiece BPE from tokenizer.model" in line and "<s> first" in line
+        for line in said
+    ), said
+    assert any("text in and out" in line for line in said)
+    tokenizer = tfformer.load(run).tokenizers["text"]
+    texts = ["the quick fox", "  naïve 2024\n東京 ☃", ""]
+    ours = [[i - 1 for i in row] for row in tokenizer.tokenize(texts).to_list()]
+    assert ours == [[1, *processor.encode(t)] for t in texts]
+    reference = keras_hub.models.LlamaBackbone.from_preset(str(source))
+    prompt = "the quick fox"
+    ids = reference_greedy(reference, [1, *processor.encode(prompt)], 6, end=2)
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    assert capsys.readouterr().out == processor.decode(ids) + "\n"
+
+
+def test_a_sentencepiece_model_tfformer_does_not_reproduce_leaves_token_ids(
+    tmp_path, capsys
+):
+    """A Unigram tokenizer.model (T5's kind): the conversion names it, and
+    the run reads and writes ids."""
+    spm = pytest.importorskip("sentencepiece")
+    import io
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["the quick brown fox jumps"] * 50),
+        model_writer=model,
+        model_type="unigram",
+        vocab_size=30,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    rng = np.random.default_rng(13)
+    source = write_checkpoint(tmp_path / "hf", rng)
+    (source / "tokenizer.model").write_bytes(model.getvalue())
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any(
+        "model_type 'unigram'" in line and "The tokenizer is not converted." in line
+        for line in said
+    ), said
+    assert tfformer.load(run).directory.tokenizer("text").kind == "ids"
+
+
 def test_vocab_and_merges_files_alone_leave_token_ids(tmp_path):
     """vocab.json and merges.txt do not say how text is cut into pieces
     (GPT-2's? Qwen's?): in a Llama-style directory they are not read."""
