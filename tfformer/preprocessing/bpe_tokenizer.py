@@ -122,6 +122,44 @@ def _escape_re2(text):
     return "".join(one(c) for c in text)
 
 
+def split_at_marks(strings):
+    """`(batch,)` strings cut at the `SEP` marks put in them, empty pieces
+    dropped and the text's own NULs (and U+FDD0s) unescaped: `(batch,
+    None)`."""
+    pieces = tf.strings.split(strings, sep=SEP)
+    pieces = tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
+    values = pieces.flat_values
+    for plain, escaped in reversed(ESCAPES):
+        values = tf.strings.regex_replace(values, _escape_re2(escaped), plain)
+    return pieces.with_flat_values(values)
+
+
+def is_one_of(values, tokens):
+    """Whether each of the flat string `values` is one of `tokens` (a list;
+    empty: none is)."""
+    if not tokens:
+        return tf.zeros_like(values, tf.bool)
+    table = tf.constant(tokens)
+    return tf.reduce_any(tf.equal(values[:, None], table[None, :]), axis=1)
+
+
+def whole_or_split(split, whole, is_whole):
+    """Row `i` is `[whole[i]]` where `is_whole[i]`, else row `i` of the
+    ragged `split` (values of the same dtype): a ragged `(rows, None)`."""
+    lengths = tf.where(is_whole, 1, tf.cast(split.row_lengths(), tf.int32))
+    starts = tf.where(
+        is_whole,
+        tf.size(split.flat_values, out_type=tf.int32)
+        + tf.range(tf.size(whole, out_type=tf.int32)),
+        tf.cast(split.row_starts(), tf.int32),
+    )
+    take = tf.ragged.range(lengths) + starts[:, None]
+    values = tf.gather(tf.concat([split.flat_values, whole], 0), take.flat_values)
+    return tf.RaggedTensor.from_row_splits(
+        values, tf.cast(take.row_splits, tf.int64), validate=False
+    )
+
+
 def merge_symbols(values, splits, merge_rank):
     """BPE over every piece at once: `values` (symbols, flat) in rows cut
     at `splits`, and `merge_rank` a table of "left right" to the pair's rank
@@ -319,7 +357,6 @@ class ByteLevelBPETokenizer(tf.Module):
             default_value=NO_MERGE,
         )
         self._id_to_token = tf.constant(vocabulary)
-        self._special_values = tf.constant(special_tokens or [SEP])
         self._byte_symbols = tf.constant([symbols[b] for b in range(256)])
         # Code point -> its byte, for the 256 characters (others: -1).
         decoder = [-1] * (max(ord(c) for c in symbols.values()) + 1)
@@ -350,22 +387,13 @@ class ByteLevelBPETokenizer(tf.Module):
             strings, self._split_last_space, r"\1" + SEP + r"\2\3"
         )
         strings = tf.strings.regex_replace(strings, self._piece_pattern, SEP + r"\1")
-        pieces = tf.strings.split(strings, sep=SEP)
-        pieces = tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
-        values = pieces.flat_values
-        for plain, escaped in reversed(ESCAPES):
-            values = tf.strings.regex_replace(values, _escape_re2(escaped), plain)
-        return pieces.with_flat_values(values)
+        return split_at_marks(strings)
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
         pieces = self.pieces(strings)
         words = pieces.flat_values
-        is_special = tf.reduce_any(
-            tf.equal(words[:, None], self._special_values[None, :]), axis=1
-        )
-        if not self.special_tokens:
-            is_special = tf.zeros_like(is_special)
+        is_special = is_one_of(words, self.special_tokens)
         # Each piece's bytes as GPT-2's characters; a special token stays whole.
         raw = tf.strings.bytes_split(words)
         codes = tf.io.decode_raw(raw.flat_values, tf.uint8, fixed_length=1)
@@ -384,17 +412,9 @@ class ByteLevelBPETokenizer(tf.Module):
             in_vocabulary = self._token_to_id.lookup(mapped) >= 0
             whole = tf.where(is_special, words, mapped)
             is_special = tf.logical_or(is_special, in_vocabulary)
-        lengths = tf.where(is_special, 1, tf.cast(raw.row_lengths(), tf.int32))
-        starts = tf.where(
-            is_special,
-            tf.size(characters, out_type=tf.int32)
-            + tf.range(tf.size(words, out_type=tf.int32)),
-            tf.cast(raw.row_starts(), tf.int32),
-        )
-        take = tf.ragged.range(lengths) + starts[:, None]
-        symbols = tf.gather(tf.concat([characters, whole], 0), take.flat_values)
+        symbols = whole_or_split(raw.with_flat_values(characters), whole, is_special)
         values, splits = merge_symbols(
-            symbols, tf.cast(take.row_splits, tf.int64), self._merge_rank
+            symbols.flat_values, symbols.row_splits, self._merge_rank
         )
         ids = self._token_to_id.lookup(values) + self.id_offset
         per_piece = tf.RaggedTensor.from_row_splits(ids, splits, validate=False)

@@ -40,7 +40,10 @@ from tfformer.preprocessing.bpe_tokenizer import (
     NO_MERGE,
     SEP,
     _escape_re2,
+    is_one_of,
     merge_symbols,
+    split_at_marks,
+    whole_or_split,
 )
 from tfformer.preprocessing.text import read_tokenizer_json
 from tfformer.runs.files import atomic_write_text
@@ -327,7 +330,6 @@ class SentencePieceTokenizer(tf.Module):
         )
         self._user_defined = user_defined
         self._user_pattern = "|".join(_escape_re2(p) for p in user_defined) or None
-        self._user_values = tf.constant(user_defined or [SEP])
         self._piece_to_id = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(list(mergeable)),
@@ -415,55 +417,24 @@ class SentencePieceTokenizer(tf.Module):
             strings = tf.strings.regex_replace(
                 strings, f"({self._user_pattern})", SEP + r"\1" + SEP
             )
-        pieces = tf.strings.split(strings, sep=SEP)
-        pieces = tf.ragged.boolean_mask(pieces, tf.strings.length(pieces) > 0)
-        values = pieces.flat_values
-        for plain, escaped in reversed(ESCAPES):
-            values = tf.strings.regex_replace(values, _escape_re2(escaped), plain)
-        return pieces.with_flat_values(values)
+        return split_at_marks(strings)
 
     def tokenize(self, strings):
         """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
         pieces = self.pieces_of(strings)
         words = pieces.flat_values
-        is_user = tf.reduce_any(
-            tf.equal(words[:, None], self._user_values[None, :]), axis=1
-        )
-        if not self._user_defined:
-            is_user = tf.zeros_like(is_user)
+        is_user = is_one_of(words, self._user_defined)
         characters = tf.strings.unicode_split(words, "UTF-8", errors="replace")
-        lengths = tf.where(is_user, 1, tf.cast(characters.row_lengths(), tf.int32))
-        starts = tf.where(
-            is_user,
-            tf.size(characters.flat_values, out_type=tf.int32)
-            + tf.range(tf.size(words, out_type=tf.int32)),
-            tf.cast(characters.row_starts(), tf.int32),
-        )
-        take = tf.ragged.range(lengths) + starts[:, None]
-        symbols = tf.gather(
-            tf.concat([characters.flat_values, words], 0), take.flat_values
-        )
+        symbols = whole_or_split(characters, words, is_user)
         values, splits = merge_symbols(
-            symbols, tf.cast(take.row_splits, tf.int64), self._merge_rank
+            symbols.flat_values, symbols.row_splits, self._merge_rank
         )
         ids = self._piece_to_id.lookup(values)
         # Byte fallback: a symbol that is no piece becomes its bytes' pieces.
         raw = tf.strings.bytes_split(values)
         codes = tf.io.decode_raw(raw.flat_values, tf.uint8, fixed_length=1)
         byte_ids = tf.gather(self._byte_ids, tf.reshape(tf.cast(codes, tf.int32), [-1]))
-        known = ids >= 0
-        count = tf.where(known, 1, tf.cast(raw.row_lengths(), tf.int32))
-        first = tf.where(
-            known,
-            tf.size(byte_ids, out_type=tf.int32)
-            + tf.range(tf.size(ids, out_type=tf.int32)),
-            tf.cast(raw.row_starts(), tf.int32),
-        )
-        pick = tf.ragged.range(count) + first[:, None]
-        flat = tf.gather(tf.concat([byte_ids, ids], 0), pick.flat_values)
-        per_symbol = tf.RaggedTensor.from_row_splits(
-            flat, tf.cast(pick.row_splits, tf.int64), validate=False
-        )
+        per_symbol = whole_or_split(raw.with_flat_values(byte_ids), ids, ids >= 0)
         per_piece = tf.RaggedTensor.from_row_splits(per_symbol, splits, validate=False)
         nested = tf.RaggedTensor.from_row_splits(
             per_piece, pieces.row_splits, validate=False

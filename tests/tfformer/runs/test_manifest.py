@@ -129,7 +129,7 @@ def manifest_with(**changes):
         ({"settings.epochs": 3}, r"settings \['epochs'\] are not part of a"),
         ({"settings": {"labels": ["a"]}}, "settings lack 'max_length'"),
         ({"tokenizers": {}}, r"tokenizers \['text'\]"),
-        ({"tokenizers.text": {"kind": "sentencepiece"}}, "must name a kind in"),
+        ({"tokenizers.text": {"kind": "unigram"}}, "must name a kind in"),
         (
             {"tokenizers.text": {"kind": "byte", "normalizer": "bert"}},
             "apply to wordpiece vocabularies only",
