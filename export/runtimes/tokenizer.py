@@ -286,6 +286,20 @@ def llama3_pieces(text):
 PIECES = {"gpt2": gpt2_pieces, "llama3": llama3_pieces}
 
 
+def merge_pass(symbols, best):
+    """One BPE pass: each pair `k` whose `best[k]` is true merges, left to
+    right without overlap."""
+    merged, k = [], 0
+    while k < len(symbols):
+        if k + 1 < len(symbols) and best[k]:
+            merged.append(symbols[k] + symbols[k + 1])
+            k += 2
+        else:
+            merged.append(symbols[k])
+            k += 1
+    return merged
+
+
 class ByteLevelBPE:
     """A byte-level BPE (GPT-2's or Llama 3's) from a run's
     `text_tokenizer.json`."""
@@ -341,15 +355,7 @@ class ByteLevelBPE:
             best = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
             if best not in self.ranks:
                 break
-            merged, k = [], 0
-            while k < len(word):
-                if k + 1 < len(word) and (word[k], word[k + 1]) == best:
-                    merged.append(word[k] + word[k + 1])
-                    k += 2
-                else:
-                    merged.append(word[k])
-                    k += 1
-            word = merged
+            word = merge_pass(word, [p == best for p in itertools.pairwise(word)])
         self.cache[piece] = word
         return word
 
@@ -410,8 +416,9 @@ class SentencePieceBPE:
                 left, right = piece[:cut], piece[cut:]
                 if left in self.mergeable and right in self.mergeable:
                     self.ranks[(left, right)] = -self.pieces[i][1]
-        self.user = sorted(
-            (p for p, _, t in self.pieces if t == 4), key=len, reverse=True
+        user = sorted((p for p, _, t in self.pieces if t == 4), key=len, reverse=True)
+        self.user = (
+            re.compile("(" + "|".join(map(re.escape, user)) + ")") if user else None
         )
         self.byte_ids = [index[f"<0x{b:02X}>"] for b in range(256)]
         self.start = None
@@ -431,26 +438,18 @@ class SentencePieceBPE:
             known = [r for r in ranks if r is not None]
             if not known:
                 return symbols
-            best, merged, k = min(known), [], 0
-            while k < len(symbols):
-                if k + 1 < len(symbols) and ranks[k] == best:
-                    merged.append(symbols[k] + symbols[k + 1])
-                    k += 2
-                else:
-                    merged.append(symbols[k])
-                    k += 1
-            symbols = merged
+            best = min(known)
+            symbols = merge_pass(symbols, [r == best for r in ranks])
 
     def ids(self, text):
         out = [] if self.start is None else [self.start]
         text = self.normalize(text)
         # User-defined pieces first (longest first), never merged.
-        pattern = "|".join(re.escape(p) for p in self.user)
-        parts = re.split(f"({pattern})", text) if pattern else [text]
+        parts = self.user.split(text) if self.user else [text]
         for k, part in enumerate(parts):
             if not part:
                 continue
-            if k % 2 and pattern:
+            if k % 2:
                 out.append(self.mergeable[part] + self.offset)
                 continue
             for symbol in self.merge(list(part)):
