@@ -38,7 +38,8 @@ if keras.backend.backend() == "tensorflow":
 # these first keeps one long file from running alone at the end while the
 # other workers idle. A file missing from the list keeps its place after them.
 HEAVIEST_FIRST = (
-    "tests/training/test_slow_runs.py",  # integration: the full default run
+    # Integration: the main job on the default config, the longest test.
+    "tests/training/test_main_job.py",
     # First: it builds the shared tiny GPT that three other files wait for.
     "tests/export/test_causal_lm_export.py",  # 163 s
     "tests/training/test_trainer.py",  # 177 s
@@ -46,7 +47,6 @@ HEAVIEST_FIRST = (
     "tests/export/test_litertlm.py",  # 88 s
     "tests/training/convert/huggingface/test_llama.py",  # 84 s
     "tests/tfformer/decoding/test_generator.py",  # 81 s
-    "tests/training/test_main_job.py",  # 74 s
     "tests/tfformer/test_api.py",  # 70 s
     "tests/training/test_generate_cli.py",  # 67 s
     "tests/export/test_saved_model.py",  # 63 s
