@@ -4,10 +4,12 @@ A bundle, written with `litert-lm-builder`, holds:
 - the float32 `prefill`/`decode` model of `tfformer.export.tflite` (caches
   `(1, kv_heads, context, head_dim)`, the layout LiteRT-LM reads; prefill
   signatures of several lengths, `prefill_lengths`);
-- the tokenizer as a Hugging Face `tokenizer.json` in the model's ids: for
-  runs trained on bytes, a byte-level BPE without merges; for converted
+- the tokenizer in the model's ids: for runs trained on bytes, a Hugging
+  Face `tokenizer.json` of a byte-level BPE without merges; for converted
   GPT-2 and Llama 3 runs, their byte-level BPE with every id one higher
-  and a padding token at id 0 (what the converted model reads);
+  and a padding token at id 0 (what the converted model reads); for
+  converted Llama 2 and Gemma runs, their SentencePiece model as a
+  `tokenizer.model`, likewise shifted by a control piece at id 0;
 - an `LlmMetadata` record: the start token (which LiteRT-LM puts before a
   prompt: tfformer's start token for byte runs, `<|begin_of_text|>` for
   Llama 3, none for GPT-2, whose prompts start with their own text), the
@@ -23,11 +25,11 @@ same stopping point. A bundle the runtime cannot run, or runs differently,
 is not written. The check sets LiteRT-LM's process-wide log level to ERROR.
 
 Supported: runs trained on bytes (`data.tokenizer=byte`), converted runs
-with a byte-level BPE (GPT-2's, Llama 3's) and converted runs of token ids
-(Llama 2, Gemma, Qwen and other checkpoints whose tokenizer tfformer does
-not reproduce): their bundle's tokenizer reads and writes ids as text, as
-`tfformer-predict` does ("1 450 4996"). Runs on WordPiece are refused,
-naming their tokenizer.
+with a byte-level BPE (GPT-2's, Llama 3's) or a SentencePiece BPE (Llama
+2's, Gemma's), and converted runs of token ids (Qwen and other checkpoints
+whose tokenizer tfformer does not reproduce): their bundle's tokenizer
+reads and writes ids as text, as `tfformer-predict` does ("1 450 4996").
+Runs on WordPiece are refused, naming their tokenizer.
 """
 
 import json
@@ -42,6 +44,7 @@ from tfformer.preprocessing.bpe_tokenizer import (
     bytes_to_unicode,
 )
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
+from tfformer.preprocessing.sentencepiece_tokenizer import SentencePieceTokenizer
 from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import RunDirectory
@@ -79,7 +82,8 @@ STRING_CONTENTS = (
 )
 
 # The token a converted run's bundle puts at id 0, which the model reads as
-# padding (never produced from text: the pre-tokenizers cut "<|" off).
+# padding (never produced from text: the byte-level pre-tokenizers cut "<|"
+# off, and a SentencePiece model holds it as a control piece).
 BUNDLE_PADDING = "<|tfformer_padding|>"
 
 
@@ -266,12 +270,17 @@ def require_packages():
 
 def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path, template=None):
     """Writes the `.litertlm` file with `litert-lm-builder` (with the Jinja
-    chat template in the file `template`, if given)."""
+    chat template in the file `template`, if given); a tokenizer file
+    ending in `.model` is a SentencePiece model, any other a Hugging Face
+    `tokenizer.json`."""
     builder, _ = require_packages()
     bundle = builder.LitertLmFileBuilder()
     bundle.add_llm_metadata(metadata_path, jinja_prompt_template_path=template)
     bundle.add_tflite_model(tflite_path, builder.TfLiteModelType.PREFILL_DECODE)
-    bundle.add_hf_tokenizer(tokenizer_path)
+    if tokenizer_path.endswith(".model"):
+        bundle.add_sentencepiece_tokenizer(tokenizer_path)
+    else:
+        bundle.add_hf_tokenizer(tokenizer_path)
     with open(out_path, "wb") as f:
         bundle.build(f)
 
@@ -350,6 +359,26 @@ def check_bundle(
 BUNDLE_QUANTIZATIONS = ("none", "float16", "int8")
 
 
+def write_tokenizer(kind, tokenizer, folder):
+    """Writes the bundle's tokenizer of a run's tokenizer of `kind` (None
+    for bytes) into `folder`; returns its path."""
+    if kind == "sentencepiece":
+        path = os.path.join(folder, "tokenizer.model")
+        with open(path, "wb") as f:
+            f.write(tokenizer.model_proto(BUNDLE_PADDING))
+        return path
+    if tokenizer is None:
+        described = byte_tokenizer_json()
+    elif kind == "ids":
+        described = token_id_tokenizer_json(tokenizer)
+    else:
+        described = bpe_tokenizer_json(tokenizer)
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(described, f, ensure_ascii=False)
+    return path
+
+
 def bundle_name(quantize):
     """model.litertlm, or model_<quantize>.litertlm for a quantized model."""
     return BUNDLE if quantize == "none" else f"model_{quantize}.litertlm"
@@ -376,16 +405,18 @@ def export_litertlm(
         )
     # From the manifest: the model is loaded once, by the TFLite export.
     spec = run.tokenizer("text")
-    if spec.kind not in ("byte", "bpe", "ids"):
+    if spec.kind not in ("byte", "bpe", "sentencepiece", "ids"):
         raise InputError(
             "--format litertlm supports runs trained on bytes "
             "(data.tokenizer=byte) and converted runs with a byte-level BPE "
-            "(GPT-2's, Llama 3's) or of token ids. Received: a run with the "
+            "(GPT-2's, Llama 3's), a SentencePiece BPE (Llama 2's, Gemma's) "
+            "or of token ids. Received: a run with the "
             f"{spec.kind!r} tokenizer"
         )
     tokenizer, start, end, prompts = None, START_ID, END_ID, [CHECK_PROMPT, "The"]
-    if spec.kind == "bpe":
-        tokenizer = ByteLevelBPETokenizer.load(spec.path)
+    if spec.kind in ("bpe", "sentencepiece"):
+        kind = ByteLevelBPETokenizer if spec.kind == "bpe" else SentencePieceTokenizer
+        tokenizer = kind.load(spec.path)
         start = tokenizer.start_id if tokenizer.add_start_token else None
         end = tokenizer.end_id
     elif spec.kind == "ids":  # prompts hold their own start id
@@ -408,15 +439,7 @@ def export_litertlm(
             prefill_lengths=prefill_lengths(run.manifest.max_length),
             progress=lambda *_: None,
         )
-        tokenizer_path = os.path.join(staging, "tokenizer.json")
-        if tokenizer is None:
-            described = byte_tokenizer_json()
-        elif spec.kind == "ids":
-            described = token_id_tokenizer_json(tokenizer)
-        else:
-            described = bpe_tokenizer_json(tokenizer)
-        with open(tokenizer_path, "w", encoding="utf-8") as f:
-            json.dump(described, f, ensure_ascii=False)
+        tokenizer_path = write_tokenizer(spec.kind, tokenizer, staging)
         metadata = os.path.join(staging, "llm_metadata.textproto")
         with open(metadata, "w", encoding="utf-8") as f:
             f.write(llm_metadata(start, stops, run.manifest.max_length))

@@ -330,6 +330,14 @@ class LiteRTGenerator:
         new, _ = self.generate(ids, max_new_tokens, **settings)
         if new and new[-1] in self.end_ids:
             new = new[:-1]  # an end token is not text
+        converted = self.tokenizer.converted
+        if getattr(converted, "STARTS_TEXT_DIFFERENTLY", False):
+            # The whole text less the prompt's, as the SavedModel and
+            # tfformer-predict write it: SentencePiece drops a first piece's
+            # leading space only at the start of a text.
+            before, whole = converted.text(ids), converted.text(ids + new)
+            if whole.startswith(before):
+                return whole[len(before) :]
         return self.tokenizer.detokenize(new)
 
 

@@ -398,6 +398,9 @@ class SentencePieceBPE:
     (types 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte)."""
 
     MERGEABLE = (1, 4, 5)
+    # A text's first piece loses its leading space: a continuation's text is
+    # the whole text's less the prompt's (`LiteRTGenerator.generate_text`).
+    STARTS_TEXT_DIFFERENTLY = True
 
     def __init__(self, spec):
         self.pieces = [(p, float(s), int(t)) for p, s, t in spec["pieces"]]

@@ -202,11 +202,24 @@ def converted_llama3(tmp_path):
     return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
 
 
+def converted_llama2(tmp_path):
+    """A random Llama checkpoint with a SentencePiece `tokenizer.model` in
+    Llama 2's settings, converted: (the sentencepiece processor, the run)."""
+    from tests.training.convert.huggingface.test_llama import converted_llama2_text
+
+    processor, _, run, _ = converted_llama2_text(tmp_path)
+    return processor, run
+
+
 def assert_litert_lm_continues_as_predict(bundle, run, prompts, capsys):
     """LiteRT-LM's greedy continuation of each prompt (8 tokens) is what
     one `tfformer-predict --search greedy` of all of them prints: each
     prompt's text and continuation, then a newline (it streams one prompt
-    after the other, so one run of the command serves every prompt)."""
+    after the other, so one run of the command serves every prompt).
+    LiteRT-LM decodes a continuation alone: with a SentencePiece model that
+    drops its first piece's leading space (sentencepiece's dummy-prefix
+    rule), which predict writes after the prompt."""
+    import tfformer
     from tfformer.training.commands import predict as predict_cli
 
     argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
@@ -214,8 +227,16 @@ def assert_litert_lm_continues_as_predict(bundle, run, prompts, capsys):
     printed = capsys.readouterr().out
     got = [litertlm.litert_lm_greedy(bundle, prompt, 8) for prompt in prompts]
     assert all(got), f"LiteRT-LM decoded nothing: {got}"
-    expected = "".join(f"{p}{g}\n" for p, g in zip(prompts, got, strict=True))
-    assert printed == expected, (prompts, got, printed)
+    spaced = tfformer.load(run).directory.tokenizer("text").kind == "sentencepiece"
+    at = 0
+    for prompt, text in zip(prompts, got, strict=True):
+        alone = f"{prompt}{text}\n"
+        after_space = f"{prompt} {text}\n"
+        if spaced and printed.startswith(after_space, at):
+            alone = after_space
+        assert printed.startswith(alone, at), (prompts, got, printed)
+        at += len(alone)
+    assert at == len(printed), (prompts, got, printed)
 
 
 @pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
@@ -252,20 +273,23 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
 # byte-level bundle above and checks each converted run's tokenizer.json
 # with `tokenizers` (what LiteRT-LM's Hugging Face tokenizer follows).
 @pytest.mark.integration
-@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
+@pytest.mark.parametrize(
+    "converted", [converted_gpt2, converted_llama3, converted_llama2]
+)
 def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
     tmp_path, capsys, converted
 ):
-    """`--format litertlm` on a converted GPT-2 and a converted Llama 3
-    (random weights): the bundle passes its runtime check, and LiteRT-LM's
+    """`--format litertlm` on a converted GPT-2, Llama 3 and Llama 2 (random
+    weights; byte-level BPEs in a tokenizer.json, a SentencePiece model in a
+    tokenizer.model): the bundle passes its runtime check, and LiteRT-LM's
     greedy text equals `tfformer-predict --search greedy`'s continuation."""
     import litert_lm
 
+    import tfformer
     from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
-    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
 
     _, run = converted(tmp_path)
-    ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
+    ours = tfformer.load(run).tokenizers["text"]
     out = tmp_path / "bundle"
     assert (
         export_main(["--checkpoint", run, "--out", str(out), "--format", "litertlm"])

@@ -191,6 +191,53 @@ def read_model_proto(data, where="tokenizer.model"):
     return {"pieces": pieces, "trainer": trainer, "normalizer": normalizer}
 
 
+def _varint(value):
+    value &= (1 << 64) - 1  # an int32 field's -1 as ten bytes, as protobuf does
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number, value):
+    """One protobuf field: an int as a varint, a float as fixed32, bytes or a
+    str as length-delimited."""
+    if isinstance(value, float):
+        return _varint(number << 3 | 5) + struct.pack("<f", value)
+    if isinstance(value, (bool, int)):
+        return _varint(number << 3) + _varint(int(value))
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
+def write_model_proto(pieces, *, add_dummy_prefix, remove_extra_whitespaces, ids):
+    """A `sentencepiece` ModelProto (the bytes of a `tokenizer.model`) of a
+    BPE model with byte fallback and the identity normalizer: `pieces` as
+    `(piece, score, type)` in id order, and `ids` the `unk`, `bos`, `eos`
+    and `pad` ids (-1 for none). `read_model_proto` reads back what it
+    wrote."""
+    out = [
+        _field(1, _field(1, piece) + _field(2, float(score)) + _field(3, kind))
+        for piece, score, kind in pieces
+    ]
+    trainer = _field(3, 2) + _field(4, len(pieces)) + _field(35, True)
+    for offset, name in enumerate(("unk", "bos", "eos", "pad")):
+        i = ids[name]
+        trainer += _field(40 + offset, i)
+        if i >= 0:  # sentencepiece finds these pieces by name
+            trainer += _field(45 + offset, pieces[i][0])
+    normalizer = (
+        _field(1, "identity")
+        + _field(3, bool(add_dummy_prefix))
+        + _field(4, bool(remove_extra_whitespaces))
+        + _field(5, True)
+    )
+    return b"".join(out) + _field(2, trainer) + _field(3, normalizer)
+
+
 def read_model_file(path):
     """`read_model_proto` of the file at `path`."""
     try:
@@ -485,6 +532,37 @@ class SentencePieceTokenizer(tf.Module):
             values = tf.where((written == 0).flat_values, "", values)
             surfaces = surfaces.with_flat_values(values)
         return tf.strings.reduce_join(surfaces, axis=-1)
+
+    def model_proto(self, padding_piece=None):
+        """This tokenizer as a `sentencepiece` ModelProto in the model's ids
+        (what a runtime that reads `tokenizer.model` files, as LiteRT-LM
+        does, loads): with an `id_offset` of 1, `padding_piece` is id 0, a
+        control piece (never made from text, decoded as nothing)."""
+        pieces = self.pieces
+        if self.id_offset:
+            if self.id_offset != 1 or not isinstance(padding_piece, str):
+                raise InputError(
+                    "a ModelProto shifts ids by one padding piece: id_offset must "
+                    f"be 0 or 1 and padding_piece a string. Received: id_offset="
+                    f"{self.id_offset!r}, padding_piece={padding_piece!r}"
+                )
+            if padding_piece in self.vocabulary or " " in padding_piece:
+                raise InputError(
+                    "padding_piece must be a new piece without spaces. "
+                    f"Received: {padding_piece!r}"
+                )
+            pieces = [(padding_piece, 0.0, CONTROL), *pieces]
+        return write_model_proto(
+            pieces,
+            add_dummy_prefix=self.add_dummy_prefix,
+            remove_extra_whitespaces=self.remove_extra_whitespaces,
+            ids={
+                "unk": self.unknown_id,
+                "bos": self.start_id,
+                "eos": self.end_id,
+                "pad": 0 if self.id_offset else -1,
+            },
+        )
 
     # -- files -----------------------------------------------------------------
 

@@ -248,6 +248,70 @@ def test_a_saved_tokenizer_loads_equal(pair, tmp_path):
     ]
 
 
+@pytest.mark.parametrize("id_offset", [0, 1])
+def test_the_model_proto_it_writes_is_its_tokenizer_in_sentencepiece(pair, id_offset):
+    """`model_proto` (a LiteRT-LM bundle's tokenizer.model) loaded by
+    `sentencepiece`: the tokenizer's ids (without its start token, which a
+    runtime adds itself) and texts on fixed and 300 random strings, its
+    start, end and unknown ids, and with an id offset of 1 the padding piece
+    at id 0, a control piece that no text makes."""
+    name, reference, _ = pair
+    ours = SentencePieceTokenizer.from_model(
+        read_model_proto(reference.serialized_model_proto()),
+        add_start_token=True,
+        id_offset=id_offset,
+    )
+    proto = ours.model_proto("<pad>" if id_offset else None)
+    written = spm.SentencePieceProcessor(model_proto=proto)
+    texts = CASES + random_texts(300, seed=4)
+    ids = ours.tokenize(tf.constant(texts)).to_list()
+    assert [written.encode(t) for t in texts] == [row[1:] for row in ids], name
+    assert [written.decode(row) for row in ids] == [
+        b.decode("utf-8") for b in ours.detokenize(tf.ragged.constant(ids)).numpy()
+    ]
+    assert written.get_piece_size() == ours.vocabulary_size
+    assert (written.bos_id(), written.eos_id(), written.unk_id()) == (
+        ours.start_id,
+        ours.end_id,
+        ours.unknown_id,
+    )
+    # (sentencepiece finds them by their pieces; the ids say the same.)
+    trainer = read_model_proto(proto)["trainer"]
+    assert [trainer[f"{k}_id"] for k in ("bos", "eos", "unk", "pad")] == [
+        ours.start_id,
+        ours.end_id,
+        ours.unknown_id,
+        0 if id_offset else -1,
+    ]
+    if id_offset:
+        assert written.id_to_piece(0) == "<pad>" and written.is_control(0)
+        assert written.pad_id() == 0 and written.encode("<pad>")[0] != 0
+    else:  # the model it was read from, piece for piece
+        every = range(reference.get_piece_size())
+        assert [(written.id_to_piece(i), written.get_score(i)) for i in every] == [
+            (reference.id_to_piece(i), reference.get_score(i)) for i in every
+        ]
+
+
+def test_a_model_proto_needs_a_new_padding_piece_for_its_offset(pair):
+    _, reference, ours = pair
+    shifted = SentencePieceTokenizer.from_model(
+        read_model_proto(reference.serialized_model_proto()), id_offset=1
+    )
+    for padding, received in ((None, "None"), ("<s>", "'<s>'"), ("a b", "'a b'")):
+        with pytest.raises(InputError, match="padding_piece") as e:
+            shifted.model_proto(padding)
+        assert received in str(e.value)
+    twice = SentencePieceTokenizer.from_model(
+        read_model_proto(reference.serialized_model_proto()), id_offset=2
+    )
+    with pytest.raises(InputError, match="id_offset=2"):
+        twice.model_proto("<pad>")
+    assert read_model_proto(ours.model_proto())["pieces"] == [
+        (p, pytest.approx(s), t) for p, s, t in ours.pieces
+    ]
+
+
 # -- files it refuses ----------------------------------------------------------
 
 

@@ -533,14 +533,15 @@ def fine_tuning_config(tmp_path, run, *overrides):
     )
 
 
-def assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys):
+def assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys, *overrides):
     """Fine-tunes the converted text run `run` on the story
-    (`fine_tuning_config`): the story's nats per token in windows of 12
-    fall below 0.65 of the run's, and the new run keeps the run's tokenizer
-    file. Returns the new run's path."""
+    (`fine_tuning_config` with `overrides`): the story's nats per token in
+    windows of 12 fall below 0.65 of the run's, and the new run keeps the
+    run's tokenizer file. Returns the new run's path."""
     from tfformer.training.trainer import train
 
-    config = fine_tuning_config(tmp_path, run)  # writes the text it trains on
+    # (It writes the text it trains on.)
+    config = fine_tuning_config(tmp_path, run, *overrides)
     text = ["--text", str(tmp_path / "story.txt"), "--window", "12"]
     assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
     before = json.loads(capsys.readouterr().out)["nats_per_token"]

@@ -909,6 +909,90 @@ def test_llama2_text_in_and_out_equals_keras_hub_and_sentencepiece(tmp_path, cap
     assert capsys.readouterr().out == processor.decode(ids) + "\n"
 
 
+LLAMA2_TEXTS = ["the quick fox", "  naïve 2024\n東京 ☃", " \tx", ""]
+
+
+@pytest.mark.integration
+def test_llama2_text_in_a_saved_model_and_on_device_as_predict_and_sentencepiece(
+    tmp_path, capsys
+):
+    """A SentencePiece run's SavedModel (its in-graph tokenizer) and TFLite
+    export (the shipped plain-Python `tokenizer.py`) give sentencepiece's
+    ids (<s> first, one higher) and continue a prompt with
+    `tfformer-predict`'s text."""
+    import tensorflow as tf
+
+    from tests.training.convert.huggingface.test_gpt2 import shipped_runtime
+    from tfformer.export.cli import main as export_main
+    from tfformer.export.saved_model import export_saved_model
+
+    processor, _, run, _ = converted_llama2_text(tmp_path)
+    want = [[1, *processor.encode(t)] for t in LLAMA2_TEXTS]
+    prompt = "the quick fox"
+    code = predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(prompt)
+
+    served = tf.saved_model.load(
+        export_saved_model(run, str(tmp_path / "serving"), progress=quiet)
+    )
+    out = served_greedy(served, [prompt], [6])
+    assert prompt + out["text"].numpy()[0].decode("utf-8", "replace") == printed[:-1]
+    tokens = served.signatures["tokenize"](text=tf.constant(LLAMA2_TEXTS))
+    got = [[i - 1 for i in row if i] for row in tokens["token_ids"].numpy().tolist()]
+    assert got == want
+
+    device = tmp_path / "device"
+    argv = ["--checkpoint", run, "--format", "tflite", "--out", str(device)]
+    assert export_main(argv) == 0
+    capsys.readouterr()
+    runtime = shipped_runtime(str(device), str(device / "model.tflite"))
+    assert [runtime.tokenizer.ids(t) for t in LLAMA2_TEXTS] == [
+        [i + 1 for i in row] for row in want
+    ]
+    assert prompt + runtime.generate_text(prompt, 6, greedy=True) == printed[:-1]
+
+
+@pytest.mark.integration
+def test_a_llama2_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
+    """`tfformer-evaluate --text` of a SentencePiece run: nats per token of
+    keras-hub's logits over the same windows of sentencepiece's ids (<s>
+    once, first). Fine-tuning with `data.tokenizer=sentencepiece` lowers
+    the loss, keeps the run's tokenizer file and continues text."""
+    keras_hub = pytest.importorskip("keras_hub")
+    from tests.training.convert.huggingface.test_gpt2 import (
+        STORY,
+        assert_fine_tuning_lowers_the_loss,
+    )
+    from tfformer.training.commands import evaluate as evaluate_cli
+
+    processor, source, run, _ = converted_llama2_text(tmp_path)
+    (tmp_path / "story.txt").write_text(STORY, encoding="utf-8")
+    text = ["--text", str(tmp_path / "story.txt"), "--window", "8"]
+    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
+    got = json.loads(capsys.readouterr().out)
+    reference = keras_hub.models.LlamaBackbone.from_preset(str(source))
+    ids = [1, *processor.encode(STORY)]
+    count = (len(ids) - 1) // 8
+    windows = np.array([ids[8 * k : 8 * k + 9] for k in range(count)], "int32")
+    logits = backbone_logits(reference, windows[:, :-1]).astype("float64")
+    logits -= logits.max(-1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    labels = windows[:, 1:]
+    nats = -np.take_along_axis(log_p, labels[..., None], -1).sum()
+    assert got["tokens"] == labels.size
+    assert got["nats_per_token"] == pytest.approx(nats / labels.size, abs=1e-4)
+
+    tuned = assert_fine_tuning_lowers_the_loss(
+        tmp_path, run, capsys, "data.tokenizer=sentencepiece"
+    )
+    argv = ["--checkpoint", tuned, "--max-new-tokens", "5", "the"]
+    assert predict_cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("the") and len(printed) > len("the\n"), printed
+
+
 def test_a_sentencepiece_model_tfformer_does_not_reproduce_leaves_token_ids(
     tmp_path, capsys
 ):
