@@ -6,6 +6,7 @@ whitespace removed): the same ids for fixed cases and 1,000 random strings
 of several scripts, emoji, whitespace runs, NUL and a user-defined piece;
 the same text decoded; and the model files it refuses, named."""
 
+import functools
 import io
 import random
 
@@ -121,12 +122,19 @@ def train(settings, vocab_size=500):
     return model.getvalue()
 
 
-@pytest.fixture(scope="module", params=sorted(SETTINGS))
-def pair(request):
-    data = train(SETTINGS[request.param])
+@functools.cache
+def pair_of(name):
+    """(name, sentencepiece's processor, ours) of a model trained in the
+    settings `name`."""
+    data = train(SETTINGS[name])
     reference = spm.SentencePieceProcessor(model_proto=data)
     ours = SentencePieceTokenizer.from_model(read_model_proto(data))
-    return request.param, reference, ours
+    return name, reference, ours
+
+
+@pytest.fixture(scope="module", params=sorted(SETTINGS))
+def pair(request):
+    return pair_of(request.param)
 
 
 def random_texts(n, seed=0):
@@ -223,8 +231,17 @@ def test_an_id_offset_keeps_id_0_for_padding(pair):
     assert [b.decode() for b in shifted.detokenize(padded).numpy()] == texts
 
 
-def test_tokenizes_inside_a_traced_function(pair):
-    _, reference, ours = pair
+# The graph runs the eager ops: one setting in the default suite.
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama2",
+        pytest.param("gemma", marks=pytest.mark.integration),
+        pytest.param("defaults", marks=pytest.mark.integration),
+    ],
+)
+def test_tokenizes_inside_a_traced_function(name):
+    _, reference, ours = pair_of(name)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def ids(texts):

@@ -168,16 +168,20 @@ def test_logits_equal_keras_hub_on_a_ragged_batch(tmp_path, tie):
 @pytest.mark.parametrize(
     "config",
     [
-        {"rope_scaling": LLAMA3_SCALING},
+        pytest.param({"rope_scaling": LLAMA3_SCALING}, id="rope_scaling"),
         # transformers 5 writes the scaling and rope_theta in rope_parameters
-        # (read before a top-level rope_theta, here another one).
-        {
-            "rope_scaling": None,
-            "rope_theta": 10000.0,
-            "rope_parameters": {**LLAMA3_SCALING, "rope_theta": 500},
-        },
+        # (read before a top-level rope_theta, here another one): the same
+        # model from another key, in the integration tier.
+        pytest.param(
+            {
+                "rope_scaling": None,
+                "rope_theta": 10000.0,
+                "rope_parameters": {**LLAMA3_SCALING, "rope_theta": 500},
+            },
+            id="rope_parameters",
+            marks=pytest.mark.integration,
+        ),
     ],
-    ids=["rope_scaling", "rope_parameters"],
 )
 def test_llama3_rope_scaling_equals_keras_hub(tmp_path, capsys, config):
     """Logits at 24 positions and greedy continuations equal keras-hub's
