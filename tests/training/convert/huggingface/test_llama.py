@@ -827,20 +827,34 @@ def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     file: its loss falls, its tokenizer file is the run's, and it continues
     text."""
     keras_hub = pytest.importorskip("keras_hub")
+    from tests.training.convert.huggingface.test_gpt2 import STORY
+
+    hf, source, run, _ = converted_llama3_text(tmp_path)
+    ids = hf.encode(STORY).ids
+    assert ids[0] == hf.token_to_id(BEGIN)
+    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
+    assert_evaluates_as_keras_hub_and_fine_tunes(
+        tmp_path, capsys, run, reference, ids, "data.tokenizer=bpe"
+    )
+
+
+def assert_evaluates_as_keras_hub_and_fine_tunes(
+    tmp_path, capsys, run, reference, ids, *overrides
+):
+    """`tfformer-evaluate --text` of the story (`ids`: the reference
+    tokenizer's) gives the nats per token of `reference`'s logits over the
+    same windows of 8; fine-tuning with `overrides` lowers the loss
+    (`assert_fine_tuning_lowers_the_loss`), and the new run continues text."""
     from tests.training.convert.huggingface.test_gpt2 import (
         STORY,
         assert_fine_tuning_lowers_the_loss,
     )
     from tfformer.training.commands import evaluate as evaluate_cli
 
-    hf, source, run, _ = converted_llama3_text(tmp_path)
     (tmp_path / "story.txt").write_text(STORY, encoding="utf-8")
     text = ["--text", str(tmp_path / "story.txt"), "--window", "8"]
     assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
     got = json.loads(capsys.readouterr().out)
-    reference = keras_hub.models.Llama3Backbone.from_preset(str(source))
-    ids = hf.encode(STORY).ids
-    assert ids[0] == hf.token_to_id(BEGIN)
     count = (len(ids) - 1) // 8
     windows = np.array([ids[8 * k : 8 * k + 9] for k in range(count)], "int32")
     logits = backbone_logits(reference, windows[:, :-1]).astype("float64")
@@ -851,7 +865,7 @@ def test_a_llama3_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     assert got["tokens"] == labels.size
     assert got["nats_per_token"] == pytest.approx(nats / labels.size, abs=1e-4)
 
-    tuned = assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys)
+    tuned = assert_fine_tuning_lowers_the_loss(tmp_path, run, capsys, *overrides)
     argv = ["--checkpoint", tuned, "--max-new-tokens", "5", "the"]
     assert predict_cli.main(argv) == 0
     printed = capsys.readouterr().out
@@ -965,36 +979,18 @@ def test_a_llama2_text_run_evaluates_and_fine_tunes_on_text(tmp_path, capsys):
     once, first). Fine-tuning with `data.tokenizer=sentencepiece` lowers
     the loss, keeps the run's tokenizer file and continues text."""
     keras_hub = pytest.importorskip("keras_hub")
-    from tests.training.convert.huggingface.test_gpt2 import (
-        STORY,
-        assert_fine_tuning_lowers_the_loss,
-    )
-    from tfformer.training.commands import evaluate as evaluate_cli
+    from tests.training.convert.huggingface.test_gpt2 import STORY
 
     processor, source, run, _ = converted_llama2_text(tmp_path)
-    (tmp_path / "story.txt").write_text(STORY, encoding="utf-8")
-    text = ["--text", str(tmp_path / "story.txt"), "--window", "8"]
-    assert evaluate_cli.main(["--checkpoint", run, *text]) == 0
-    got = json.loads(capsys.readouterr().out)
     reference = keras_hub.models.LlamaBackbone.from_preset(str(source))
-    ids = [1, *processor.encode(STORY)]
-    count = (len(ids) - 1) // 8
-    windows = np.array([ids[8 * k : 8 * k + 9] for k in range(count)], "int32")
-    logits = backbone_logits(reference, windows[:, :-1]).astype("float64")
-    logits -= logits.max(-1, keepdims=True)
-    log_p = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    labels = windows[:, 1:]
-    nats = -np.take_along_axis(log_p, labels[..., None], -1).sum()
-    assert got["tokens"] == labels.size
-    assert got["nats_per_token"] == pytest.approx(nats / labels.size, abs=1e-4)
-
-    tuned = assert_fine_tuning_lowers_the_loss(
-        tmp_path, run, capsys, "data.tokenizer=sentencepiece"
+    assert_evaluates_as_keras_hub_and_fine_tunes(
+        tmp_path,
+        capsys,
+        run,
+        reference,
+        [1, *processor.encode(STORY)],
+        "data.tokenizer=sentencepiece",
     )
-    argv = ["--checkpoint", tuned, "--max-new-tokens", "5", "the"]
-    assert predict_cli.main(argv) == 0
-    printed = capsys.readouterr().out
-    assert printed.startswith("the") and len(printed) > len("the\n"), printed
 
 
 def test_a_sentencepiece_model_tfformer_does_not_reproduce_leaves_token_ids(
