@@ -38,9 +38,9 @@ from tfformer.training.callbacks import (
 from tfformer.training.config import Config
 from tfformer.training.distribution.multi_worker import multi_worker_fit
 from tfformer.training.distribution.strategy import (
-    build_strategy,
     is_chief,
     is_multi_worker,
+    strategy_for,
 )
 from tfformer.training.output_directory import check_output_directory, move_aside
 from tfformer.training.plots import plot_training_curves
@@ -179,9 +179,7 @@ def train(config, *, progress=print, start_over=False):
     check_trainable(config.task)  # a converted-only task: say what to do
     started = time.perf_counter()
     train_config = config.train
-    strategy = build_strategy(
-        train_config.strategy, devices=train_config.devices, tpu=train_config.tpu
-    )
+    strategy = strategy_for(train_config)
     writes = is_chief(strategy)  # only the chief of a multi-worker run writes
     keras.utils.set_random_seed(train_config.seed)
     # Everything that can refuse the config comes before the first file is

@@ -59,6 +59,38 @@ def test_mirrored_devices_must_exist_once_each(devices, message, tmp_path, capsy
     assert strategy.num_replicas_in_sync == 2
 
 
+def test_executions_of_several_steps_on_mirrored_replicas_are_refused(
+    tmp_path, capsys
+):
+    """Keras 3.15's multi-step loop fails under MirroredStrategy (measured:
+    a "You must feed a value for placeholder tensor" error at the first
+    execution, with or without XLA): refused before a file is written, and
+    one replica or one step per execution still trains."""
+    from tfformer.training.commands import train as train_cli
+    from tfformer.training.config import load_config
+    from tfformer.training.distribution.strategy import strategy_for
+
+    out = tmp_path / "run"
+    argv = [
+        *("--set", "train.strategy=mirrored", "--set", "train.devices=/cpu:0,/cpu:1"),
+        *("--set", "train.steps_per_execution=2", "--set", f"train.output_dir={out}"),
+    ]
+    assert train_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "set train.steps_per_execution=1" in err
+    assert "Received: train.steps_per_execution=2 with 2 replicas" in err
+    assert not out.exists()
+    for devices, steps in (("/cpu:0", 2), ("/cpu:0,/cpu:1", 1)):
+        train = load_config(
+            overrides=[
+                "train.strategy=mirrored",
+                f"train.devices={devices}",
+                f"train.steps_per_execution={steps}",
+            ]
+        ).train
+        assert isinstance(strategy_for(train), tf.distribute.MirroredStrategy)
+
+
 def test_multi_worker_needs_tf_config(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ValueError, match="needs TF_CONFIG"):

@@ -484,6 +484,7 @@ def test_bad_presets_and_batch_sizes_are_refused_before_training(tmp_path):
             "train.batch_size=15",
             "train.strategy=mirrored",
             "train.devices=/cpu:0,/cpu:1",
+            "train.steps_per_execution=1",
         )
     assert not os.path.exists(tmp_path / "run" / "model.keras")
 
@@ -519,9 +520,8 @@ def test_token_budget_batches_with_weight_averaging_on_two_replicas(tmp_path):
         "model.position=learned",
         "model.scale_embeddings=false",
         "model.tie_embeddings=none",
-        # Executions of one step: under MirroredStrategy, Keras 3.15's loop
-        # of two steps per execution fails at the pass's end on TF 2.21
-        # ("You must feed a value for placeholder tensor ... while/cond").
+        # Executions of one step: tfformer refuses more on mirrored replicas
+        # (Keras 3.15's multi-step loop fails there on TF 2.21).
         "train.steps_per_execution=1",
     )
     result = train(config, progress=lambda *_: None)
@@ -580,5 +580,6 @@ def test_bad_token_budgets_are_refused_before_training(tmp_path):
             "train.batch_tokens=40",
             "train.strategy=mirrored",
             "train.devices=/cpu:0,/cpu:1",
+            "train.steps_per_execution=1",
         )
     assert not os.path.exists(tmp_path / "run")

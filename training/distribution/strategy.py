@@ -4,6 +4,7 @@ import itertools
 import json
 import os
 
+import keras
 import tensorflow as tf
 
 from tfformer.errors import InputError
@@ -131,6 +132,26 @@ def _checked_devices(devices):
             )
         seen[key] = device
     return list(devices)
+
+
+def strategy_for(train):
+    """`build_strategy` of a config's `train` section, refusing executions
+    of several steps on mirrored replicas: Keras 3.15's loop of
+    `steps_per_execution` steps fails there on TensorFlow 2.21 at its first
+    call ("You must feed a value for placeholder tensor ... while/cond"), in
+    graph mode and with XLA alike."""
+    strategy = build_strategy(train.strategy, devices=train.devices, tpu=train.tpu)
+    steps_per_execution = train.steps_per_execution
+    mirrored = isinstance(strategy, tf.distribute.MirroredStrategy)
+    if mirrored and strategy.num_replicas_in_sync > 1 and steps_per_execution > 1:
+        raise InputError(
+            "train.steps_per_execution > 1 fails on mirrored replicas (Keras "
+            f"{keras.__version__}'s multi-step loop under MirroredStrategy, "
+            f"TensorFlow {tf.__version__}): set train.steps_per_execution=1. "
+            f"Received: train.steps_per_execution={steps_per_execution} with "
+            f"{strategy.num_replicas_in_sync} replicas"
+        )
+    return strategy
 
 
 def is_multi_worker(strategy):
