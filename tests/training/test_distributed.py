@@ -59,9 +59,7 @@ def test_mirrored_devices_must_exist_once_each(devices, message, tmp_path, capsy
     assert strategy.num_replicas_in_sync == 2
 
 
-def test_executions_of_several_steps_on_mirrored_replicas_are_refused(
-    tmp_path, capsys
-):
+def test_executions_of_several_steps_on_mirrored_replicas_are_refused(tmp_path, capsys):
     """Keras 3.15's multi-step loop fails under MirroredStrategy (measured:
     a "You must feed a value for placeholder tensor" error at the first
     execution, with or without XLA): refused before a file is written, and
