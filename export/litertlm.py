@@ -37,14 +37,13 @@ import os
 import tempfile
 
 from tfformer.errors import InputError
+from tfformer.export.tasks.causal_lm.run import CONVERTED_KINDS, converted_tokenizer
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.bpe_tokenizer import (
     LLAMA3_SPLIT,
-    ByteLevelBPETokenizer,
     bytes_to_unicode,
 )
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-from tfformer.preprocessing.sentencepiece_tokenizer import SentencePieceTokenizer
 from tfformer.preprocessing.text import END_ID, RESERVED_TOKENS, START_ID
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import RunDirectory
@@ -414,14 +413,13 @@ def export_litertlm(
             f"{spec.kind!r} tokenizer"
         )
     tokenizer, start, end, prompts = None, START_ID, END_ID, [CHECK_PROMPT, "The"]
-    if spec.kind in ("bpe", "sentencepiece"):
-        kind = ByteLevelBPETokenizer if spec.kind == "bpe" else SentencePieceTokenizer
-        tokenizer = kind.load(spec.path)
-        start = tokenizer.start_id if tokenizer.add_start_token else None
+    if spec.kind in CONVERTED_KINDS:
+        tokenizer = converted_tokenizer(spec)
+        # (Prompts of token ids hold their own start id.)
+        adds_start = getattr(tokenizer, "add_start_token", False)
+        start = tokenizer.start_id if adds_start else None
         end = tokenizer.end_id
-    elif spec.kind == "ids":  # prompts hold their own start id
-        tokenizer = TokenIdTokenizer.load(spec.path)
-        start, end = None, tokenizer.end_id
+    if spec.kind == "ids":
         words = tokenizer.vocabulary_size - tokenizer.id_offset
         prompts = [" ".join(str(k % words) for k in ks) for ks in ((5, 9, 13), (17, 3))]
     # A chat model's replies stop at its end-of-turn token too, and a

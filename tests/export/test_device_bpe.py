@@ -30,12 +30,13 @@ def device_from(hf, path, add_prefix_space=False):
     return device_of(ours_from(hf, add_prefix_space=add_prefix_space), path)
 
 
-def device_of(ours, path):
-    """A `DeviceTokenizer` over the file of the `ByteLevelBPETokenizer`
-    `ours`, written into `path` with its `text.json`."""
+def device_of(ours, path, kind="bpe"):
+    """A `DeviceTokenizer` over the file of the run tokenizer `ours` (a
+    `ByteLevelBPETokenizer`, or the tokenizer of another `kind` of
+    `text.json`), written into `path` with its `text.json`."""
     ours.save(str(path / "text_tokenizer.json"))
     settings = {
-        "tokenizer": "bpe",
+        "tokenizer": kind,
         "tokenizer_file": "text_tokenizer.json",
         "special_ids": {"pad": 0, "start": ours.start_id, "end": ours.end_id},
         "source_length": 8,

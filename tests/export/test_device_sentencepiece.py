@@ -1,5 +1,5 @@
 """The plain-Python SentencePiece BPE of `export/runtimes/tokenizer.py`
-(what a converted Llama 2's or Gemma's TFLite export would ship as
+(what a converted Llama 2's or Gemma's TFLite export ships as
 `tokenizer.py`) against the `sentencepiece` package, on the models, fixed
 cases and random strings of
 tests/tfformer/preprocessing/test_sentencepiece_tokenizer.py: the same ids
@@ -7,18 +7,17 @@ tests/tfformer/preprocessing/test_sentencepiece_tokenizer.py: the same ids
 from random ids, and the run's own tokenizer file read as the device reads
 it."""
 
-import json
 import random
 
 import pytest
 
+from tests.export.test_device_bpe import device_of
 from tests.tfformer.preprocessing.test_sentencepiece_tokenizer import (
     CASES,
     SETTINGS,
+    pair_of,
     random_texts,
-    train,
 )
-from tfformer.export.runtimes.tokenizer import DeviceTokenizer
 from tfformer.preprocessing.sentencepiece_tokenizer import (
     SentencePieceTokenizer,
     read_model_proto,
@@ -31,21 +30,14 @@ spm = pytest.importorskip("sentencepiece")
 def pair(request, tmp_path_factory):
     """(settings name, sentencepiece's processor, the device tokenizer of the
     run's tokenizer file, with ids one higher and the start token first)."""
-    data = train(SETTINGS[request.param])
+    _, reference, _ = pair_of(request.param)
     ours = SentencePieceTokenizer.from_model(
-        read_model_proto(data), add_start_token=True, id_offset=1
+        read_model_proto(reference.serialized_model_proto()),
+        add_start_token=True,
+        id_offset=1,
     )
-    path = tmp_path_factory.mktemp("device")
-    ours.save(str(path / "text_tokenizer.json"))
-    settings = {
-        "tokenizer": "sentencepiece",
-        "tokenizer_file": "text_tokenizer.json",
-        "special_ids": {"pad": 0, "start": ours.start_id, "end": ours.end_id},
-        "source_length": 8,
-    }
-    (path / "text.json").write_text(json.dumps(settings))
-    reference = spm.SentencePieceProcessor(model_proto=data)
-    return request.param, reference, DeviceTokenizer(str(path))
+    device = device_of(ours, tmp_path_factory.mktemp("device"), "sentencepiece")
+    return request.param, reference, device
 
 
 def test_the_same_ids_as_sentencepiece(pair):
