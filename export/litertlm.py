@@ -22,7 +22,15 @@ machine's CPU) loads it and decodes greedily from a fixed prompt, and the
 text it returns must be the text of `generate.py`'s greedy tokens (the
 reference runtime, on the same TFLite model), to the last byte and the
 same stopping point. A bundle the runtime cannot run, or runs differently,
-is not written. The check sets LiteRT-LM's process-wide log level to ERROR.
+is not written. A bundle with a chat template is checked in a LiteRT-LM
+`Conversation` too (`CHECK_MESSAGES`): the ids it prefills (its start token,
+then its tokenizer's ids of the text its own Jinja renders) must be the ids
+of tfformer's chat, and its greedy reply the reference runtime's. LiteRT-LM
+renders `bos_token` and `eos_token` as nothing and puts the start token
+first, so a template that writes them between turns (Llama 2's `</s><s>`)
+cannot be read as the checkpoint's tokenizer reads it: such a bundle is
+written without its chat template, and the export says so. The check sets
+LiteRT-LM's process-wide log level to ERROR.
 
 Supported: runs trained on bytes (`data.tokenizer=byte`), converted runs
 with a byte-level BPE (GPT-2's, Llama 3's) or a SentencePiece BPE (Llama
@@ -52,6 +60,13 @@ from tfformer.runs.files import atomic_copy
 BUNDLE = "model.litertlm"
 # The runtime check's prompt and length.
 CHECK_PROMPT = "ROMEO:"
+# The conversation a bundle's chat template is checked on (a user first,
+# then turns in turn: all Gemma's template allows).
+CHECK_MESSAGES = [
+    {"role": "user", "content": "Hello"},
+    {"role": "assistant", "content": "Hi."},
+    {"role": "user", "content": "How are you?"},
+]
 CHECK_TOKENS = 8
 
 
@@ -308,16 +323,13 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     when given). The prompt's ids are [START] and its bytes, or, for a
     converted run, its `tokenizer`'s (which start with the start token
     where the checkpoint's template puts it)."""
-    from tfformer.export.runtimes.generate import LiteRTGenerator
 
     if tokenizer is None:
         offset = ByteTokenizer.offset
         ids, end = [START_ID, *(b + offset for b in prompt.encode("utf-8"))], END_ID
     else:
         ids, end = tokenizer.tokenize([prompt])[0].numpy().tolist(), tokenizer.end_id
-    tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
-    stops = set(stop_ids) or {end}
-    tokens = tokens[: next((i for i, t in enumerate(tokens) if t in stops), None)]
+    tokens = greedy_ids(tflite_path, ids, max_tokens, set(stop_ids) or {end})
     if isinstance(tokenizer, TokenIdTokenizer):  # " 7 9", as the bundle decodes
         return "".join(f" {t - tokenizer.id_offset}" for t in tokens)
     if tokenizer is not None:
@@ -327,6 +339,58 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     return bytes(t - offset for t in tokens if t >= offset).decode(
         "utf-8", errors="replace"
     )
+
+
+def greedy_ids(tflite_path, ids, max_tokens, stops):
+    """`generate.py`'s greedy ids after `ids`: at most `max_tokens`, up to
+    the first of `stops` (left out)."""
+    from tfformer.export.runtimes.generate import LiteRTGenerator
+
+    tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
+    return tokens[: next((i for i, t in enumerate(tokens) if t in stops), None)]
+
+
+def litert_lm_chat(bundle_path, messages, start_id, max_tokens):
+    """(the ids a LiteRT-LM `Conversation` prefills for `messages`: the
+    start token, when the bundle has one, then its tokenizer's ids of the
+    text its own Jinja renders; its greedy reply to the last message, at
+    most `max_tokens` tokens)."""
+    _, litert_lm = require_packages()
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+    with litert_lm.Engine(bundle_path) as engine:
+        conversation = engine.create_conversation(
+            messages=messages[:-1],
+            sampler_config=litert_lm.SamplerConfig(top_k=1),
+            max_output_tokens=max_tokens,
+        )
+        try:
+            text = conversation.render_message_to_string(messages[-1])
+            ids = [start_id] * (start_id is not None) + list(engine.tokenize(text))
+            reply = conversation.send_message(messages[-1])
+        finally:
+            conversation.close()
+    return ids, "".join(c.text for c in reply.contents)
+
+
+def check_chat(bundle_path, tflite_path, chat, tokenizer, start_id):
+    """Whether LiteRT-LM's `Conversation` reads `CHECK_MESSAGES` into the
+    ids tfformer's chat does (`ChatTemplate.prompt_ids`). ValueError when it
+    does but its greedy reply is not the reference runtime's."""
+    try:
+        got, reply = litert_lm_chat(bundle_path, CHECK_MESSAGES, start_id, CHECK_TOKENS)
+    except RuntimeError as e:
+        raise InputError(f"LiteRT-LM could not run the chat template: {e}") from None
+    ids = chat.prompt_ids(CHECK_MESSAGES, tokenizer)
+    if got != ids:
+        return False
+    tokens = greedy_ids(tflite_path, ids, CHECK_TOKENS, set(chat.stop_ids))
+    expected = tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
+    if reply != (expected if tokens else ""):
+        raise InputError(
+            f"LiteRT-LM replied {reply!r} to {CHECK_MESSAGES}; the reference "
+            f"runtime replies {expected!r}. The bundle is not written."
+        )
+    return True
 
 
 def check_bundle(
@@ -462,6 +526,17 @@ def export_litertlm(
                 "warning: LiteRT-LM and the reference runtime both stopped at once "
                 f"on the check prompts {prompts}: the bundle's text is unchecked."
             )
+        if chat is not None and not check_chat(bundle, tflite, chat, tokenizer, start):
+            # LiteRT-LM renders bos_token and eos_token as "" and puts the
+            # start id first: special tokens between turns (Llama 2's
+            # "</s><s>") are lost, and a SentencePiece tokenizer reads no
+            # special token out of text.
+            progress(
+                "warning: LiteRT-LM reads the chat template's conversations into "
+                "other ids than tfformer's chat (it renders bos_token and "
+                "eos_token as nothing): the bundle carries no chat template."
+            )
+            build_bundle(tflite, tokenizer_path, metadata, bundle)
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)

@@ -378,6 +378,79 @@ def test_a_litert_lm_conversation_replies_as_tfformer_chat_does(tmp_path):
     assert replies[0] == hf.decode(greedy[:2])
 
 
+@needs_runtime
+def test_a_gemma_conversation_in_litert_lm_replies_as_tfformer_chat_does(tmp_path):
+    """Gemma's chat template over its SentencePiece tokenizer (random
+    weights): LiteRT-LM renders `<bos>` as nothing and puts the start id
+    first, and that is the ids tfformer's chat reads (the `<bos>` the
+    template writes split out of the text); its greedy reply is chat's, for
+    a conversation with a history and for a first message."""
+    import litert_lm
+
+    import tfformer
+    from tests.training.convert.huggingface.test_chat import (
+        GEMMA_MESSAGES,
+        gemma_chat_checkpoint,
+    )
+    from tfformer.training.convert import convert
+
+    source, _ = gemma_chat_checkpoint(tmp_path / "hf", np.random.default_rng(3))
+    run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+    model = tfformer.load(run)
+    out = tmp_path / "bundle"
+    argv = ["--checkpoint", run, "--out", str(out), "--format", "litertlm"]
+    assert export_main(argv) == 0
+    sampler = litert_lm.SamplerConfig(top_k=1)
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+    with litert_lm.Engine(str(out / litertlm.BUNDLE)) as engine:
+        for history in (GEMMA_MESSAGES, GEMMA_MESSAGES[:1]):
+            expected = model.chat(history, max_new_tokens=8)
+            conversation = engine.create_conversation(
+                messages=history[:-1], sampler_config=sampler, max_output_tokens=8
+            )
+            text = conversation.render_message_to_string(history[-1])
+            assert text.startswith("<start_of_turn>user\n")
+            ids = [engine.bos_token_id, *engine.tokenize(text)]
+            assert ids == model.chat_ids(history)
+            got = conversation.send_message(history[-1])
+            conversation.close()
+            assert [c.text for c in got.contents] == [expected], len(history)
+
+
+@needs_runtime
+@pytest.mark.integration
+def test_a_chat_template_litert_lm_reads_otherwise_is_left_out(tmp_path, capsys):
+    """Llama 2's template writes `</s><s>` between turns, which LiteRT-LM
+    renders as nothing: the bundle is written without the template, and the
+    export says why."""
+    import litert_lm
+
+    from tests.training.convert.huggingface.test_chat import LLAMA2_TEMPLATE
+    from tests.training.convert.huggingface.test_llama import converted_llama2_text
+    from tfformer.training.convert import convert
+
+    _, source, _, _ = converted_llama2_text(tmp_path / "first")
+    settings = {"bos_token": "<s>", "eos_token": "</s>"}
+    settings["chat_template"] = LLAMA2_TEMPLATE
+    (source / "tokenizer_config.json").write_text(json.dumps(settings))
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(
+        json.dumps({**config, "max_position_embeddings": 128})
+    )
+    run = convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+    out = tmp_path / "bundle"
+    capsys.readouterr()
+    argv = ["--checkpoint", run, "--out", str(out), "--format", "litertlm"]
+    assert export_main(argv) == 0
+    assert "the bundle carries no chat template" in capsys.readouterr().out
+    litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
+    with litert_lm.Engine(str(out / litertlm.BUNDLE)) as engine:
+        conversation = engine.create_conversation()
+        text = conversation.render_message_to_string({"role": "user", "content": "x"})
+        conversation.close()
+    assert "[INST]" not in text
+
+
 # -- converted runs of token ids: Gemma, Qwen3, Llama without a tokenizer ----------
 
 

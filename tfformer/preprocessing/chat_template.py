@@ -220,6 +220,35 @@ class ChatTemplate:
             )
         return "".join(pieces)
 
+    def prompt_ids(self, messages, tokenizer):
+        """The token ids of `messages` rendered with the assistant's turn
+        opened, as transformers' `apply_chat_template` tokenizes them: the
+        special tokens the text holds are theirs (a SentencePiece
+        `tokenizer` is asked to split them out; a byte-level BPE always
+        does), and no start token is added to the text (a template that
+        wants one writes it, Llama 3's and Gemma's `bos_token`).
+
+        Raises:
+            ValueError: a bad message, a template that fails on the
+                messages or renders no tokens."""
+        from tfformer.preprocessing.sentencepiece_tokenizer import (
+            SentencePieceTokenizer,
+        )
+
+        text = self.render(messages)
+        if isinstance(tokenizer, SentencePieceTokenizer):
+            ids = tokenizer.tokenize([text], special=True)
+        else:
+            ids = tokenizer.tokenize([text])
+        ids = ids[0].numpy().tolist()
+        if getattr(tokenizer, "add_start_token", False):
+            ids = ids[1:]
+        if not ids:
+            raise InputError(
+                f"messages: the chat template rendered {text!r:.100}, no tokens."
+            )
+        return ids
+
     # -- the file --------------------------------------------------------------
 
     def to_json(self):

@@ -17,6 +17,16 @@ What `sentencepiece`'s encoder does with a BPE model, reproduced here:
 4. A symbol that is no piece becomes the pieces of its UTF-8 bytes
    (`<0x41>`: `byte_fallback`).
 
+`tokenize(..., special=True)` also finds the model's control and unknown
+pieces (`<s>`, `</s>`, `<bos>`, `<unk>`) written as text, as Hugging Face's
+tokenizers split their added tokens out of a rendered chat template before
+normalizing the text between them: each special token becomes its id, and
+with `add_dummy_prefix` the text before the first one gets the dummy
+prefix, and so does the text after each (`prefix_after_special`, as the
+legacy Llama tokenizer's `Prepend` normalizer does) or not (`legacy: false`,
+or a `Metaspace` pre-tokenizer that prepends to the first piece only).
+`sentencepiece` itself never does this: it cuts `<s>` into characters.
+
 Decoding writes the pieces back (bytes for byte pieces, nothing for control
 pieces, " ⁇ " for the unknown one, "▁" as a space) and drops the leading
 space the dummy prefix added.
@@ -291,6 +301,9 @@ class SentencePieceTokenizer(tf.Module):
         unknown_token: the unknown piece (decoded as " ⁇ ").
         id_offset: the model's id of a piece is its id plus this (a
             converted decoder keeps id 0 for padding with 1).
+        prefix_after_special: with `add_dummy_prefix`, whether
+            `tokenize(..., special=True)` puts the dummy prefix before text
+            that follows a special token too (see the module's docstring).
 
     Raises:
         ValueError: repeated pieces, a missing byte piece, start/end/unknown
@@ -311,6 +324,7 @@ class SentencePieceTokenizer(tf.Module):
         unknown_token="<unk>",
         add_start_token=False,
         id_offset=0,
+        prefix_after_special=True,
     ):
         super().__init__()
         if (
@@ -367,6 +381,7 @@ class SentencePieceTokenizer(tf.Module):
         self.unknown_token = unknown_token
         self.add_start_token = bool(add_start_token)
         self.id_offset = id_offset
+        self.prefix_after_special = bool(prefix_after_special)
         self.start_id = index[start_token] + id_offset
         self.end_id = index[end_token] + id_offset
         self.unknown_id = index[unknown_token] + id_offset
@@ -377,6 +392,18 @@ class SentencePieceTokenizer(tf.Module):
         )
         self._user_defined = user_defined
         self._user_pattern = "|".join(_escape_re2(p) for p in user_defined) or None
+        special = sorted(
+            (p for p, _, t in pieces if t in (CONTROL, UNKNOWN)), key=len, reverse=True
+        )
+        self._special = special
+        self._special_pattern = "|".join(_escape_re2(p) for p in special) or None
+        self._special_to_id = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(special or [SEP]),
+                tf.constant([index[p] for p in special] or [-1], tf.int32),
+            ),
+            default_value=-1,
+        )
         self._piece_to_id = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(list(mergeable)),
@@ -454,29 +481,68 @@ class SentencePieceTokenizer(tf.Module):
             strings = tf.strings.regex_replace(strings, "(?s)^(.)", r" \1")
         return tf.strings.regex_replace(strings, " ", SPACE)
 
-    def pieces_of(self, strings):
-        """The normalized strings cut around their user-defined pieces,
-        `(batch, None)`: what BPE merges inside, never across."""
-        strings = self.normalize(strings)
+    def _normalize_around_special(self, strings):
+        """`normalize` of the text between the special tokens, each of
+        which is cut out between `SEP` marks (the text's own escaped)."""
+        if self.remove_extra_whitespaces:
+            raise InputError(
+                "special=True needs a model that keeps whitespace: where "
+                "remove_extra_whitespaces strips it around special tokens is "
+                "not reproduced."
+            )
+        strings = tf.convert_to_tensor(strings, tf.string)
         for plain, escaped in ESCAPES:
             strings = tf.strings.regex_replace(strings, _escape_re2(plain), escaped)
+        pattern = self._special_pattern
+        if pattern:
+            strings = tf.strings.regex_replace(
+                strings, f"({pattern})", SEP + r"\1" + SEP
+            )
+        if self.add_dummy_prefix:
+            after = (
+                f"|(?:{pattern}){SEP}" if pattern and self.prefix_after_special else ""
+            )
+            strings = tf.strings.regex_replace(
+                strings, f"(?s)(^{after})([^{SEP}])", r"\1 \2"
+            )
+        return tf.strings.regex_replace(strings, " ", SPACE)
+
+    def pieces_of(self, strings, special=False):
+        """The normalized strings cut around their user-defined pieces (and,
+        with `special`, their special tokens), `(batch, None)`: what BPE
+        merges inside, never across."""
+        if special:
+            strings = self._normalize_around_special(strings)
+        else:
+            strings = self.normalize(strings)
+            for plain, escaped in ESCAPES:
+                strings = tf.strings.regex_replace(strings, _escape_re2(plain), escaped)
         if self._user_pattern:
             strings = tf.strings.regex_replace(
                 strings, f"({self._user_pattern})", SEP + r"\1" + SEP
             )
         return split_at_marks(strings)
 
-    def tokenize(self, strings):
-        """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor."""
-        pieces = self.pieces_of(strings)
+    def tokenize(self, strings, special=False):
+        """`(batch,)` strings to a `(batch, None)` int32 RaggedTensor; with
+        `special`, control and unknown pieces written in the text are
+        theirs (a rendered chat template's `<bos>`; see the module's
+        docstring)."""
+        pieces = self.pieces_of(strings, special)
         words = pieces.flat_values
-        is_user = is_one_of(words, self._user_defined)
+        whole = is_one_of(words, self._user_defined)
+        if special:
+            whole = tf.logical_or(whole, is_one_of(words, self._special))
         characters = tf.strings.unicode_split(words, "UTF-8", errors="replace")
-        symbols = whole_or_split(characters, words, is_user)
+        symbols = whole_or_split(characters, words, whole)
         values, splits = merge_symbols(
             symbols.flat_values, symbols.row_splits, self._merge_rank
         )
         ids = self._piece_to_id.lookup(values)
+        if special:
+            # (A merge makes mergeable pieces only: a special token's value
+            # is the token itself.)
+            ids = tf.where(ids >= 0, ids, self._special_to_id.lookup(values))
         # Byte fallback: a symbol that is no piece becomes its bytes' pieces.
         raw = tf.strings.bytes_split(values)
         codes = tf.io.decode_raw(raw.flat_values, tf.uint8, fixed_length=1)
@@ -579,6 +645,7 @@ class SentencePieceTokenizer(tf.Module):
                     "remove_extra_whitespaces": self.remove_extra_whitespaces,
                     "add_start_token": self.add_start_token,
                     "id_offset": self.id_offset,
+                    "prefix_after_special": self.prefix_after_special,
                     "pieces": [list(p) for p in self.pieces],
                 },
                 ensure_ascii=False,
@@ -599,6 +666,8 @@ class SentencePieceTokenizer(tf.Module):
                 unknown_token=spec["unknown_token"],
                 add_start_token=spec["add_start_token"],
                 id_offset=spec["id_offset"],
+                # (Runs written before it: the legacy Llama tokenizer's.)
+                prefix_after_special=spec.get("prefix_after_special", True),
             )
         except KeyError as e:
             raise InputError(f"{path} lacks {e}.") from None

@@ -227,22 +227,12 @@ class CausalLMPredictor(Predictor):
 
     def chat_ids(self, messages):
         """The token ids of `messages` rendered by the chat template, with
-        the assistant's turn opened: the rendered text tokenized without the
-        start token the tokenizer adds to a text (as transformers tokenizes
-        it: a template that wants one writes it, Llama 3's `bos_token`).
+        the assistant's turn opened (`ChatTemplate.prompt_ids`).
 
         Raises:
             ValueError: a bad message, a template that fails on the
                 messages or renders no tokens."""
-        text = self.chat_template.render(messages)
-        ids = self.tokenizer.tokenize([text])[0].numpy().tolist()
-        if getattr(self.tokenizer, "add_start_token", False):
-            ids = ids[1:]
-        if not ids:
-            raise InputError(
-                f"messages: the chat template rendered {text!r:.100}, no tokens."
-            )
-        return ids
+        return self.chat_template.prompt_ids(messages, self.tokenizer)
 
     def stream_chat(self, messages, **settings):
         """`chat`'s reply, yielded in pieces as the tokens are made."""

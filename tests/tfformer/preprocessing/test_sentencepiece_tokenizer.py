@@ -112,12 +112,11 @@ def train(settings, vocab_size=500):
         vocab_size=vocab_size,
         byte_fallback=True,
         normalization_rule_name="identity",
-        user_defined_symbols=[TOOL],
         character_coverage=1.0,
         # The corpus has fewer merges than that: as many as there are.
         hard_vocab_limit=False,
         minloglevel=2,
-        **settings,
+        **{"user_defined_symbols": [TOOL], **settings},
     )
     return model.getvalue()
 
@@ -203,6 +202,102 @@ def test_text_decodes_as_sentencepiece_decodes(pair):
     got = ours.detokenize(tf.ragged.constant(rows, dtype=tf.int32)).numpy()
     want = [reference.decode(row) for row in rows]
     assert [b.decode("utf-8") for b in got] == want, name
+
+
+SPECIAL_CASES = [
+    "<s>[INST] hi there [/INST]",
+    "<s>[INST] hi [/INST] the fox </s><s>[INST] again [/INST]",
+    "<s>",
+    "<s><s>x",
+    "</s> x",
+    " <s> lead",
+    "a<unk>b",
+    "no special token here",
+    "",
+    f"<s>{TOOL}x{TOOL}</s>",
+    "<s\x00>",
+]
+
+
+def without_dummy_prefix(reference):
+    """`reference`'s model with add_dummy_prefix off."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(reference.serialized_model_proto())
+    proto.normalizer_spec.add_dummy_prefix = False
+    return spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
+
+
+def split_reference(reference, bare, text, after_special):
+    """Hugging Face's reading of a rendered template: the control and
+    unknown pieces found in the text (leftmost, longest first) are their
+    ids; the text between is `sentencepiece`'s, with the dummy prefix
+    before the first text and, when `after_special`, before each text that
+    follows a special token (the legacy Llama tokenizer encodes each
+    separately)."""
+    size = reference.get_piece_size()
+    special = sorted(
+        (
+            reference.id_to_piece(i)
+            for i in range(size)
+            if reference.is_control(i) or reference.is_unknown(i)
+        ),
+        key=len,
+        reverse=True,
+    )
+    ids, i, start, after = [], 0, 0, False
+    while i <= len(text):
+        found = next((t for t in special if text.startswith(t, i)), None)
+        if found is None and i < len(text):
+            i += 1
+            continue
+        if i > start:
+            first = start == 0 or (after and after_special)
+            ids += (reference if first else bare).encode(text[start:i])
+        if found is None:
+            break
+        ids.append(reference.piece_to_id(found))
+        i = start = i + len(found)
+        after = True
+    return ids
+
+
+@pytest.mark.parametrize("after_special", [True, False])
+def test_special_tokens_in_text_split_out_as_hugging_face_does(pair, after_special):
+    """`tokenize(..., special=True)`, as a chat template's text is read:
+    `<s>`, `</s>` and `<unk>` are their ids, and the text between them is
+    sentencepiece's, prefixed as the legacy Llama tokenizer (every text) or
+    its `legacy: false` form (the first only) does. Without `special`,
+    sentencepiece's own reading (characters) stays."""
+    name, reference, ours = pair
+    if ours.remove_extra_whitespaces:
+        with pytest.raises(InputError, match="remove_extra_whitespaces"):
+            ours.tokenize(["<s>x"], special=True)
+        return
+    ours = SentencePieceTokenizer(
+        ours.pieces,
+        add_dummy_prefix=ours.add_dummy_prefix,
+        remove_extra_whitespaces=False,
+        start_token="<s>",
+        end_token="</s>",
+        prefix_after_special=after_special,
+    )
+    bare = without_dummy_prefix(reference)
+    rng = random.Random(7)
+    pool = [*POOL, "<s>", "</s>", "<unk>", "<", "s>"]
+    texts = SPECIAL_CASES + [
+        "".join(rng.choice(pool) for _ in range(rng.randint(0, 20))) for _ in range(300)
+    ]
+    want = [split_reference(reference, bare, t, after_special) for t in texts]
+    got = ours.tokenize(tf.constant(texts), special=True).to_list()
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, (name, mismatched[:3])
+    bos, eos = reference.bos_id(), reference.eos_id()
+    assert got[2] == [bos] and got[3][:2] == [bos, bos]
+    assert eos in got[1] and got[1].count(bos) == 2
+    # Without special=True, sentencepiece's own ids: "<s>" in characters.
+    assert ours.tokenize(["<s>"]).to_list()[0] == reference.encode("<s>") != [bos]
 
 
 def test_start_token_and_ids_outside_the_model(pair):

@@ -8,9 +8,14 @@ import os
 
 from tfformer.errors import InputError
 from tfformer.preprocessing.chat_template import ChatTemplate
+from tfformer.preprocessing.sentencepiece_tokenizer import SentencePieceTokenizer
 from tfformer.training.convert.huggingface.checkpoint import read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
-from tfformer.training.convert.huggingface.tokenizers import special_token
+from tfformer.training.convert.huggingface.tokenizers import (
+    TOKENIZER_CONFIG,
+    prefix_after_special,
+    special_token,
+)
 
 # tokenizer_config.json's special tokens that transformers hands a template.
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
@@ -85,12 +90,31 @@ def stop_ids(source, config, settings, tokenizer):
     return list(dict.fromkeys(ids))
 
 
+def check_special_split(source, settings, tokenizer):
+    """ValueError unless a SentencePiece `tokenizer` splits a rendered
+    template's special tokens out as the checkpoint's Hugging Face
+    tokenizer does (`prefix_after_special`); a byte-level BPE always does."""
+    if not isinstance(tokenizer, SentencePieceTokenizer):
+        return
+    if tokenizer.remove_extra_whitespaces:
+        raise InputError(
+            f"{source}/tokenizer.model removes extra whitespace, which tfformer "
+            "does not reproduce around a chat template's special tokens."
+        )
+    if prefix_after_special(source, settings, tokenizer.add_dummy_prefix) is None:
+        raise InputError(
+            f"{source}/tokenizer.json's normalizer and pre-tokenizer disagree "
+            f"with tokenizer.model's add_dummy_prefix "
+            f"({tokenizer.add_dummy_prefix}) on the dummy prefix."
+        )
+
+
 def chat_template(source, config, tokenizer, progress):
     """The checkpoint's `ChatTemplate` for a run of `tokenizer` (a byte-level
-    BPE in the model's ids), or None when it has none or one tfformer does
-    not render (`progress` says why; the run then continues text without
-    chat). ValueError for malformed files."""
-    settings = read_json(source, "tokenizer_config.json", required=False) or {}
+    or SentencePiece BPE in the model's ids), or None when it has none or
+    one tfformer does not render (`progress` says why; the run then
+    continues text without chat). ValueError for malformed files."""
+    settings = read_json(source, TOKENIZER_CONFIG, required=False) or {}
     template, where = template_source(source, settings)
     if template is None:
         return None
@@ -106,6 +130,7 @@ def chat_template(source, config, tokenizer, progress):
             template, special_tokens=special, stop_ids=stops, where=where
         )
         chat.render(PROBE)
+        check_special_split(source, settings, tokenizer)
     except ValueError as e:
         progress(f"{e}\nThe chat template is not converted.")
         return None

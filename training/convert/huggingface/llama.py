@@ -247,13 +247,9 @@ def convert(
     )
     unused = [n for n in weights.checkpoint.unused() if "rotary_emb" not in n]
     refuse_unused(source, unused)
-    chat = chat_template(source, config, tokenizer, progress) if kind == "bpe" else None
-    if kind == "sentencepiece" and os.path.isfile(
-        os.path.join(source, "tokenizer_config.json")
-    ):
-        # Templates write control tokens (<s>, [INST]) as text, which
-        # sentencepiece (and this tokenizer) cut into characters.
-        progress("Chat template: not converted with a SentencePiece tokenizer.")
+    chat = None
+    if kind in ("bpe", "sentencepiece"):
+        chat = chat_template(source, config, tokenizer, progress)
     ends = decoders.end_ids(source, config, 2, vocab)
     return decoders.write_decoder_run(
         staging, model, tokenizer, kind, sizes, chat, ends

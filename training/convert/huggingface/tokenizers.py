@@ -470,6 +470,45 @@ def byte_level_bpe_tokenizer(
 # -- SentencePiece -------------------------------------------------------------
 
 
+def _components(spec):
+    """The normalizers or pre-tokenizers of a tokenizer.json section, a
+    `Sequence`'s in order (dicts only: anything else is no component)."""
+    if not isinstance(spec, dict):
+        return []
+    if spec.get("type") == "Sequence":
+        key = "normalizers" if "normalizers" in spec else "pretokenizers"
+        return [c for c in spec.get(key) or [] if isinstance(c, dict)]
+    return [spec]
+
+
+def prefix_after_special(source, settings, add_dummy_prefix):
+    """Whether the checkpoint's Hugging Face tokenizer puts SentencePiece's
+    dummy prefix before text that follows a special token (a rendered chat
+    template's `<s>`), or None when its files contradict the model's
+    `add_dummy_prefix`. tokenizer.json decides: a `Prepend("▁")`
+    normalizer, or a `Metaspace` pre-tokenizer that prepends "always",
+    prefixes every text between special tokens; one that prepends to the
+    "first" piece only does not. Without tokenizer.json,
+    tokenizer_config.json's `legacy` (true when absent, as transformers'
+    LlamaTokenizer has it)."""
+    spec = read_json(source, "tokenizer.json", required=False)
+    if not isinstance(spec, dict):
+        return config_flag(settings, "legacy", True, TOKENIZER_CONFIG)
+    rule = "never"
+    for normalizer in _components(spec.get("normalizer")):
+        if normalizer.get("type") == "Prepend" and normalizer.get("prepend") == "▁":
+            rule = "always"
+    for pre in _components(spec.get("pre_tokenizer")):
+        if pre.get("type") == "Metaspace":
+            scheme = pre.get("prepend_scheme")
+            if scheme is None:  # tokenizers < 0.14 wrote a flag
+                scheme = "always" if pre.get("add_prefix_space") else "never"
+            rule = scheme if scheme in ("always", "first") else "never"
+    if (rule != "never") != bool(add_dummy_prefix):
+        return None
+    return rule != "first"
+
+
 def sentencepiece_tokenizer(source, config, vocab_size, progress, special_default):
     """The SentencePiece BPE tokenizer of a checkpoint directory's
     `tokenizer.model` (Llama 2's, Gemma's), or None when it has none. Its
@@ -517,16 +556,19 @@ def sentencepiece_tokenizer(source, config, vocab_size, progress, special_defaul
     settings = read_json(source, TOKENIZER_CONFIG, required=False) or {}
     add_bos = config_flag(settings, "add_bos_token", True, TOKENIZER_CONFIG)
     unknown = model["trainer"]["unk_id"]
+    dummy_prefix = model["normalizer"]["add_dummy_prefix"]
+    after_special = prefix_after_special(source, settings, dummy_prefix)
     try:
         tokenizer = SentencePieceTokenizer(
             pieces,
-            add_dummy_prefix=model["normalizer"]["add_dummy_prefix"],
+            add_dummy_prefix=dummy_prefix,
             remove_extra_whitespaces=model["normalizer"]["remove_extra_whitespaces"],
             start_token=names["bos_token_id"],
             end_token=names["eos_token_id"],
             unknown_token=pieces[unknown][0] if 0 <= unknown < len(pieces) else "",
             add_start_token=add_bos,
             id_offset=ID_OFFSET,
+            prefix_after_special=after_special is not False,
         )
     except ValueError as e:
         raise InputError(f"{path}: {e}") from None

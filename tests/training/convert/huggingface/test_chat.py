@@ -282,3 +282,215 @@ def test_a_template_tfformer_cannot_render_is_left_out_and_said(tmp_path):
         assert any("tokenizer_config.json: chat_template" in line for line in said)
         with pytest.raises(ValueError, match="has none"):
             tfformer.load(run).chat(MESSAGES)
+
+
+# -- SentencePiece checkpoints: Gemma's template, Llama 2's ------------------------
+
+# gemma-7b-it's chat template (tokenizer_config.json).
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
+    "{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
+    "{% else %}{% set role = message['role'] %}{% endif %}"
+    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + "
+    "'<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
+)
+GEMMA_MESSAGES = [
+    {"role": "user", "content": "the quick fox"},
+    {"role": "assistant", "content": "over the dog"},
+    {"role": "user", "content": "tools  then?"},
+]
+
+
+def gemma_sentencepiece():
+    """A SentencePiece BPE in Gemma's settings and ids (pad 0, eos 1, bos 2,
+    unk 3; no dummy prefix) with its turn markers as user-defined pieces,
+    trained here: its `sentencepiece` processor."""
+    spm = pytest.importorskip("sentencepiece")
+    from tests.tfformer.preprocessing.test_sentencepiece_tokenizer import (
+        SETTINGS,
+        TOOL,
+        train,
+    )
+
+    data = train(
+        {
+            **SETTINGS["gemma"],
+            "user_defined_symbols": [TOOL, "<start_of_turn>", "<end_of_turn>"],
+            **dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3),
+            **dict(pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>"),
+        }
+    )
+    return spm.SentencePieceProcessor(model_proto=data)
+
+
+def gemma_chat_checkpoint(path, rng, context=128):
+    """(a random Gemma checkpoint with `gemma_sentencepiece`'s
+    `tokenizer.model`, Gemma's chat template, `<end_of_turn>` as a
+    generation_config.json end id; its processor)."""
+    from tests.training.convert.huggingface.test_gemma import gemma_tensors
+    from tests.training.convert.huggingface.test_gemma import (
+        write_checkpoint as write_gemma,
+    )
+
+    processor = gemma_sentencepiece()
+    size = processor.get_piece_size()
+
+    tensors = gemma_tensors(rng)
+    width = tensors["model.embed_tokens.weight"].shape[1]
+    tensors["model.embed_tokens.weight"] = (
+        0.3 * rng.normal(size=(size, width))
+    ).astype("float32")
+    config = {
+        "vocab_size": size,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        "max_position_embeddings": context,
+    }
+    source = write_gemma(path, rng, config=config, tensors=tensors)
+    (source / "tokenizer.model").write_bytes(processor.serialized_model_proto())
+    settings = {"bos_token": "<bos>", "eos_token": "<eos>"}
+    settings["chat_template"] = GEMMA_TEMPLATE
+    (source / "tokenizer_config.json").write_text(json.dumps(settings))
+    turn_end = processor.piece_to_id("<end_of_turn>")
+    (source / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": [1, turn_end]})
+    )
+    return source, processor
+
+
+def gemma_rendered(messages):
+    """Gemma's template, written out by hand."""
+    text = "<bos>"
+    for m in messages:
+        role = "model" if m["role"] == "assistant" else m["role"]
+        text += f"<start_of_turn>{role}\n{m['content'].strip()}<end_of_turn>\n"
+    return text + "<start_of_turn>model\n"
+
+
+def test_gemma_chat_replies_as_keras_hub_on_its_sentencepiece_ids(tmp_path):
+    """A Gemma checkpoint's chat template on its SentencePiece tokenizer:
+    the rendered `<bos>` is the start id (not its characters, as
+    `sentencepiece` alone reads it), the turn markers are their pieces, and
+    the reply is keras-hub's `GemmaBackbone` greedy on those ids, cut at
+    `<end_of_turn>`."""
+    from tests.training.convert.huggingface.test_gemma import keras_hub_backbone
+
+    source, processor = gemma_chat_checkpoint(tmp_path / "hf", np.random.default_rng(3))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("replies stop at ['<eos>', '<end_of_turn>']" in s for s in said), said
+    model = tfformer.load(run)
+    text = model.chat_template.render(GEMMA_MESSAGES)
+    assert text == gemma_rendered(GEMMA_MESSAGES)
+    # transformers' reading: <bos> split out, then the rest (no dummy prefix).
+    prompt = [2, *processor.encode(text[len("<bos>") :])]
+    assert processor.piece_to_id("<start_of_turn>") in prompt
+    assert [i - 1 for i in model.chat_ids(GEMMA_MESSAGES)] == prompt
+    turn_end = processor.piece_to_id("<end_of_turn>")
+    greedy = reference_greedy(keras_hub_backbone(source), prompt, 12, end=[1, turn_end])
+    reply = processor.decode(greedy[len(prompt) :])
+    assert model.chat(GEMMA_MESSAGES, max_new_tokens=12) == reply
+
+
+LLAMA2_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + message['content'] | trim + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}"
+    "{{ ' ' + message['content'] | trim + ' ' + eos_token }}{% endif %}"
+    "{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    "tokenizer_json, after_special",
+    [
+        # The legacy Llama 2 tokenizer.json: Prepend("▁") on every text.
+        (
+            {
+                "normalizer": {
+                    "type": "Sequence",
+                    "normalizers": [
+                        {"type": "Prepend", "prepend": "\u2581"},
+                        {"type": "Replace", "pattern": {"String": " "}},
+                    ],
+                }
+            },
+            True,
+        ),
+        # legacy: false: Metaspace prepends to the first piece only.
+        (
+            {
+                "normalizer": None,
+                "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "first"},
+            },
+            False,
+        ),
+        # No tokenizer.json: tokenizer_config.json's legacy, true when absent.
+        (None, True),
+    ],
+)
+def test_llama2_chat_reads_its_special_tokens_as_its_tokenizer_json_does(
+    tmp_path, tokenizer_json, after_special
+):
+    """Llama 2's template writes `<s>` and `</s>` between turns: each is
+    its id, and the text after it is prefixed with "▁" or not as the
+    checkpoint's tokenizer.json says (the ids of
+    test_sentencepiece_tokenizer's `split_reference`, sentencepiece's ids
+    text by text)."""
+    from tests.tfformer.preprocessing.test_sentencepiece_tokenizer import (
+        split_reference,
+        without_dummy_prefix,
+    )
+    from tests.training.convert.huggingface.test_llama import converted_llama2_text
+
+    processor, source, _, _ = converted_llama2_text(tmp_path / "first")
+    (source / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA2_TEMPLATE}
+        )
+    )
+    if tokenizer_json is not None:
+        (source / "tokenizer.json").write_text(json.dumps(tokenizer_json))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("replies stop at ['</s>']" in s for s in said), said
+    model = tfformer.load(run)
+    messages = [
+        {"role": "user", "content": "the fox"},
+        {"role": "assistant", "content": "jumps over"},
+        {"role": "user", "content": "and then?"},
+    ]
+    text = model.chat_template.render(messages)
+    assert text.count("<s>") == 2 and text.count("</s>") == 1
+    bare = without_dummy_prefix(processor)
+    want = split_reference(processor, bare, text, after_special)
+    assert [i - 1 for i in model.chat_ids(messages)] == want
+    # (The rule matters here: the other one gives other ids.)
+    assert want != split_reference(processor, bare, text, not after_special)
+
+
+def test_a_sentencepiece_chat_template_whose_files_disagree_is_left_out(tmp_path):
+    """tokenizer.json without a dummy prefix for a tokenizer.model with one:
+    which ids transformers would give is unclear, so no chat template."""
+    from tests.training.convert.huggingface.test_llama import converted_llama2_text
+
+    _, source, _, _ = converted_llama2_text(tmp_path / "first")
+    (source / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA2_TEMPLATE}
+        )
+    )
+    (source / "tokenizer.json").write_text(json.dumps({"normalizer": None}))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("disagree with tokenizer.model's add_dummy_prefix" in s for s in said)
+    assert any("The chat template is not converted." in s for s in said)
+    assert tfformer.load(run).directory.chat_template() is None
