@@ -521,12 +521,13 @@ def test_the_reference_runtime_writes_text(device):
 @pytest.mark.integration
 def test_quantized_variants_convert_and_agree(run_dir, run, tmp_path):
     """float16 keeps the logits within 1e-2 and greedy tokens equal; dynamic
-    int8 within 0.1 (full int8 is converted and run in
+    int8 within 0.15 (measured: up to 0.11 on an AVX-512 VNNI CPU, whose
+    int8 kernels round otherwise than AVX2's; full int8 is converted and run in
     `test_chunked_prefill_and_full_int8_with_several_prefill_lengths`)."""
     lines = [LINE.strip()] * 20
     ids = byte_ids(LINE[:CONTEXT])
     expected = keras_logits(run, ids)
-    tolerance = {"float16": 1e-2, "int8": 0.1}
+    tolerance = {"float16": 1e-2, "int8": 0.15}
     for quantize, atol in tolerance.items():
         out = str(tmp_path / quantize)
         path = export_tflite(
@@ -665,10 +666,12 @@ def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
     # full_int8 (activations too, calibrated on lines of text) calibrates
     # every prefill signature under its own name. Its logits move by up to
     # a few nats, so it is held to floors on the trained shared run, decoded
-    # step by step over the line: its mean nats per next byte within 0.25
+    # step by step over the line: its mean nats per next byte within 0.3
     # of the Keras model's, and the Keras model's top byte among its top 5
-    # at 90 % of the positions (measured: 1.81 against 1.65 nats, 32 of 32;
-    # its own top byte is Keras's at 11 of 32, so no floor is set on that).
+    # at 90 % of the positions (measured: 1.81 against 1.65 nats, 32 of 32,
+    # on an AVX2 CPU; 1.72 against 1.47 on an AVX-512 one, where the shared
+    # run trains to other weights; its own top byte is Keras's at 11 of 32,
+    # so no floor is set on that).
     quantized = export_tflite(
         run_dir,
         str(tmp_path / "int8"),
@@ -697,7 +700,7 @@ def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
                 nats[name].append(-log_p[ids[position + 1]])
     keras_nats, int8_nats = np.mean(nats["keras"]), np.mean(nats["int8"])
     assert keras_nats < 2.0, keras_nats  # the shared run has learned the line
-    assert int8_nats <= keras_nats + 0.25, (int8_nats, keras_nats)
+    assert int8_nats <= keras_nats + 0.3, (int8_nats, keras_nats)
     assert in_top_5 >= 0.9 * len(ids), f"{in_top_5} of {len(ids)}"
     # The prefill signatures run too, and continue where the Keras model does.
     cache = runtime.prefill(ids[:16], runtime.new_cache())
