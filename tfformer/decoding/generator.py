@@ -16,6 +16,7 @@ from keras.tree import map_structure as tree_map
 
 from tfformer.decoding.sampling import (
     NEG_INF,
+    check_row_settings,
     check_sampling_arguments,
     filter_logits_per_row,
     sample_inverse_cdf,
@@ -36,39 +37,6 @@ def _check_int(name, value, minimum):
             f"{name} must be an int >= {minimum}. Received: {name}={value!r}"
         )
     return value
-
-
-def _concrete(value):
-    """`value` as a NumPy array, or None when it is symbolic."""
-    if value is None:
-        return None
-    try:
-        return np.asarray(ops.convert_to_numpy(value))
-    except Exception:  # a symbolic tensor (tf.function, jax.jit)
-        return None
-
-
-def _check_rows(max_length, **settings):
-    """ValueError naming a per-row setting that is out of range."""
-    rules = {
-        "max_new_tokens": (
-            lambda v: (v >= 0) & (v < max_length),
-            f"in [0, {max_length - 1}]",
-        ),
-        "temperature": (lambda v: (v > 0) & np.isfinite(v), "positive and finite"),
-        "top_k": (lambda v: v >= 0, ">= 0 (0: none)"),
-        "top_p": (lambda v: (v > 0) & (v <= 1), "in (0, 1] (1: none)"),
-    }
-    for name, value in settings.items():
-        value = _concrete(value)
-        if value is None:
-            continue
-        ok, wanted = rules[name]
-        if not np.all(ok(value)):
-            raise InputError(
-                f"{name} must be {wanted} in every row. "
-                f"Received: {name}={value.tolist()}"
-            )
 
 
 def lowest_id_not(pad_id):
@@ -325,7 +293,7 @@ class Generator:
         assertions do). Returns what calling the generator returns."""
         if self.search == "beam":
             raise InputError("generate() needs search 'greedy' or 'sample'.")
-        _check_rows(
+        check_row_settings(
             self.max_length,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
@@ -444,9 +412,20 @@ class Generator:
         tokens, lengths, encoded = self._prompt(inputs)
         batch = ops.shape(tokens)[0]
         cache = self.decoder.init_cache(batch, self.max_length)
-        log_probs, cache, cross = self._step(tokens[:, :1], cache, 0, encoded, None)
+        # A decoder-only model reads the prompt's columns in one step, and
+        # the loop starts after the shortest prompt (a longer row's later
+        # columns, and any padding, are written again before they are read).
+        width = (
+            1 if encoded is not None else ops.shape(ops.convert_to_tensor(inputs))[1]
+        )
+        first = 1 if encoded is not None else ops.min(lengths)
+        logits, cache, cross = self.decoder.step(
+            tokens[:, :width], cache, 0, encoded, None
+        )
+        last = ops.take(logits, ops.reshape(first - 1, (1,)), axis=1)[:, 0]
+        log_probs = ops.log_softmax(ops.cast(last, "float32"), axis=-1)
         state = (
-            ops.convert_to_tensor(1, "int32"),
+            ops.cast(first, "int32"),
             tokens,
             cache,
             log_probs,
@@ -544,8 +523,9 @@ class Generator:
                 backend; other backends run eagerly).
 
         Yields:
-            `(position, token_ids, generated)` for positions 1 to
-            `max_length - 1` until every row has ended: numpy `(batch,)` ids
+            `(position, token_ids, generated)` for positions from the
+            shortest prompt's length (the prompts' columns are read in one
+            step) to `max_length - 1` until every row has ended: numpy `(batch,)` ids
             written at `position` and whether each was generated (rather than
             copied from the prompt or padding after the end).
         """

@@ -11,6 +11,7 @@ backend's own random generator could not be reproduced on a device.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from tfformer.errors import InputError, InputTypeError
@@ -245,3 +246,36 @@ def sample_inverse_cdf(logits, uniforms):
     ids = ops.arange(vocabulary, dtype="int32")[None, :]
     last = ops.max(ops.where(probabilities > 0, ids, 0), axis=-1)
     return ops.minimum(index, last)
+
+
+def _concrete(value):
+    """`value` as a NumPy array, or None when it is symbolic."""
+    if value is None:
+        return None
+    try:
+        return np.asarray(ops.convert_to_numpy(value))
+    except Exception:  # a symbolic tensor (tf.function, jax.jit)
+        return None
+
+
+def check_row_settings(max_length, **settings):
+    """ValueError naming a per-row setting that is out of range."""
+    rules = {
+        "max_new_tokens": (
+            lambda v: (v >= 0) & (v < max_length),
+            f"in [0, {max_length - 1}]",
+        ),
+        "temperature": (lambda v: (v > 0) & np.isfinite(v), "positive and finite"),
+        "top_k": (lambda v: v >= 0, ">= 0 (0: none)"),
+        "top_p": (lambda v: (v > 0) & (v <= 1), "in (0, 1] (1: none)"),
+    }
+    for name, value in settings.items():
+        value = _concrete(value)
+        if value is None:
+            continue
+        ok, wanted = rules[name]
+        if not np.all(ok(value)):
+            raise InputError(
+                f"{name} must be {wanted} in every row. "
+                f"Received: {name}={value.tolist()}"
+            )

@@ -20,14 +20,20 @@ class MarkovDecoder:
     def __init__(self, table):
         self.table = np.log(np.maximum(np.asarray(table, "float32"), 1e-12))
         self.calls = 0
+        self.widths = []
 
     def init_cache(self, batch_size, max_length):
         return (ops.zeros((batch_size, 1)),)
 
     def step(self, token_ids, cache, index, encoded=None, cross_caches=None):
         self.calls += 1
-        logits = ops.take(ops.convert_to_tensor(self.table), token_ids[:, -1], axis=0)
-        return logits[:, None, :], cache, None
+        self.widths.append(token_ids.shape[1])
+        # (batch, T, vocabulary): the next-token logits after each token.
+        return (
+            ops.take(ops.convert_to_tensor(self.table), token_ids, axis=0),
+            cache,
+            None,
+        )
 
 
 def table(rows):
@@ -204,6 +210,25 @@ def test_greedy_stops_early_when_every_row_ended():
     chain = MarkovDecoder(table({START: {END: 1.0}}))
     Generator(chain, max_length=64)(np.array([[START], [START]]))
     assert chain.calls == 2
+
+
+@pytest.mark.parametrize("search", ["greedy", "sample"])
+def test_a_prompt_is_read_in_one_step(search):
+    """Greedy and sampled generation read a prompt's columns in one decoder
+    step, then one step per new token (not one per prompt token); a ragged
+    batch's loop starts after its shortest prompt. (That the tokens are a
+    token-by-token reading's: the prefix-recompute test above.)"""
+    chain = MarkovDecoder(table({START: {A: 1.0}, A: {B: 1.0}, B: {A: 1.0}}))
+    settings = {"search": search, "seed": 0, "top_k": 1} if search == "sample" else {}
+    out = Generator(chain, max_length=8, **settings)(np.array([[START, A, B, A, B]]))
+    tokens = ops.convert_to_numpy(out["token_ids"])[0].tolist()
+    assert tokens == [START, A, B, A, B, A, B, A]
+    assert chain.widths == [5, 1, 1, 1]
+    chain = MarkovDecoder(table({START: {A: 1.0}, A: {B: 1.0}, B: {A: 1.0}}))
+    Generator(chain, max_length=8, **settings)(
+        np.array([[START, A, B, A, B], [START, A, PAD, PAD, PAD]])
+    )
+    assert chain.widths == [5, 1, 1, 1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("search", ["greedy", "sample", "beam"])
