@@ -136,6 +136,22 @@ def cpu_model():
     return platform.processor()
 
 
+def cpu_features():
+    """The CPU's vector and matrix extensions (/proc/cpuinfo's avx*, fma
+    and amx* flags), sorted: two machines of one model name can differ."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    return sorted(
+                        f for f in flags if f.startswith(("avx", "amx")) or f == "fma"
+                    )
+    except OSError:
+        pass
+    return []
+
+
 def package_version(module, distribution):
     """`module.__version__` if it is imported, else the installed
     distribution's version (None when it is not installed)."""
@@ -153,6 +169,7 @@ def machine():
         platform=platform.platform(),
         processor=platform.processor(),
         cpu_model=cpu_model(),
+        cpu_features=cpu_features(),
         cpus=os.cpu_count(),
         python=sys.version.split()[0],
         tensorflow=package_version("tensorflow", "tensorflow"),

@@ -7,6 +7,7 @@ import ast
 import gzip
 import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -225,6 +226,10 @@ def test_write_result_stamps_command_machine_and_date(tmp_path, monkeypatch):
     assert machine["python"] == sys.version.split()[0]
     assert machine["flags"] == {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}
     assert {"cpu_model", "tensorflow", "keras", "keras_hub"} <= set(machine)
+    # Every CPU tfformer runs on lists SSE's successors; on Linux, AVX among them.
+    if os.path.exists("/proc/cpuinfo") and platform.machine() == "x86_64":
+        assert "avx" in machine["cpu_features"], machine["cpu_features"]
+    assert machine["cpu_features"] == sorted(machine["cpu_features"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", result["date"])
 
 
