@@ -24,8 +24,12 @@ normalizing the text between them: each special token becomes its id, and
 with `add_dummy_prefix` the text before the first one gets the dummy
 prefix, and so does the text after each (`prefix_after_special`, as the
 legacy Llama tokenizer's `Prepend` normalizer does) or not (`legacy: false`,
-or a `Metaspace` pre-tokenizer that prepends to the first piece only).
+or a `Metaspace` pre-tokenizer that prepends to the first piece only); a
+text that starts with a space gets one too unless `prefix_before_space` is
+off (a `Metaspace` pre-tokenizer prepends to no text that starts with one).
 `sentencepiece` itself never does this: it cuts `<s>` into characters.
+Control pieces that hold "▁" (which text never holds once normalized) are
+not looked for.
 
 Decoding writes the pieces back (bytes for byte pieces, nothing for control
 pieces, " ⁇ " for the unknown one, "▁" as a space) and drops the leading
@@ -304,6 +308,9 @@ class SentencePieceTokenizer(tf.Module):
         prefix_after_special: with `add_dummy_prefix`, whether
             `tokenize(..., special=True)` puts the dummy prefix before text
             that follows a special token too (see the module's docstring).
+        prefix_before_space: whether that prefix goes before a text that
+            starts with a space too (sentencepiece, `Prepend`: yes;
+            `Metaspace`: no).
 
     Raises:
         ValueError: repeated pieces, a missing byte piece, start/end/unknown
@@ -325,6 +332,7 @@ class SentencePieceTokenizer(tf.Module):
         add_start_token=False,
         id_offset=0,
         prefix_after_special=True,
+        prefix_before_space=True,
     ):
         super().__init__()
         if (
@@ -382,6 +390,7 @@ class SentencePieceTokenizer(tf.Module):
         self.add_start_token = bool(add_start_token)
         self.id_offset = id_offset
         self.prefix_after_special = bool(prefix_after_special)
+        self.prefix_before_space = bool(prefix_before_space)
         self.start_id = index[start_token] + id_offset
         self.end_id = index[end_token] + id_offset
         self.unknown_id = index[unknown_token] + id_offset
@@ -393,7 +402,13 @@ class SentencePieceTokenizer(tf.Module):
         self._user_defined = user_defined
         self._user_pattern = "|".join(_escape_re2(p) for p in user_defined) or None
         special = sorted(
-            (p for p, _, t in pieces if t in (CONTROL, UNKNOWN)), key=len, reverse=True
+            (
+                p
+                for p, _, t in pieces
+                if t in (CONTROL, UNKNOWN) and p and SPACE not in p
+            ),
+            key=len,
+            reverse=True,
         )
         self._special = special
         self._special_pattern = "|".join(_escape_re2(p) for p in special) or None
@@ -502,8 +517,9 @@ class SentencePieceTokenizer(tf.Module):
             after = (
                 f"|(?:{pattern}){SEP}" if pattern and self.prefix_after_special else ""
             )
+            first = SEP if self.prefix_before_space else SEP + " "
             strings = tf.strings.regex_replace(
-                strings, f"(?s)(^{after})([^{SEP}])", r"\1 \2"
+                strings, f"(?s)(^{after})([^{first}])", r"\1 \2"
             )
         return tf.strings.regex_replace(strings, " ", SPACE)
 
@@ -646,6 +662,7 @@ class SentencePieceTokenizer(tf.Module):
                     "add_start_token": self.add_start_token,
                     "id_offset": self.id_offset,
                     "prefix_after_special": self.prefix_after_special,
+                    "prefix_before_space": self.prefix_before_space,
                     "pieces": [list(p) for p in self.pieces],
                 },
                 ensure_ascii=False,
@@ -668,6 +685,7 @@ class SentencePieceTokenizer(tf.Module):
                 id_offset=spec["id_offset"],
                 # (Runs written before it: the legacy Llama tokenizer's.)
                 prefix_after_special=spec.get("prefix_after_special", True),
+                prefix_before_space=spec.get("prefix_before_space", True),
             )
         except KeyError as e:
             raise InputError(f"{path} lacks {e}.") from None

@@ -229,13 +229,15 @@ def without_dummy_prefix(reference):
     return spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
 
 
-def split_reference(reference, bare, text, after_special):
+def split_reference(reference, bare, text, after_special, before_space=True):
     """Hugging Face's reading of a rendered template: the control and
     unknown pieces found in the text (leftmost, longest first) are their
     ids; the text between is `sentencepiece`'s, with the dummy prefix
     before the first text and, when `after_special`, before each text that
     follows a special token (the legacy Llama tokenizer encodes each
-    separately)."""
+    separately), but for `before_space` false not before a text that
+    starts with a space (a `Metaspace` pre-tokenizer's rule,
+    `test_the_prefix_rules_are_hugging_faces`)."""
     size = reference.get_piece_size()
     special = sorted(
         (
@@ -254,6 +256,7 @@ def split_reference(reference, bare, text, after_special):
             continue
         if i > start:
             first = start == 0 or (after and after_special)
+            first = first and (before_space or text[start] != " ")
             ids += (reference if first else bare).encode(text[start:i])
         if found is None:
             break
@@ -263,8 +266,27 @@ def split_reference(reference, bare, text, after_special):
     return ids
 
 
-@pytest.mark.parametrize("after_special", [True, False])
-def test_special_tokens_in_text_split_out_as_hugging_face_does(pair, after_special):
+def test_the_prefix_rules_are_hugging_faces():
+    """The rules `split_reference` writes down, read off Hugging Face's
+    `tokenizers`: `Prepend("▁")` prefixes a text that starts with a space
+    too; `Metaspace` (either scheme) does not."""
+    from tokenizers import normalizers, pre_tokenizers
+
+    assert normalizers.Prepend("\u2581").normalize_str(" x") == "\u2581 x"
+    for scheme in ("always", "first"):
+        metaspace = pre_tokenizers.Metaspace(prepend_scheme=scheme, split=False)
+        assert [p for p, _ in metaspace.pre_tokenize_str(" x")] == ["\u2581x"]
+        assert [p for p, _ in metaspace.pre_tokenize_str("x")] == ["\u2581x"]
+
+
+@pytest.mark.parametrize(
+    "after_special, before_space",
+    [(True, True), (False, True), (True, False), (False, False)],
+    ids=["prepend", "legacy_false", "metaspace_always", "metaspace_first"],
+)
+def test_special_tokens_in_text_split_out_as_hugging_face_does(
+    pair, after_special, before_space
+):
     """`tokenize(..., special=True)`, as a chat template's text is read:
     `<s>`, `</s>` and `<unk>` are their ids, and the text between them is
     sentencepiece's, prefixed as the legacy Llama tokenizer (every text) or
@@ -282,6 +304,7 @@ def test_special_tokens_in_text_split_out_as_hugging_face_does(pair, after_speci
         start_token="<s>",
         end_token="</s>",
         prefix_after_special=after_special,
+        prefix_before_space=before_space,
     )
     bare = without_dummy_prefix(reference)
     rng = random.Random(7)
@@ -289,7 +312,10 @@ def test_special_tokens_in_text_split_out_as_hugging_face_does(pair, after_speci
     texts = SPECIAL_CASES + [
         "".join(rng.choice(pool) for _ in range(rng.randint(0, 20))) for _ in range(300)
     ]
-    want = [split_reference(reference, bare, t, after_special) for t in texts]
+    want = [
+        split_reference(reference, bare, t, after_special, before_space)
+        for t in texts
+    ]
     got = ours.tokenize(tf.constant(texts), special=True).to_list()
     mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
     assert not mismatched, (name, mismatched[:3])

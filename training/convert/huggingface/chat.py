@@ -13,7 +13,7 @@ from tfformer.training.convert.huggingface.checkpoint import read_json
 from tfformer.training.convert.huggingface.decoders import ID_OFFSET
 from tfformer.training.convert.huggingface.tokenizers import (
     TOKENIZER_CONFIG,
-    prefix_after_special,
+    dummy_prefix_rule,
     special_token,
 )
 
@@ -93,7 +93,7 @@ def stop_ids(source, config, settings, tokenizer):
 def check_special_split(source, settings, tokenizer):
     """ValueError unless a SentencePiece `tokenizer` splits a rendered
     template's special tokens out as the checkpoint's Hugging Face
-    tokenizer does (`prefix_after_special`); a byte-level BPE always does."""
+    tokenizer does (`dummy_prefix_rule`); a byte-level BPE always does."""
     if not isinstance(tokenizer, SentencePieceTokenizer):
         return
     if tokenizer.remove_extra_whitespaces:
@@ -101,7 +101,7 @@ def check_special_split(source, settings, tokenizer):
             f"{source}/tokenizer.model removes extra whitespace, which tfformer "
             "does not reproduce around a chat template's special tokens."
         )
-    if prefix_after_special(source, settings, tokenizer.add_dummy_prefix) is None:
+    if dummy_prefix_rule(source, settings, tokenizer.add_dummy_prefix) is None:
         raise InputError(
             f"{source}/tokenizer.json's normalizer and pre-tokenizer disagree "
             f"with tokenizer.model's add_dummy_prefix "

@@ -472,29 +472,34 @@ def byte_level_bpe_tokenizer(
 
 def _components(spec):
     """The normalizers or pre-tokenizers of a tokenizer.json section, a
-    `Sequence`'s in order (dicts only: anything else is no component)."""
+    `Sequence`'s (nested ones too) in order; anything but an object is no
+    component (an untrusted file's odd values read as nothing)."""
     if not isinstance(spec, dict):
         return []
-    if spec.get("type") == "Sequence":
-        key = "normalizers" if "normalizers" in spec else "pretokenizers"
-        return [c for c in spec.get(key) or [] if isinstance(c, dict)]
-    return [spec]
+    if spec.get("type") != "Sequence":
+        return [spec]
+    inner = spec.get("normalizers", spec.get("pretokenizers"))
+    if not isinstance(inner, list):
+        return []
+    return [c for part in inner for c in _components(part)]
 
 
-def prefix_after_special(source, settings, add_dummy_prefix):
-    """Whether the checkpoint's Hugging Face tokenizer puts SentencePiece's
-    dummy prefix before text that follows a special token (a rendered chat
-    template's `<s>`), or None when its files contradict the model's
-    `add_dummy_prefix`. tokenizer.json decides: a `Prepend("▁")`
-    normalizer, or a `Metaspace` pre-tokenizer that prepends "always",
-    prefixes every text between special tokens; one that prepends to the
-    "first" piece only does not. Without tokenizer.json,
-    tokenizer_config.json's `legacy` (true when absent, as transformers'
-    LlamaTokenizer has it)."""
+def dummy_prefix_rule(source, settings, add_dummy_prefix):
+    """Where the checkpoint's Hugging Face tokenizer puts SentencePiece's
+    dummy prefix in the text around a rendered chat template's special
+    tokens: `SentencePieceTokenizer`'s `prefix_after_special` and
+    `prefix_before_space` options, or None when its files contradict the
+    model's `add_dummy_prefix`. tokenizer.json decides: a `Prepend("▁")`
+    normalizer prefixes every text between special tokens; a `Metaspace`
+    pre-tokenizer prefixes every one ("always") or the text's first only
+    ("first"), and never one that starts with a space. Without
+    tokenizer.json, transformers' slow LlamaTokenizer: every text when
+    tokenizer_config.json's `legacy` is true (or absent), else the first."""
     spec = read_json(source, "tokenizer.json", required=False)
     if not isinstance(spec, dict):
-        return config_flag(settings, "legacy", True, TOKENIZER_CONFIG)
-    rule = "never"
+        legacy = config_flag(settings, "legacy", True, TOKENIZER_CONFIG)
+        return {"prefix_after_special": legacy, "prefix_before_space": True}
+    rule, before_space = "never", True
     for normalizer in _components(spec.get("normalizer")):
         if normalizer.get("type") == "Prepend" and normalizer.get("prepend") == "▁":
             rule = "always"
@@ -502,11 +507,15 @@ def prefix_after_special(source, settings, add_dummy_prefix):
         if pre.get("type") == "Metaspace":
             scheme = pre.get("prepend_scheme")
             if scheme is None:  # tokenizers < 0.14 wrote a flag
-                scheme = "always" if pre.get("add_prefix_space") else "never"
+                scheme = "always" if pre.get("add_prefix_space") is True else "never"
             rule = scheme if scheme in ("always", "first") else "never"
+            before_space = False
     if (rule != "never") != bool(add_dummy_prefix):
         return None
-    return rule != "first"
+    return {
+        "prefix_after_special": rule != "first",
+        "prefix_before_space": before_space,
+    }
 
 
 def sentencepiece_tokenizer(source, config, vocab_size, progress, special_default):
@@ -557,7 +566,8 @@ def sentencepiece_tokenizer(source, config, vocab_size, progress, special_defaul
     add_bos = config_flag(settings, "add_bos_token", True, TOKENIZER_CONFIG)
     unknown = model["trainer"]["unk_id"]
     dummy_prefix = model["normalizer"]["add_dummy_prefix"]
-    after_special = prefix_after_special(source, settings, dummy_prefix)
+    # (A contradiction leaves the chat template out: chat.check_special_split.)
+    rule = dummy_prefix_rule(source, settings, dummy_prefix) or {}
     try:
         tokenizer = SentencePieceTokenizer(
             pieces,
@@ -568,7 +578,7 @@ def sentencepiece_tokenizer(source, config, vocab_size, progress, special_defaul
             unknown_token=pieces[unknown][0] if 0 <= unknown < len(pieces) else "",
             add_start_token=add_bos,
             id_offset=ID_OFFSET,
-            prefix_after_special=after_special is not False,
+            **rule,
         )
     except ValueError as e:
         raise InputError(f"{path}: {e}") from None

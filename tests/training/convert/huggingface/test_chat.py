@@ -410,7 +410,7 @@ LLAMA2_TEMPLATE = (
 
 
 @pytest.mark.parametrize(
-    "tokenizer_json, after_special",
+    "tokenizer_json, after_special, before_space",
     [
         # The legacy Llama 2 tokenizer.json: Prepend("▁") on every text.
         (
@@ -424,21 +424,32 @@ LLAMA2_TEMPLATE = (
                 }
             },
             True,
+            True,
         ),
-        # legacy: false: Metaspace prepends to the first piece only.
+        # legacy: false: Metaspace prepends to the first piece only (and to
+        # no text that starts with a space), here inside a Sequence.
         (
             {
                 "normalizer": None,
-                "pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "first"},
+                "pre_tokenizer": {
+                    "type": "Sequence",
+                    "pretokenizers": [{"type": "Metaspace", "prepend_scheme": "first"}],
+                },
             },
+            False,
+            False,
+        ),
+        (
+            {"pre_tokenizer": {"type": "Metaspace", "prepend_scheme": "always"}},
+            True,
             False,
         ),
         # No tokenizer.json: tokenizer_config.json's legacy, true when absent.
-        (None, True),
+        (None, True, True),
     ],
 )
 def test_llama2_chat_reads_its_special_tokens_as_its_tokenizer_json_does(
-    tmp_path, tokenizer_json, after_special
+    tmp_path, tokenizer_json, after_special, before_space
 ):
     """Llama 2's template writes `<s>` and `</s>` between turns: each is
     its id, and the text after it is prefixed with "▁" or not as the
@@ -471,13 +482,30 @@ def test_llama2_chat_reads_its_special_tokens_as_its_tokenizer_json_does(
     text = model.chat_template.render(messages)
     assert text.count("<s>") == 2 and text.count("</s>") == 1
     bare = without_dummy_prefix(processor)
-    want = split_reference(processor, bare, text, after_special)
+    want = split_reference(processor, bare, text, after_special, before_space)
     assert [i - 1 for i in model.chat_ids(messages)] == want
-    # (The rule matters here: the other one gives other ids.)
-    assert want != split_reference(processor, bare, text, not after_special)
+    # The run's tokenizer keeps the files' rule: on a text where each rule
+    # gives other ids (after its own start token), it gives this one's.
+    probe = " y" + text + "</s> x"
+    ids = model.tokenizer.tokenize([probe], special=True)[0].numpy().tolist()
+    got = [i - 1 for i in ids[1:]]
+    assert got == split_reference(processor, bare, probe, after_special, before_space)
+    for other in [(True, True), (False, True), (True, False), (False, False)]:
+        if other != (after_special, before_space):
+            assert got != split_reference(processor, bare, probe, *other), other
 
 
-def test_a_sentencepiece_chat_template_whose_files_disagree_is_left_out(tmp_path):
+@pytest.mark.parametrize(
+    "tokenizer_json",
+    [
+        {"normalizer": None},
+        # Untrusted odd values read as no component, not as a crash.
+        {"normalizer": {"type": "Sequence", "normalizers": 5}, "pre_tokenizer": [1]},
+    ],
+)
+def test_a_sentencepiece_chat_template_whose_files_disagree_is_left_out(
+    tmp_path, tokenizer_json
+):
     """tokenizer.json without a dummy prefix for a tokenizer.model with one:
     which ids transformers would give is unclear, so no chat template."""
     from tests.training.convert.huggingface.test_llama import converted_llama2_text
@@ -488,7 +516,7 @@ def test_a_sentencepiece_chat_template_whose_files_disagree_is_left_out(tmp_path
             {"bos_token": "<s>", "eos_token": "</s>", "chat_template": LLAMA2_TEMPLATE}
         )
     )
-    (source / "tokenizer.json").write_text(json.dumps({"normalizer": None}))
+    (source / "tokenizer.json").write_text(json.dumps(tokenizer_json))
     said = []
     run = convert(str(source), str(tmp_path / "run"), progress=said.append)
     assert any("disagree with tokenizer.model's add_dummy_prefix" in s for s in said)
