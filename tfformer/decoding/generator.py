@@ -19,6 +19,7 @@ from tfformer.decoding.sampling import (
     check_row_settings,
     check_sampling_arguments,
     filter_logits_per_row,
+    runs_compiled,
     sample_inverse_cdf,
     uniform_stream,
 )
@@ -415,14 +416,22 @@ class Generator:
         # A decoder-only model reads the prompt's columns in one step, and
         # the loop starts after the shortest prompt (a longer row's later
         # columns, and any padding, are written again before they are read).
-        width = (
-            1 if encoded is not None else ops.shape(ops.convert_to_tensor(inputs))[1]
-        )
-        first = 1 if encoded is not None else ops.min(lengths)
+        # Compiled (XLA, JAX), the input's static width; else up to the
+        # longest prompt (the TFLite loop model's input is context-wide).
+        # (An empty batch: a step of width 1, as a seq2seq model's.)
+        width, first = 1, 1
+        if encoded is None:
+            width = ops.max(ops.concatenate([lengths, ops.ones((1,), "int32")]))
+            if runs_compiled():
+                width = ops.shape(ops.convert_to_tensor(inputs))[1]
+            at_most = ops.full((1,), width, "int32")
+            first = ops.min(ops.concatenate([lengths, at_most]))
         logits, cache, cross = self.decoder.step(
             tokens[:, :width], cache, 0, encoded, None
         )
-        last = ops.take(logits, ops.reshape(first - 1, (1,)), axis=1)[:, 0]
+        last = ops.take(logits, ops.reshape(first - 1, (1,)), axis=1)
+        # (A step of dynamic width loses the static batch size in a graph.)
+        last = ops.reshape(last, (batch, ops.shape(logits)[-1]))
         log_probs = ops.log_softmax(ops.cast(last, "float32"), axis=-1)
         state = (
             ops.cast(first, "int32"),

@@ -104,7 +104,7 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     logits = ops.maximum(logits, NEG_INF)
     if top_k is None and top_p is None:
         return logits
-    if not _compiled():
+    if not runs_compiled():
         return _filter_by_sorting(logits, top_k, top_p)
     keys = _order_keys(logits)
     searches = []
@@ -123,7 +123,7 @@ def filter_logits_per_row(logits, *, temperature, top_k, top_p):
     return ops.where(keys < threshold[:, None], NEG_INF, logits)
 
 
-def _compiled():
+def runs_compiled():
     """Whether the filters run compiled: under XLA on TensorFlow (checked
     with a TensorFlow internal that fails loudly, naming the version, if it
     goes), always on JAX."""

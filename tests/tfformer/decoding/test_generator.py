@@ -396,6 +396,27 @@ def test_max_length_below_the_prompt_is_refused():
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function")
+def test_a_graph_reads_prompts_up_to_the_longest_as_eagerly():
+    """In a graph without XLA (the SavedModel's `generate`), the prompt step
+    spans the longest prompt, not the input's padded width (the TFLite loop
+    model's input is context-wide): the same tokens as eagerly, with the
+    shapes a while loop needs, for one row and a ragged batch."""
+    import tensorflow as tf
+
+    model = gpt()
+    generator = Generator(model, max_length=12, search="greedy")
+    graph = tf.function(generator.generate, autograph=False)
+    for prompts in ([[5, 6, 7, 0, 0, 0, 0]], [[5, 6, 7, 8, 0, 0], [9, 0, 0, 0, 0, 0]]):
+        prompts = np.array(prompts, "int32")
+        new_tokens = np.full(len(prompts), 4, "int32")
+        eager = generator.generate(prompts, max_new_tokens=new_tokens)
+        got = graph(tf.constant(prompts), max_new_tokens=tf.constant(new_tokens))
+        np.testing.assert_array_equal(
+            got["token_ids"].numpy(), ops.convert_to_numpy(eager["token_ids"])
+        )
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="tf.function")
 # Beam search holds greedy's steps (it scores, reorders caches and ends
 # hypotheses) and sampling its seeded draw; greedy compiles in the slow run.
 @pytest.mark.parametrize(
@@ -406,9 +427,16 @@ def test_max_length_below_the_prompt_is_refused():
         "sample",
     ],
 )
-def test_the_whole_search_compiles_with_xla(search):
-    model = seq2seq()
-    source = sources()
+@pytest.mark.parametrize("build", [seq2seq, gpt], ids=["seq2seq", "gpt"])
+def test_the_whole_search_compiles_with_xla(search, build):
+    """Under XLA the same tokens as eagerly; a GPT's ragged prompts are read
+    in one step of their static width there, up to the longest prompt
+    eagerly."""
+    model = build()
+    if build is seq2seq:
+        source = sources()
+    else:
+        source = np.array([[5, 6, 7, 8, 0], [9, 0, 0, 0, 0], [10, 11, 12, 0, 0]])
     generator = Generator(model, max_length=10, search=search, beam_width=3, seed=1)
     eager = generator(source)
     compiled = generator.compiled(jit_compile=True)(source)
