@@ -27,11 +27,12 @@ Contenders, alternating in each round (`--repeats` rounds), 2 threads each:
   length: the prompt in one call, then one call per token, greedy argmax
   in the graph), each an XLA-compiled `tf.function`, timed as the
   reference runtime is.
-- `keras_generate_xla` (in the JSON, not alternated with the others): the
-  product's whole-search `Generator(...).compiled()`, which feeds the
-  prompt one token per step: prefill tokens/s from a run that makes one
-  token, decode tokens/s from the difference to a run that makes
-  `--decode`.
+- `keras_generate_xla` (timed after the others, not alternated): the
+  product's whole search, `Generator(...).generate` compiled with XLA over
+  a cache of the context's length, as `tfformer-predict` sizes it (the
+  prompt in one step, then a step per token): prefill tokens/s from calls
+  that make one token, decode tokens/s from the difference to calls that
+  make `--decode`.
 Each runtime cuts the prompt into its prefill signatures its own way. The
 reference runtime runs once untimed first (its delegates' first calls);
 LiteRT-LM's engine start is outside its tokens/s. Figures are medians with
@@ -284,28 +285,27 @@ def keras_round(keras, prompt, decode, context):
     }
 
 
-def generate_rates(run_dir, prompt, decode, repeats):
-    """The whole-search `Generator.compiled()` rates (see the module doc):
-    medians with min and max over `repeats` timed calls of each length."""
+def generate_rates(run_dir, prompt, decode, repeats, context):
+    """The whole-search rates (see the module doc): medians with min and
+    max over `repeats` timed calls of each length."""
+    import tensorflow as tf
+
     from tfformer.decoding import Generator
     from tfformer.runs.directory import RunDirectory
 
     model = RunDirectory(run_dir).load_model()
+    # An end id past the vocabulary: no row stops before its max_new_tokens.
+    generator = Generator(model, max_length=context, search="greedy", end_id=10**6)
+    search = tf.function(generator.generate, jit_compile=True, autograph=False)
+    inputs = tf.constant([prompt], tf.int32)
     seconds = {}
     for new in (1, decode):
-        # An end id past the vocabulary: no row stops early.
-        generator = Generator(
-            model,
-            max_length=len(prompt) + new,
-            search="greedy",
-            end_id=10**6,
-        ).compiled()
-        inputs = np.array([prompt], np.int32)
-        generator(inputs)["token_ids"].numpy()  # compiles
+        new_tokens = tf.constant([new], tf.int32)
+        search(inputs, max_new_tokens=new_tokens)["token_ids"].numpy()  # compiles
         times = []
         for _ in range(repeats):
             began = time.perf_counter()
-            generator(inputs)["token_ids"].numpy()
+            search(inputs, max_new_tokens=new_tokens)["token_ids"].numpy()
             times.append(time.perf_counter() - began)
         seconds[new] = times
     prefill = [len(prompt) / t for t in seconds[1]]
@@ -391,7 +391,7 @@ def main():
                     result = reference_round(generator, prompt, args.decode)
                 print(name, r, result, flush=True)
                 runs[name].append(result)
-        generate = generate_rates(run, prompt, args.decode, args.repeats)
+        generate = generate_rates(run, prompt, args.decode, args.repeats, context)
         print("keras_generate_xla", generate, flush=True)
         sizes = {
             "tflite_bytes": os.path.getsize(tflite),
