@@ -313,8 +313,7 @@ def test_special_tokens_in_text_split_out_as_hugging_face_does(
         "".join(rng.choice(pool) for _ in range(rng.randint(0, 20))) for _ in range(300)
     ]
     want = [
-        split_reference(reference, bare, t, after_special, before_space)
-        for t in texts
+        split_reference(reference, bare, t, after_special, before_space) for t in texts
     ]
     got = ours.tokenize(tf.constant(texts), special=True).to_list()
     mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
