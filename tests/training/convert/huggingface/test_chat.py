@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tfformer
+from tests.tfformer.preprocessing.test_chat_template import GEMMA
 from tests.training.convert.huggingface.test_llama import (
     BEGIN,
     END_OF_TEXT,
@@ -286,20 +287,8 @@ def test_a_template_tfformer_cannot_render_is_left_out_and_said(tmp_path):
 
 # -- SentencePiece checkpoints: Gemma's template, Llama 2's ------------------------
 
-# gemma-7b-it's chat template (tokenizer_config.json).
-GEMMA_TEMPLATE = (
-    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}"
-    "{{ raise_exception('System role not supported') }}{% endif %}"
-    "{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
-    "{{ raise_exception('Conversation roles must alternate "
-    "user/assistant/user/assistant/...') }}{% endif %}"
-    "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}"
-    "{% else %}{% set role = message['role'] %}{% endif %}"
-    "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + "
-    "'<end_of_turn>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
-)
+# Gemma's chat template (google/gemma-2b-it's tokenizer_config.json).
+GEMMA_TEMPLATE = GEMMA
 GEMMA_MESSAGES = [
     {"role": "user", "content": "the quick fox"},
     {"role": "assistant", "content": "over the dog"},
