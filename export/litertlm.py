@@ -323,7 +323,6 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     when given). The prompt's ids are [START] and its bytes, or, for a
     converted run, its `tokenizer`'s (which start with the start token
     where the checkpoint's template puts it)."""
-
     if tokenizer is None:
         offset = ByteTokenizer.offset
         ids, end = [START_ID, *(b + offset for b in prompt.encode("utf-8"))], END_ID
@@ -333,12 +332,17 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     if isinstance(tokenizer, TokenIdTokenizer):  # " 7 9", as the bundle decodes
         return "".join(f" {t - tokenizer.id_offset}" for t in tokens)
     if tokenizer is not None:
-        if not tokens:
-            return ""
-        return tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
+        return decoded(tokenizer, tokens)
     return bytes(t - offset for t in tokens if t >= offset).decode(
         "utf-8", errors="replace"
     )
+
+
+def decoded(tokenizer, tokens):
+    """A converted run's `tokenizer`'s text of `tokens` ("" for none)."""
+    if not tokens:
+        return ""
+    return tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
 
 
 def greedy_ids(tflite_path, ids, max_tokens, stops):
@@ -384,8 +388,8 @@ def check_chat(bundle_path, tflite_path, chat, tokenizer, start_id):
     if got != ids:
         return False
     tokens = greedy_ids(tflite_path, ids, CHECK_TOKENS, set(chat.stop_ids))
-    expected = tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
-    if reply != (expected if tokens else ""):
+    expected = decoded(tokenizer, tokens)
+    if reply != expected:
         raise InputError(
             f"LiteRT-LM replied {reply!r} to {CHECK_MESSAGES}; the reference "
             f"runtime replies {expected!r}. The bundle is not written."

@@ -124,16 +124,27 @@ def write_checkpoint(path, shape, context):
 def build(root, shape, context, quantize="none"):
     """(the run, the `.tflite` path, the `.litertlm` path, parameters,
     export seconds)."""
-    import json
-
-    from tfformer.export import litertlm
-    from tfformer.export.tflite import export_tflite
     from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
     from tfformer.runs.directory import RunDirectory
     from tfformer.training.convert import convert
 
     parameters = write_checkpoint(os.path.join(root, "hf"), shape, context)
     run = convert(os.path.join(root, "hf"), os.path.join(root, "run"), progress=print)
+    tokenizer = TokenIdTokenizer.load(RunDirectory(run).tokenizer("text").path)
+    tflite, bundle, seconds = export_and_bundle(
+        run, root, quantize, context, ("ids", tokenizer), None, [tokenizer.end_id]
+    )
+    return run, tflite, bundle, parameters, seconds
+
+
+def export_and_bundle(run, root, quantize, context, tokenizer, start, stops):
+    """(the run's `.tflite` with the bundle's prefill lengths, the bundle
+    around it, export seconds), written into `root` with the functions
+    `tfformer-export --format litertlm` uses; `tokenizer` is a (kind,
+    tokenizer) pair for `litertlm.write_tokenizer`."""
+    from tfformer.export import litertlm
+    from tfformer.export.tflite import export_tflite
+
     began = time.perf_counter()
     tflite = export_tflite(
         run,
@@ -143,24 +154,19 @@ def build(root, shape, context, quantize="none"):
         progress=print,
     )
     seconds = time.perf_counter() - began
-    tokenizer = TokenIdTokenizer.load(RunDirectory(run).tokenizer("text").path)
-    described = os.path.join(root, "tokenizer.json")
-    with open(described, "w") as f:
-        json.dump(litertlm.token_id_tokenizer_json(tokenizer), f)
+    described = litertlm.write_tokenizer(*tokenizer, root)
     metadata = os.path.join(root, "metadata.textproto")
     with open(metadata, "w") as f:
-        f.write(litertlm.llm_metadata(None, [tokenizer.end_id], context))
+        f.write(litertlm.llm_metadata(start, stops, context))
     bundle = os.path.join(root, "model.litertlm")
     litertlm.build_bundle(tflite, described, metadata, bundle)
-    return run, tflite, bundle, parameters, seconds
+    return tflite, bundle, seconds
 
 
 def build_trained(run_dir, root, quantize="none"):
     """What `build` returns, for a byte-level causal-LM run: the `.tflite`
     with the bundle's prefill lengths and the bundle `tfformer-export
     --format litertlm` writes around it (start and end tokens, bytes)."""
-    from tfformer.export import litertlm
-    from tfformer.export.tflite import export_tflite
     from tfformer.preprocessing.text import END_ID, START_ID
     from tfformer.runs.directory import RunDirectory
 
@@ -168,21 +174,9 @@ def build_trained(run_dir, root, quantize="none"):
     if run.task != "causal_lm" or run.tokenizer("text").kind != "byte":
         raise SystemExit(f"--run must be a causal_lm run on bytes: {run_dir}")
     context = run.manifest.max_length
-    began = time.perf_counter()
-    tflite = export_tflite(
-        run.path,
-        os.path.join(root, "tflite"),
-        quantize=quantize,
-        prefill_lengths=litertlm.prefill_lengths(context),
-        progress=print,
+    tflite, bundle, seconds = export_and_bundle(
+        run.path, root, quantize, context, ("byte", None), START_ID, [END_ID]
     )
-    seconds = time.perf_counter() - began
-    described = litertlm.write_tokenizer("byte", None, root)
-    metadata = os.path.join(root, "metadata.textproto")
-    with open(metadata, "w") as f:
-        f.write(litertlm.llm_metadata(START_ID, [END_ID], context))
-    bundle = os.path.join(root, "model.litertlm")
-    litertlm.build_bundle(tflite, described, metadata, bundle)
     parameters = run.load_model().count_params()
     return run.path, tflite, bundle, parameters, seconds
 

@@ -421,9 +421,10 @@ class Generator:
         # (An empty batch: a step of width 1, as a seq2seq model's.)
         width, first = 1, 1
         if encoded is None:
-            width = ops.max(ops.concatenate([lengths, ops.ones((1,), "int32")]))
             if runs_compiled():
                 width = ops.shape(ops.convert_to_tensor(inputs))[1]
+            else:
+                width = ops.max(ops.concatenate([lengths, ops.ones((1,), "int32")]))
             at_most = ops.full((1,), width, "int32")
             first = ops.min(ops.concatenate([lengths, at_most]))
         logits, cache, cross = self.decoder.step(
