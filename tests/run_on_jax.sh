@@ -2,7 +2,7 @@
 # The model library's tests on Keras-on-JAX, in a virtual environment of its
 # own (JAX and Keras; no TensorFlow), so "backend-neutral" stays checked: every
 # layer's tests, each model's contract (build, call, fit step, save and load)
-# and the generator's searches. The whole library set (about 22 minutes on 2
+# and the generator's searches and sessions. The whole library set (about 22 minutes on 2
 # cores) runs with TFFORMER_JAX=all. TensorFlow-only tests skip by themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,8 +13,9 @@ if [ "${TFFORMER_JAX:-}" = all ]; then
   tests=(tests/tfformer/layers tests/tfformer/models tests/tfformer/decoding)
   only=()
 else
-  tests=(tests/tfformer/layers tests/tfformer/models tests/tfformer/decoding/test_generator.py)
-  only=(-k "layers or contract or (test_generator and not prefix_recompute)")
+  tests=(tests/tfformer/layers tests/tfformer/models tests/tfformer/decoding/test_generator.py
+    tests/tfformer/decoding/test_session.py)
+  only=(-k "layers or contract or (test_generator and not prefix_recompute) or test_session")
 fi
 KERAS_BACKEND=jax PYTHONPATH=. "$venv/bin/python" -m pytest -n 2 -m "not slow" \
   -p no:cacheprovider "${only[@]}" "${tests[@]}"

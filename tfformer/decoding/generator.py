@@ -406,13 +406,17 @@ class Generator:
         # that is not padding, as in greedy_choice.
         return ops.where(chosen == self.pad_id, lowest_id_not(self.pad_id), chosen)
 
-    def _start(self, inputs, overrides=None):
+    def _start(self, inputs, overrides=None, cache=None, cached=0):
         """The loop state of greedy and sampled generation after the first
         step, (i, tokens, cache, log_probs, finished, scores, constants,
-        token_log_probs), and the per-row settings (`_settings`)."""
+        token_log_probs), and the per-row settings (`_settings`). A
+        decoder-only model's `cache` may hold the keys and values of the
+        prompts' first `cached` columns already (`DecodingSession`); the
+        step reads the columns after them."""
         tokens, lengths, encoded = self._prompt(inputs)
         batch = ops.shape(tokens)[0]
-        cache = self.decoder.init_cache(batch, self.max_length)
+        if cache is None:
+            cache = self.decoder.init_cache(batch, self.max_length)
         # A decoder-only model reads the prompt's columns in one step, and
         # the loop starts after the shortest prompt (a longer row's later
         # columns, and any padding, are written again before they are read).
@@ -428,9 +432,9 @@ class Generator:
             at_most = ops.full((1,), width, "int32")
             first = ops.min(ops.concatenate([lengths, at_most]))
         logits, cache, cross = self.decoder.step(
-            tokens[:, :width], cache, 0, encoded, None
+            tokens[:, cached:width], cache, cached, encoded, None
         )
-        last = ops.take(logits, ops.reshape(first - 1, (1,)), axis=1)
+        last = ops.take(logits, ops.reshape(first - 1 - cached, (1,)), axis=1)
         # (A step of dynamic width loses the static batch size in a graph.)
         last = ops.reshape(last, (batch, ops.shape(logits)[-1]))
         log_probs = ops.log_softmax(ops.cast(last, "float32"), axis=-1)
@@ -544,20 +548,31 @@ class Generator:
                 "stream() needs search 'greedy' or 'sample'; beam search "
                 "chooses its hypotheses at the end. Received: search='beam'"
             )
-        state, settings = self._start(inputs)
+        start, settings = self._start(inputs)
+        for position, state, generated in self._steps(start, settings, compile_step):
+            yield (
+                position,
+                ops.convert_to_numpy(ops.take(state[1], position, axis=1)),
+                generated,
+            )
+
+    def _steps(self, state, settings, compile_step):
+        """`stream`'s loop from `_start`'s state: (position, the state after
+        it, numpy `generated`) until every row has ended. The step's graph
+        is kept for the generator's next stream (a chat's next turn)."""
         advance = self._advance
         if compile_step and keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
-            advance = tf.function(advance, autograph=False, reduce_retracing=True)
+            if getattr(self, "_graph_advance", None) is None:
+                self._graph_advance = tf.function(
+                    advance, autograph=False, reduce_retracing=True
+                )
+            advance = self._graph_advance
         while int(state[0]) < self.max_length and not bool(ops.all(state[4])):
             position = int(state[0])
             state, generated = advance(settings, *state)
-            yield (
-                position,
-                ops.convert_to_numpy(ops.take(state[1], position, axis=1)),
-                ops.convert_to_numpy(generated),
-            )
+            yield position, state, ops.convert_to_numpy(generated)
 
     # -- beam search -----------------------------------------------------------
 

@@ -161,39 +161,47 @@ class CausalLMPredictor(Predictor):
                 raise InputError(f"chat: {path}: {e}") from None
             yield "\n"
             return
-        messages = []
+        conversation = self.conversation(**settings)
         for line in stdin_lines():
             if not line.strip():
                 continue
-            messages.append({"role": "user", "content": line})
-            messages = self._fitting(messages, settings)
-            reply = []
-            for piece in self.stream_chat(messages, **settings):
-                reply.append(piece)
-                yield piece
+            yield from conversation.stream(line)
             yield "\n"
-            messages.append({"role": "assistant", "content": "".join(reply)})
 
-    def _fitting(self, messages, settings):
+    def conversation(self, messages=(), **settings):
+        """A `Conversation`: messages sent one at a time, each reply made
+        with the model's key/value cache kept from the turns before (it
+        reads only the new message's tokens). `messages`: the conversation
+        so far; `settings` as `chat` takes them, for every reply."""
+        from tfformer.training.predictors.conversation import Conversation
+
+        return Conversation(self, messages, **settings)
+
+    def fitting(self, messages, new_tokens):
         """`messages` without their oldest exchanges (said on stderr) until
-        the conversation leaves `max_new_tokens` of the context; the last
-        message alone must fit."""
-        new_tokens = check_generation_settings(self.context, **settings)[
-            "max_new_tokens"
-        ]
-        dropped = 0
-        while len(messages) > 1 and (
-            len(self.chat_ids(messages)) + new_tokens > self.context
+        the conversation leaves `new_tokens` of the context; a system
+        message first stays, and so does the last message (which must fit
+        with it)."""
+        first = messages[0] if messages else None
+        head = (
+            messages[:1]
+            if isinstance(first, dict) and first.get("role") == "system"
+            else []
+        )
+        rest = messages[len(head) :]
+        while len(rest) > 1 and (
+            len(self.chat_ids(head + rest)) + new_tokens > self.context
         ):
-            messages, dropped = messages[2:], dropped + 2
-        if dropped:
+            rest = rest[2:] if len(rest) > 2 else rest[-1:]
+        if len(head + rest) < len(messages):
             print(
                 f"(the conversation outgrew the context of {self.context} "
-                f"tokens: its {dropped} oldest messages are left out)",
+                f"tokens: its {len(messages) - len(head + rest)} oldest "
+                "messages are left out)",
                 file=sys.stderr,
                 flush=True,
             )
-        return messages
+        return head + rest
 
     # -- chat --------------------------------------------------------------------
 
@@ -236,10 +244,18 @@ class CausalLMPredictor(Predictor):
 
     def stream_chat(self, messages, **settings):
         """`chat`'s reply, yielded in pieces as the tokens are made."""
-        template = self.chat_template
         settings = check_generation_settings(self.context, **settings)
         check_chat_search(settings)
         new_tokens = settings.pop("max_new_tokens")
+        ids = self.chat_prompt(messages, new_tokens)
+        if new_tokens == 0:
+            return
+        generator = self.new_generator(len(ids) + new_tokens, settings)
+        yield from self.reply_text(generator.stream(np.array([ids], "int32")))
+
+    def chat_prompt(self, messages, new_tokens):
+        """`chat_ids(messages)`, ValueError when they and `new_tokens`
+        do not fit the context."""
         ids = self.chat_ids(messages)
         if len(ids) + new_tokens > self.context:
             raise InputError(
@@ -247,12 +263,14 @@ class CausalLMPredictor(Predictor):
                 f"max_new_tokens={new_tokens} it does not fit the context of "
                 f"{self.context} tokens (drop earlier messages)."
             )
-        if new_tokens == 0:
-            return
-        steps = self._new_generator(ids, new_tokens, settings).stream(
-            np.array([ids], "int32")
+        return ids
+
+    def reply_text(self, steps):
+        """A reply's text in pieces from the generator `steps`, up to the
+        first of the chat template's stop tokens (left out)."""
+        return stream_text(
+            self.tokenizer, [], steps, stop_ids=self.chat_template.stop_ids
         )
-        yield from stream_text(self.tokenizer, [], steps, stop_ids=template.stop_ids)
 
     def _generator(self, prompt, settings):
         """(the prompt's ids, a `Generator` for them; None for no new
@@ -262,17 +280,17 @@ class CausalLMPredictor(Predictor):
         ids = self.prompt_ids(prompt, new_tokens)
         if new_tokens == 0:
             return ids, None
-        return ids, self._new_generator(ids, new_tokens, settings)
+        return ids, self.new_generator(len(ids) + new_tokens, settings)
 
-    def _new_generator(self, ids, new_tokens, settings):
-        """A `Generator` continuing `ids` by `new_tokens` with `settings`
-        (`Generator` keywords)."""
+    def new_generator(self, max_length, settings):
+        """A `Generator` of `max_length` tokens with `settings` (`Generator`
+        keywords)."""
         from tfformer.decoding import Generator
 
         tokenizer = self.tokenizer
         return Generator(
             self.model,
-            max_length=len(ids) + new_tokens,
+            max_length=max_length,
             start_id=tokenizer.start_id,
             end_id=self.end_ids,
             pad_id=tokenizer.pad_id,

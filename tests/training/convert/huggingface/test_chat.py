@@ -221,6 +221,49 @@ def test_bad_messages_are_refused_naming_the_message(chat_run, messages, message
         tfformer.load(chat_run).chat(messages)
 
 
+def test_a_conversation_keeps_its_cache_and_replies_as_chat_does(chat_run, capsys):
+    """`conversation()` sends messages one at a time: each reply is the one
+    `chat` makes fresh for the conversation so far, while its step reads
+    only what follows the cached ids (the last turn's whole prompt is
+    reused) until the conversation outgrows the context: then its oldest
+    exchange is left out and it is read again from its first message. A
+    message that does not fit is refused and leaves the conversation as it
+    was; a system message first is never left out; sampling with a seed
+    replies as chat does."""
+    model = tfformer.load(chat_run)
+    chat = model.conversation(max_new_tokens=5)
+    prompt = []
+    for turn, text in enumerate(["the cat", "sat on", "the cat sat on the mat"]):
+        whole = [*chat.messages, {"role": "user", "content": text}]
+        reply = chat.send(text)
+        *asked, answer = chat.messages
+        assert asked[-1] == {"role": "user", "content": text}
+        assert answer == {"role": "assistant", "content": reply}
+        assert reply == model.chat(asked, max_new_tokens=5)
+        if turn < 2:
+            assert len(asked) == 2 * turn + 1
+            assert chat.session.reused >= len(prompt) > 0 or turn == 0
+        else:  # the context is 96 tokens
+            assert len(model.chat_ids(whole)) + 5 > 96 and asked == whole[2:]
+            # Shared: the start token and the first turn's header.
+            assert 0 < chat.session.reused < len(model.chat_ids(whole[:1]))
+            assert "its 2 oldest messages are left out" in capsys.readouterr().err
+        prompt = model.chat_ids(asked)
+    history = list(chat.messages)
+    with pytest.raises(ValueError, match="does not fit the context"):
+        chat.send("the cat " * 100)
+    assert chat.messages == history
+    # A system message first stays when older exchanges are left out.
+    kept = model.conversation(MESSAGES[:1], max_new_tokens=5)
+    for text in ["the cat", "sat on", "the cat sat on the mat"]:
+        kept.send(text)
+    assert kept.messages[0] == MESSAGES[0] and len(kept.messages) == 5
+    settings = dict(max_new_tokens=8, search="sample", seed=3)
+    sampled = model.conversation(MESSAGES[:1], **settings)
+    asked = [*MESSAGES[:1], {"role": "user", "content": "sat on"}]
+    assert sampled.send("sat on") == model.chat(asked, **settings)
+
+
 def test_bad_chat_requests_exit_2_in_one_line(chat_run, tiny_gpt_run, tmp_path, capsys):
     def run(*argv):
         capsys.readouterr()

@@ -1,0 +1,120 @@
+"""A decoder-only model's key/value cache kept from one generation to the
+next, as a chat keeps it between turns."""
+
+import operator
+
+from keras import ops
+
+from tfformer.errors import InputError, InputTypeError
+
+
+def shared_prefix(a, b):
+    """The length of the longest common prefix of the id lists `a` and `b`."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class DecodingSession:
+    """Streams generations of one model, keeping its key/value cache from
+    one to the next: each prompt's ids after the longest prefix it shares
+    with the ids the cache holds (the last prompt and what was generated
+    after it) are read in one step, and generation goes on as
+    `Generator.stream` does it.
+
+    A causal decoder's keys and values at a column depend only on the ids
+    up to it, so the kept ones are those a fresh pass computes (up to
+    float round-off from reading in other step widths). A conversation cut
+    at its start, or a reply its chat template writes back as other ids,
+    shares a shorter prefix and re-reads the rest.
+
+    Args:
+        generator: a `Generator` of a decoder-only model with search
+            "greedy" or "sample"; its `max_length` is the cache's size and
+            bounds each prompt plus its new tokens; its settings (search,
+            seed, end ids) hold for every call.
+
+    Attributes:
+        ids: the ids whose keys and values the cache holds, in order.
+        reused: how many of the last prompt's ids came from the cache.
+
+    Example:
+    >>> session = DecodingSession(Generator(model, max_length=512))
+    >>> for position, token, generated in session.stream(ids, max_new_tokens=64):
+    ...     ...
+    >>> # A longer conversation starting with ids + the reply reads only
+    >>> # the new ids.
+    """
+
+    def __init__(self, generator):
+        if generator.decoder.is_seq2seq:
+            raise InputError(
+                "DecodingSession needs a decoder-only model (an encoder-decoder "
+                "model's source changes the whole cache)."
+            )
+        if generator.search == "beam":
+            raise InputError(
+                "DecodingSession needs search 'greedy' or 'sample'. Received: "
+                "search='beam'"
+            )
+        self.generator = generator
+        self.ids = []
+        self.reused = 0
+        self._cache = None
+
+    def stream(self, prompt_ids, *, max_new_tokens, compile_step=True):
+        """Continues `prompt_ids` (a non-empty list of ids without the pad
+        id) by up to `max_new_tokens` tokens, as `Generator.stream` of
+        that one prompt would with the generator's settings.
+
+        Yields:
+            `(position, token_ids, generated)` as `Generator.stream` does,
+            each `(1,)`.
+        """
+        generator = self.generator
+        try:
+            ids = [operator.index(i) for i in prompt_ids]
+        except TypeError:
+            raise InputTypeError(
+                f"prompt_ids must be a list of ints. Received: {prompt_ids!r:.80}"
+            ) from None
+        if not ids or generator.pad_id in ids:
+            raise InputError(
+                f"prompt_ids must be non-empty, without the pad id "
+                f"({generator.pad_id}). Received: {ids[:8]!r}"
+            )
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise InputTypeError(
+                f"max_new_tokens must be an int. Received: {max_new_tokens!r}"
+            )
+        if max_new_tokens < 0 or len(ids) + max_new_tokens > generator.max_length:
+            raise InputError(
+                f"max_new_tokens must be in [0, {generator.max_length - len(ids)}] "
+                f"(a prompt of {len(ids)} ids, a cache of {generator.max_length}). "
+                f"Received: {max_new_tokens}"
+            )
+        # One column at least is read, for the logits of the first new token.
+        shared = min(shared_prefix(self.ids, ids), len(ids) - 1)
+        if self._cache is None:
+            self._cache = generator.decoder.init_cache(1, generator.max_length)
+        # Columns past `shared` are written before anything reads them (a
+        # step hides the slots after the last one it writes).
+        self.ids, self.reused = self.ids[:shared], shared
+        start, settings = generator._start(
+            ops.convert_to_tensor([ids], "int32"),
+            {"max_new_tokens": ops.convert_to_tensor([max_new_tokens], "int32")},
+            cache=self._cache,
+            cached=shared,
+        )
+        self._cache, self.ids = start[2], ids
+        for position, state, generated in generator._steps(
+            start, settings, compile_step
+        ):
+            token = ops.convert_to_numpy(ops.take(state[1], position, axis=1))
+            self._cache = state[2]
+            if int(token[0]) != generator.pad_id:  # (padding ends the row)
+                self.ids = [*self.ids, int(token[0])]
+            yield position, token, generated
