@@ -6,7 +6,8 @@ A bundle, written with `litert-lm-builder`, holds:
   signatures of several lengths, `prefill_lengths`);
 - the tokenizer in the model's ids: for runs trained on bytes, a Hugging
   Face `tokenizer.json` of a byte-level BPE without merges; for converted
-  GPT-2 and Llama 3 runs, their byte-level BPE with every id one higher
+  GPT-2, Llama 3 and Qwen2 runs, their byte-level BPE (Qwen2's after its
+  NFC normalizer) with every id one higher
   and a padding token at id 0 (what the converted model reads); for
   converted Llama 2 and Gemma runs, their SentencePiece model as a
   `tokenizer.model`, likewise shifted by a control piece at id 0;
@@ -23,7 +24,8 @@ text it returns must be the text of `generate.py`'s greedy tokens (the
 reference runtime, on the same TFLite model), to the last byte and the
 same stopping point. A bundle the runtime cannot run, or runs differently,
 is not written. A bundle with a chat template is checked in a LiteRT-LM
-`Conversation` too (`CHECK_MESSAGES`): the ids it prefills (its start token,
+`Conversation` too (`CHECK_MESSAGES`, or its last message alone where the
+three do not fit the context): the ids it prefills (its start token,
 then its tokenizer's ids of the text its own Jinja renders) must be the ids
 of tfformer's chat, and its greedy reply the reference runtime's. LiteRT-LM
 renders `bos_token` and `eos_token` as nothing and puts the start token
@@ -33,9 +35,9 @@ written without its chat template, and the export says so. The check sets
 LiteRT-LM's process-wide log level to ERROR.
 
 Supported: runs trained on bytes (`data.tokenizer=byte`), converted runs
-with a byte-level BPE (GPT-2's, Llama 3's) or a SentencePiece BPE (Llama
-2's, Gemma's), and converted runs of token ids (Qwen and other checkpoints
-whose tokenizer tfformer does not reproduce): their bundle's tokenizer
+with a byte-level BPE (GPT-2's, Llama 3's, Qwen2's) or a SentencePiece BPE
+(Llama 2's, Gemma's), and converted runs of token ids (checkpoints whose
+tokenizer tfformer does not reproduce): their bundle's tokenizer
 reads and writes ids as text, as `tfformer-predict` does ("1 450 4996").
 Runs on WordPiece are refused, naming their tokenizer.
 """
@@ -49,6 +51,7 @@ from tfformer.export.tasks.causal_lm.run import CONVERTED_KINDS, converted_token
 from tfformer.export.tflite import export_tflite
 from tfformer.preprocessing.bpe_tokenizer import (
     LLAMA3_SPLIT,
+    QWEN2_SPLIT,
     bytes_to_unicode,
 )
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
@@ -119,17 +122,19 @@ def byte_tokenizer_json():
     return hf_bpe_json(vocabulary, [], byte_level, byte_level)
 
 
-def hf_bpe_json(vocabulary, merges, pre_tokenizer, decoder, added=(), **model):
+def hf_bpe_json(
+    vocabulary, merges, pre_tokenizer, decoder, added=(), normalizer=None, **model
+):
     """A Hugging Face `tokenizer.json` of a byte-level BPE: `vocabulary`
-    ({token: id}), `merges` ([left, right] pairs), the given pre-tokenizer
-    and decoder, `added` tokens, no normalizer or post-processor; `model`
+    ({token: id}), `merges` ([left, right] pairs), the given pre-tokenizer,
+    decoder and normalizer, `added` tokens, no post-processor; `model`
     overrides BPE options (`ignore_merges`)."""
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": list(added),
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
         "post_processor": None,
         "decoder": decoder,
@@ -200,8 +205,8 @@ def bpe_tokenizer_json(tokenizer):
     """A converted run's `ByteLevelBPETokenizer` as a Hugging Face
     `tokenizer.json` in the model's ids (the checkpoint's plus
     `id_offset`, `BUNDLE_PADDING` below them): the same pieces, merges,
-    special tokens and `ignore_merges`; no post-processor (LiteRT-LM puts
-    the metadata's start token first)."""
+    special tokens, `ignore_merges` and NFC normalizer (Qwen2's); no
+    post-processor (LiteRT-LM puts the metadata's start token first)."""
     offset = tokenizer.id_offset
     if offset not in (0, 1):
         raise InputError(f"id_offset must be 0 or 1. Received: {offset!r}")
@@ -214,10 +219,11 @@ def bpe_tokenizer_json(tokenizer):
         "use_regex": tokenizer.pre_tokenizer == "gpt2",
     }
     pre_tokenizer = byte_level
-    if tokenizer.pre_tokenizer == "llama3":
+    if tokenizer.pre_tokenizer in ("llama3", "qwen2"):
+        pattern = LLAMA3_SPLIT if tokenizer.pre_tokenizer == "llama3" else QWEN2_SPLIT
         split = {
             "type": "Split",
-            "pattern": {"Regex": LLAMA3_SPLIT},
+            "pattern": {"Regex": pattern},
             "behavior": "Isolated",
             "invert": False,
         }
@@ -240,6 +246,7 @@ def bpe_tokenizer_json(tokenizer):
         pre_tokenizer,
         {**byte_level, "use_regex": True},
         added,
+        {"type": "NFC"} if tokenizer.normalizer == "nfc" else None,
         ignore_merges=tokenizer.ignore_merges,
     )
 
@@ -376,15 +383,25 @@ def litert_lm_chat(bundle_path, messages, start_id, max_tokens):
     return ids, "".join(c.text for c in reply.contents)
 
 
-def check_chat(bundle_path, tflite_path, chat, tokenizer, start_id):
-    """Whether LiteRT-LM's `Conversation` reads `CHECK_MESSAGES` into the
-    ids tfformer's chat does (`ChatTemplate.prompt_ids`). ValueError when it
+def check_messages(chat, tokenizer, context):
+    """The conversation a chat bundle is checked on: `CHECK_MESSAGES`, or
+    its last message alone where the three leave less than `CHECK_TOKENS`
+    of the context; None where neither does."""
+    for messages in (CHECK_MESSAGES, CHECK_MESSAGES[-1:]):
+        if len(chat.prompt_ids(messages, tokenizer)) + CHECK_TOKENS <= context:
+            return messages
+    return None
+
+
+def check_chat(bundle_path, tflite_path, chat, tokenizer, start_id, messages):
+    """Whether LiteRT-LM's `Conversation` reads `messages` into the ids
+    tfformer's chat does (`ChatTemplate.prompt_ids`). ValueError when it
     does but its greedy reply is not the reference runtime's."""
     try:
-        got, reply = litert_lm_chat(bundle_path, CHECK_MESSAGES, start_id, CHECK_TOKENS)
+        got, reply = litert_lm_chat(bundle_path, messages, start_id, CHECK_TOKENS)
     except RuntimeError as e:
         raise InputError(f"LiteRT-LM could not run the chat template: {e}") from None
-    ids = chat.prompt_ids(CHECK_MESSAGES, tokenizer)
+    ids = chat.prompt_ids(messages, tokenizer)
     if got != ids:
         return False
     tokens = greedy_ids(tflite_path, ids, CHECK_TOKENS, set(chat.stop_ids))
@@ -476,7 +493,7 @@ def export_litertlm(
         raise InputError(
             "--format litertlm supports runs trained on bytes "
             "(data.tokenizer=byte) and converted runs with a byte-level BPE "
-            "(GPT-2's, Llama 3's), a SentencePiece BPE (Llama 2's, Gemma's) "
+            "(GPT-2's, Llama 3's, Qwen2's), a SentencePiece BPE (Llama 2's, Gemma's) "
             "or of token ids. Received: a run with the "
             f"{spec.kind!r} tokenizer"
         )
@@ -530,7 +547,17 @@ def export_litertlm(
                 "warning: LiteRT-LM and the reference runtime both stopped at once "
                 f"on the check prompts {prompts}: the bundle's text is unchecked."
             )
-        if chat is not None and not check_chat(bundle, tflite, chat, tokenizer, start):
+        context = run.manifest.max_length
+        messages = None if chat is None else check_messages(chat, tokenizer, context)
+        if chat is not None and messages is None:
+            progress(
+                f"warning: the chat check's one message does not fit the context "
+                f"of {context} tokens: the bundle carries no chat template."
+            )
+            build_bundle(tflite, tokenizer_path, metadata, bundle)
+        elif chat is not None and not check_chat(
+            bundle, tflite, chat, tokenizer, start, messages
+        ):
             # LiteRT-LM renders bos_token and eos_token as "" and puts the
             # start id first: special tokens between turns (Llama 2's
             # "</s><s>") are lost, and a SentencePiece tokenizer reads no

@@ -51,9 +51,14 @@ A converted decoder's export (`tokenizer` "bpe" or "ids") holds
      A Llama 3-style file (`pre_tokenizer` "llama3") cuts pieces with Llama
      3's pattern `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
      \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-     instead; with `ignore_merges` a piece that is a vocabulary token is
-     that token; with `add_start_token` every text's ids start with the
-     start token's.
+     instead, and a Qwen2-style one ("qwen2") the same with one digit a
+     piece (`\p{N}` for `\p{N}{1,3}`); with `ignore_merges` a piece that
+     is a vocabulary token is that token; with `add_start_token` every
+     text's ids start with the start token's; with `normalizer` "nfc" each
+     text between special tokens is first put in Unicode's normalization
+     form C (`unicodedata`'s: its Unicode knows combining marks that the
+     checkpoint's tokenizer, and so the SavedModel's, reads as starters;
+     text with one of those may read otherwise).
   "ids" (`TokenIds`): the text is whitespace-separated checkpoint ids;
      the model's are those plus `id_offset`, and back.
 
@@ -240,10 +245,10 @@ def _contraction(text, i):
     return 0
 
 
-def llama3_pieces(text):
+def llama3_pieces(text, digits=3):
     """Llama 3's pre-tokenization of `text` (no special tokens): the
     pattern's alternatives tried in order at each position, as a
-    backtracking regex engine does."""
+    backtracking regex engine does (Qwen2's: `digits` 1)."""
     pieces, i, n = [], 0, len(text)
     while i < n:
         end = i + _contraction(text, i)
@@ -256,9 +261,9 @@ def llama3_pieces(text):
             end = i + 1
             while end < n and _kind(text[end]) == "L":
                 end += 1
-        elif kind == "N":  # '\p{N}{1,3}'
+        elif kind == "N":  # '\p{N}{1,3}' (Qwen2: '\p{N}')
             end = i + 1
-            while end < n and end - i < 3 and _kind(text[end]) == "N":
+            while end < n and end - i < digits and _kind(text[end]) == "N":
                 end += 1
         elif _kind(text[i + 1 if text[i] == " " and i + 1 < n else i]) == "O":
             # ' ?[^\s\p{L}\p{N}]+[\r\n]*'
@@ -283,7 +288,11 @@ def llama3_pieces(text):
     return pieces
 
 
-PIECES = {"gpt2": gpt2_pieces, "llama3": llama3_pieces}
+PIECES = {
+    "gpt2": gpt2_pieces,
+    "llama3": llama3_pieces,
+    "qwen2": lambda text: llama3_pieces(text, digits=1),
+}
 
 
 def merge_pass(symbols, best):
@@ -308,10 +317,12 @@ class ByteLevelBPE:
         pre_tokenizer = spec.get("pre_tokenizer", "gpt2")
         if pre_tokenizer not in PIECES:
             raise ValueError(
-                f"tokenizer.py reads GPT-2's and Llama 3's byte-level BPE. Received: "
+                f"tokenizer.py reads GPT-2's, Llama 3's and Qwen2's byte-level BPE. "
+                "Received: "
                 f"a tokenizer file with pre_tokenizer={pre_tokenizer!r}"
             )
         self.pieces = PIECES[pre_tokenizer]
+        self.nfc = spec.get("normalizer") == "nfc"
         self.ignore_merges = bool(spec.get("ignore_merges", False))
         self.vocabulary = spec["vocabulary"]
         self.index = {token: i for i, token in enumerate(self.vocabulary)}
@@ -367,6 +378,8 @@ class ByteLevelBPE:
                 continue
             if self.add_prefix_space and not segment.startswith(" "):
                 segment = " " + segment
+            if self.nfc:  # this Python's Unicode (see the module's docstring)
+                segment = unicodedata.normalize("NFC", segment)
             for piece in self.pieces(segment):
                 chars = "".join(self.symbols[b] for b in piece.encode("utf-8"))
                 out.extend(self.index[t] + self.offset for t in self.merge(chars))

@@ -145,6 +145,48 @@ def test_a_converted_llama3_tokenizer_gives_hugging_faces_ids(tmp_path):
     assert [llama3_pieces(t) for t in texts] == want
 
 
+def test_a_qwen2_tokenizer_gives_hugging_faces_ids(tmp_path):
+    """A Qwen2-style tokenizer file (one digit a piece, NFC first): the
+    device tokenizer's ids are Hugging Face's on its fixed cases and 1,000
+    random strings of marks and composable characters (but those holding
+    what `tokenizers`' older Unicode does not know), its text comes back in
+    NFC."""
+    import random
+    import unicodedata
+
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import (
+        LLAMA3_CASES,
+        QWEN2_CASES,
+        QWEN2_POOL,
+        qwen2_style_hf,
+    )
+    from tfformer.preprocessing.unicode_nfc import lacked_marks
+
+    hf = qwen2_style_hf()
+    ours = ours_from(hf, pre_tokenizer="qwen2", normalizer="nfc")
+    device = device_of(ours, tmp_path)
+    rng = random.Random(3)
+    texts = [
+        *CASES,
+        *LLAMA3_CASES,
+        *QWEN2_CASES,
+        *(
+            "".join(rng.choice(QWEN2_POOL) for _ in range(rng.randint(0, 25)))
+            for _ in range(1000)
+        ),
+    ]
+    lacked = lacked_marks() | {0x11930, 0x11935}  # and Dives Akuru's pair
+    texts = [t for t in texts if not any(ord(c) in lacked for c in t)]
+    want = [[i + 1 for i in hf.encode(t).ids] for t in texts]
+    got = [device.ids(t) for t in texts]
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+    assert device.ids("2024") == [hf.token_to_id(c) + 1 for c in "2024"]
+    texts = [t for t in texts if END not in t]
+    back = [device.detokenize(device.ids(t)) for t in texts]
+    assert back == [unicodedata.normalize("NFC", t) for t in texts]
+
+
 def test_llama3_pieces_by_hand():
     """Llama 3's pattern on cases worked out from the regex by hand: line
     breaks end a whitespace run, numbers go by three with no space before
@@ -161,7 +203,7 @@ def test_other_pre_tokenizers_are_refused_naming_the_setting(tmp_path):
     path = tmp_path / "text_tokenizer.json"
     ours_from(train_byte_level_bpe()).save(str(path))
     spec = json.loads(path.read_text())
-    path.write_text(json.dumps({**spec, "pre_tokenizer": "qwen2"}))
+    path.write_text(json.dumps({**spec, "pre_tokenizer": "deepseek"}))
     settings = {
         "tokenizer": "bpe",
         "tokenizer_file": "text_tokenizer.json",
@@ -169,5 +211,5 @@ def test_other_pre_tokenizers_are_refused_naming_the_setting(tmp_path):
         "source_length": 8,
     }
     (tmp_path / "text.json").write_text(json.dumps(settings))
-    with pytest.raises(ValueError, match="pre_tokenizer='qwen2'"):
+    with pytest.raises(ValueError, match="pre_tokenizer='deepseek'"):
         DeviceTokenizer(str(tmp_path))

@@ -205,6 +205,36 @@ def converted_llama3(tmp_path):
     return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
 
 
+def converted_qwen2(tmp_path):
+    """A random Qwen2 checkpoint with a Qwen2-style tokenizer.json (NFC, one
+    digit a piece) and ChatML, converted: (its tokenizer, the run)."""
+    from tests.training.convert.huggingface.test_qwen2 import qwen2_text_checkpoint
+    from tfformer.training.convert import convert
+
+    source, hf = qwen2_text_checkpoint(tmp_path / "hf", np.random.default_rng(5))
+    return hf, convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
+
+
+def test_a_chat_is_checked_on_the_messages_that_fit_the_context(tmp_path):
+    """The bundle's chat check takes the three messages of CHECK_MESSAGES,
+    or the last alone where they do not leave CHECK_TOKENS of the context,
+    or none."""
+    import tfformer
+
+    _, run = converted_qwen2(tmp_path)
+    model = tfformer.load(run)
+    chat, tokenizer = model.chat_template, model.tokenizer
+    three = len(chat.prompt_ids(litertlm.CHECK_MESSAGES, tokenizer))
+    one = len(chat.prompt_ids(litertlm.CHECK_MESSAGES[-1:], tokenizer))
+    assert one < three
+    for context, messages in (
+        (three + litertlm.CHECK_TOKENS, litertlm.CHECK_MESSAGES),
+        (three + litertlm.CHECK_TOKENS - 1, litertlm.CHECK_MESSAGES[-1:]),
+        (one + litertlm.CHECK_TOKENS - 1, None),
+    ):
+        assert litertlm.check_messages(chat, tokenizer, context) == messages
+
+
 def converted_llama2(tmp_path):
     """A random Llama checkpoint with a SentencePiece `tokenizer.model` in
     Llama 2's settings, converted: (the sentencepiece processor, the run)."""
@@ -242,7 +272,9 @@ def assert_litert_lm_continues_as_predict(bundle, run, prompts, capsys):
     assert at == len(printed), (prompts, got, printed)
 
 
-@pytest.mark.parametrize("converted", [converted_gpt2, converted_llama3])
+@pytest.mark.parametrize(
+    "converted", [converted_gpt2, converted_llama3, converted_qwen2]
+)
 def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, converted):
     """The bundle's tokenizer.json, read by Hugging Face's `tokenizers`,
     gives the run's ids (the checkpoint's plus one) on fixed and 300 random
@@ -277,15 +309,16 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
 # with `tokenizers` (what LiteRT-LM's Hugging Face tokenizer follows).
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "converted", [converted_gpt2, converted_llama3, converted_llama2]
+    "converted", [converted_gpt2, converted_llama3, converted_llama2, converted_qwen2]
 )
 def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
     tmp_path, capsys, converted
 ):
-    """`--format litertlm` on a converted GPT-2, Llama 3 and Llama 2 (random
-    weights; byte-level BPEs in a tokenizer.json, a SentencePiece model in a
-    tokenizer.model): the bundle passes its runtime check, and LiteRT-LM's
-    greedy text equals `tfformer-predict --search greedy`'s continuation."""
+    """`--format litertlm` on a converted GPT-2, Llama 3, Llama 2 and Qwen2
+    (random weights; byte-level BPEs in a tokenizer.json, Qwen2's after
+    NFC, a SentencePiece model in a tokenizer.model): the bundle passes its
+    runtime check (Qwen2's ChatML conversation too), and LiteRT-LM's greedy
+    text equals `tfformer-predict --search greedy`'s continuation."""
     import litert_lm
 
     import tfformer
@@ -298,7 +331,7 @@ def test_litert_lm_continues_a_converted_run_as_tfformer_predict_does(
         export_main(["--checkpoint", run, "--out", str(out), "--format", "litertlm"])
         == 0
     )
-    capsys.readouterr()
+    assert "no chat template" not in capsys.readouterr().out
     bundle = str(out / litertlm.BUNDLE)
     # The last prompt is cut into other pieces by Llama 3's pattern than by
     # GPT-2's (digits in threes, line breaks with the spaces before them).

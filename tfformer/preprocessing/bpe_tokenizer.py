@@ -82,10 +82,16 @@ PIECE_LLAMA3 = (
     rf"| ?[^{WHITESPACE}\p{{L}}\p{{N}}\x00]+[\r\n]*|[{WHITESPACE}]*[\r\n]+"
     rf"|[{WHITESPACE}]+"
 )
+# Qwen2's pattern (Qwen2.5's and Qwen3's tokenizer.json): Llama 3's with
+# one digit a piece.
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+PIECE_QWEN2 = PIECE_LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 PRE_TOKENIZERS = {
     "gpt2": (SPLIT_LAST_SPACE, PIECE),
     "llama3": (SPLIT_LAST_SPACE_LLAMA3, PIECE_LLAMA3),
+    "qwen2": (SPLIT_LAST_SPACE_LLAMA3, PIECE_QWEN2),
 }
+NORMALIZERS = (None, "nfc")
 NO_MERGE = 2**31 - 1
 
 
@@ -236,8 +242,11 @@ class ByteLevelBPETokenizer(tf.Module):
         add_prefix_space: put a space before a text (each text between
             special tokens) that does not start with one (the tokenizer's
             `add_prefix_space`).
-        pre_tokenizer: how text is cut into pieces before BPE: "gpt2" or
-            "llama3" (see the module's docstring).
+        pre_tokenizer: how text is cut into pieces before BPE: "gpt2",
+            "llama3" or "qwen2" (see the module's docstring).
+        normalizer: None, or "nfc": the text between special tokens in
+            Unicode's normalization form C first (Qwen2's tokenizer.json;
+            `tfformer.preprocessing.unicode_nfc`).
         ignore_merges: a piece that is a token of the vocabulary becomes that
             token without merges (Llama 3's `ignore_merges`).
         add_start_token: every text's ids begin with `start_token`'s (what
@@ -264,18 +273,24 @@ class ByteLevelBPETokenizer(tf.Module):
         pre_tokenizer="gpt2",
         ignore_merges=False,
         add_start_token=False,
+        normalizer=None,
     ):
         super().__init__()
+        if normalizer not in NORMALIZERS:
+            raise InputError(
+                f"normalizer must be one of {NORMALIZERS}. Received: "
+                f"normalizer={normalizer!r}"
+            )
         if pre_tokenizer not in PRE_TOKENIZERS:
             raise InputError(
                 f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}. "
                 f"Received: pre_tokenizer={pre_tokenizer!r}"
             )
-        if pre_tokenizer == "llama3" and add_prefix_space:
+        if pre_tokenizer != "gpt2" and add_prefix_space:
             # Hugging Face's ByteLevel after a Split adds it to every piece.
             raise InputError(
                 "add_prefix_space=True is an option of GPT-2's pieces only. "
-                'Received: pre_tokenizer="llama3", add_prefix_space=True'
+                f"Received: pre_tokenizer={pre_tokenizer!r}, add_prefix_space=True"
             )
         vocabulary, merges = list(vocabulary), [tuple(m) for m in merges]
         index = {token: i for i, token in enumerate(vocabulary)}
@@ -332,6 +347,11 @@ class ByteLevelBPETokenizer(tf.Module):
         self.id_offset, self.add_prefix_space = id_offset, bool(add_prefix_space)
         self.pre_tokenizer, self.ignore_merges = pre_tokenizer, bool(ignore_merges)
         self.add_start_token = bool(add_start_token)
+        self.normalizer = normalizer
+        if normalizer == "nfc":
+            from tfformer.preprocessing.unicode_nfc import UnicodeNFC
+
+            self._nfc = UnicodeNFC()
         self._split_last_space, piece = PRE_TOKENIZERS[pre_tokenizer]
         self.pad_id = 0
         self.start_id = index[start_token] + id_offset
@@ -376,6 +396,11 @@ class ByteLevelBPETokenizer(tf.Module):
             strings = tf.strings.regex_replace(
                 strings, f"({self._special_pattern})", SEP + r"\1" + SEP
             )
+        if self.normalizer == "nfc":
+            # After the cut: NUL (and the escapes) compose with nothing, so
+            # each text between special tokens is normalized alone, as
+            # Hugging Face normalizes what its added tokens leave.
+            strings = self._nfc(strings)
         if self.add_prefix_space:
             # As Hugging Face's ByteLevel, on each text between special
             # tokens that does not start with a space.
@@ -483,6 +508,7 @@ class ByteLevelBPETokenizer(tf.Module):
                     "pre_tokenizer": self.pre_tokenizer,
                     "ignore_merges": self.ignore_merges,
                     "add_start_token": self.add_start_token,
+                    "normalizer": self.normalizer,
                     "vocabulary": self.vocabulary,
                     "merges": [f"{a} {b}" for a, b in self.merges],
                 },
@@ -507,6 +533,7 @@ class ByteLevelBPETokenizer(tf.Module):
                 pre_tokenizer=spec.get("pre_tokenizer", "gpt2"),
                 ignore_merges=spec.get("ignore_merges", False),
                 add_start_token=spec.get("add_start_token", False),
+                normalizer=spec.get("normalizer"),
             )
         except KeyError as e:
             raise InputError(f"{path} lacks {e}.") from None

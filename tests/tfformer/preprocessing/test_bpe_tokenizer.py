@@ -69,7 +69,7 @@ POOL = [
 ]
 
 
-def ours_from(hf, add_prefix_space=False, id_offset=1):
+def ours_from(hf, add_prefix_space=False, id_offset=1, **options):
     model = json.loads(hf.to_str())["model"]
     tokens = sorted(model["vocab"], key=model["vocab"].get)
     merges = [m.split(" ") if isinstance(m, str) else m for m in model["merges"]]
@@ -81,6 +81,7 @@ def ours_from(hf, add_prefix_space=False, id_offset=1):
         end_token=END,
         id_offset=id_offset,
         add_prefix_space=add_prefix_space,
+        **options,
     )
 
 
@@ -337,7 +338,7 @@ def test_llama3_ids_are_hugging_faces():
 def test_llama3_pieces_take_no_prefix_space():
     hf = llama3_style_hf()
     model = json.loads(hf.to_str())["model"]
-    with pytest.raises(ValueError, match='pre_tokenizer="llama3", add_prefix_space'):
+    with pytest.raises(ValueError, match="pre_tokenizer='llama3', add_prefix_space"):
         ByteLevelBPETokenizer(
             sorted(model["vocab"], key=model["vocab"].get),
             [m.split(" ") if isinstance(m, str) else m for m in model["merges"]],
@@ -373,3 +374,121 @@ def test_ignore_merges_takes_a_vocabulary_piece_whole():
         want = [hf.encode(t).ids for t in texts]
         assert ours.tokenize(texts).to_list() == want
         assert want[0] == ([vocab["abc"]] if ignore else [vocab["a"], vocab["bc"]])
+
+
+# -- Qwen2's tokenizer ------------------------------------------------------------
+
+# Qwen2.5's (and Qwen3's) tokenizer.json: Llama 3's Split with one digit a
+# piece, after an NFC normalizer; no ignore_merges.
+QWEN2_REGEX = LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN2_POOL = [
+    *POOL,
+    "\u0323",
+    "\u0338",
+    "<",
+    "=",
+    "A",
+    "\u1100",
+    "\u1161",
+    "\u11a8",
+    "\uac00",
+    "\u212b",
+    "\u0344",
+    "\u0f73",
+    "\U00011935\U00011930",
+]
+QWEN2_CASES = [
+    "2024 12345 678",
+    "e\u0301 A\u030a\u0323 <\u0338",
+    f"{END}\u0338",  # the mark after a special token composes with nothing
+    f"=\u0338{END}e\u0301",
+    "\u1100\u1161\u11a8 \u212b",
+    "\x00\u0301",
+]
+
+
+def qwen2_style_hf():
+    """Llama 3's trained vocabulary (which merges digits: "2024" is one of
+    its words) read with Qwen2's pieces after NFC."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    hf = llama3_style_hf(ignore_merges=False)
+    hf.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_REGEX), "isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    hf.normalizer = normalizers.NFC()
+    return hf
+
+
+def test_qwen2_ids_are_hugging_faces_after_nfc(tmp_path):
+    """Qwen2's pieces (one digit each) after NFC of each text between
+    special tokens: the ids of Hugging Face's tokenizer on fixed cases and
+    1,000 random strings of marks, composable letters, Hangul jamo and
+    singletons; the text comes back in NFC; saved and loaded, the same."""
+    from tokenizers import normalizers
+
+    hf = qwen2_style_hf()
+    ours = ours_from(hf, id_offset=0, pre_tokenizer="qwen2", normalizer="nfc")
+    rng = random.Random(9)
+    texts = [
+        *CASES,
+        *LLAMA3_CASES,
+        *QWEN2_CASES,
+        *(
+            "".join(rng.choice(QWEN2_POOL) for _ in range(rng.randint(0, 25)))
+            for _ in range(1000)
+        ),
+    ]
+    want = [hf.encode(t).ids for t in texts]
+    got = ours.tokenize(texts).to_list()
+    mismatched = [(t, w, g) for t, w, g in zip(texts, want, got, strict=True) if w != g]
+    assert not mismatched, mismatched[:3]
+    # One digit a piece, where Llama 3's pieces ("202", "4") merge.
+    digits = [hf.token_to_id(c) for c in "2024"]
+    assert got[len(CASES) + len(LLAMA3_CASES)][:4] == digits
+    assert llama3_style_hf(ignore_merges=False).encode("2024").ids != digits
+    nfc = normalizers.NFC()
+    back = [b.decode("utf-8") for b in ours.detokenize(ours.tokenize(texts)).numpy()]
+    assert back == [
+        END.join(nfc.normalize_str(part) for part in t.split(END)) for t in texts
+    ]
+    ours.save(tmp_path / "qwen2.json")
+    loaded = ByteLevelBPETokenizer.load(tmp_path / "qwen2.json")
+    assert (loaded.pre_tokenizer, loaded.normalizer) == ("qwen2", "nfc")
+    assert loaded.tokenize(texts[-50:]).to_list() == want[-50:]
+
+
+def test_qwen2_in_a_saved_model_loaded_by_tensorflow_alone(tmp_path):
+    """The NFC tables travel in the SavedModel: its ids are Hugging Face's."""
+    import tensorflow as tf
+
+    hf = qwen2_style_hf()
+    ours = ours_from(hf, id_offset=1, pre_tokenizer="qwen2", normalizer="nfc")
+
+    class Served(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokenizer = ours
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def tokenize(self, text):
+            return {"token_ids": self.tokenizer.tokenize(text).to_tensor()}
+
+    served = Served()
+    tf.saved_model.save(
+        served, str(tmp_path / "sm"), signatures={"tokenize": served.tokenize}
+    )
+    texts = [*QWEN2_CASES, "naïve café e\u0301"]
+    script = f"""
+import json, sys
+sys.modules["keras"] = None
+import tensorflow as tf
+model = tf.saved_model.load({str(tmp_path / "sm")!r})
+out = model.signatures["tokenize"](text=tf.constant({texts!r}))
+print(json.dumps([[int(i) - 1 for i in row if i] for row in out["token_ids"].numpy()]))
+"""
+    done = run_python(script)
+    assert json.loads(done.stdout.splitlines()[-1]) == [hf.encode(t).ids for t in texts]

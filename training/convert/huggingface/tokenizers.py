@@ -11,7 +11,11 @@ import os
 import tensorflow as tf
 
 from tfformer.errors import InputError
-from tfformer.preprocessing.bpe_tokenizer import LLAMA3_SPLIT, ByteLevelBPETokenizer
+from tfformer.preprocessing.bpe_tokenizer import (
+    LLAMA3_SPLIT,
+    QWEN2_SPLIT,
+    ByteLevelBPETokenizer,
+)
 from tfformer.preprocessing.sentencepiece_tokenizer import (
     SentencePieceTokenizer,
     check_model,
@@ -264,7 +268,8 @@ def _expect(value, expected, where):
 def _pre_tokenizer(pre, where):
     """(`ByteLevelBPETokenizer`'s pre_tokenizer, add_prefix_space) of
     tokenizer.json's pre_tokenizer: GPT-2's ByteLevel with its regex, or
-    Llama 3's Split on its pattern followed by ByteLevel without one."""
+    Llama 3's or Qwen2's Split on its pattern followed by ByteLevel without
+    one."""
     if pre.get("type") == "ByteLevel":
         _expect(pre.get("use_regex", True), True, f"{where}.use_regex")
         return "gpt2", config_flag(pre, "add_prefix_space", False, where)
@@ -278,17 +283,39 @@ def _pre_tokenizer(pre, where):
     split, level = parts
     pattern = split.get("pattern")
     pattern = pattern.get("Regex") if isinstance(pattern, dict) else pattern
-    if pattern != LLAMA3_SPLIT:
+    patterns = {LLAMA3_SPLIT: "llama3", QWEN2_SPLIT: "qwen2"}
+    if pattern not in patterns:
         raise UnsupportedTokenizer(
-            f"{where}: the Split pattern must be Llama 3's {LLAMA3_SPLIT!r} "
-            f"(Qwen2's and others are not converted). Received: {pattern!r}"
+            f"{where}: the Split pattern must be Llama 3's {LLAMA3_SPLIT!r} or "
+            f"Qwen2's {QWEN2_SPLIT!r}. Received: {pattern!r}"
         )
     _expect(split.get("behavior"), "Isolated", f"{where}: Split.behavior")
     _expect(split.get("invert", False), False, f"{where}: Split.invert")
     _expect(level.get("use_regex", True), False, f"{where}: ByteLevel.use_regex")
     prefix = level.get("add_prefix_space", False)
     _expect(prefix, False, f"{where}: ByteLevel.add_prefix_space")
-    return "llama3", False
+    return patterns[pattern], False
+
+
+def _bpe_normalizer(normalizer, where):
+    """None, or "nfc" for Qwen2's NFC normalizer (alone or the one step of
+    a Sequence); any other is refused."""
+    if normalizer is None:
+        return None
+    steps = [normalizer]
+    if isinstance(normalizer, dict) and normalizer.get("type") == "Sequence":
+        steps = normalizer.get("normalizers")
+    if (
+        isinstance(steps, list)
+        and len(steps) == 1
+        and isinstance(steps[0], dict)
+        and steps[0].get("type") == "NFC"
+    ):
+        return "nfc"
+    raise UnsupportedTokenizer(
+        f"{where} must be null or NFC (Qwen2's). Received: "
+        f"{json.dumps(normalizer)[:300]}"
+    )
 
 
 def _template_start(post, where):
@@ -354,7 +381,7 @@ def byte_level_bpe_tokenizer(
                 value = None  # no dropout
             if value is not None or expected is None:  # null means unset
                 _expect(value, expected, f"{where}: model.{key}")
-        _expect(spec.get("normalizer"), None, f"{where}: normalizer")
+        normalizer = _bpe_normalizer(spec.get("normalizer"), f"{where}: normalizer")
         pre_tokenizer, prefix = _pre_tokenizer(
             _section(spec, "pre_tokenizer", where), f"{where}: pre_tokenizer"
         )
@@ -398,6 +425,7 @@ def byte_level_bpe_tokenizer(
             settings, "add_prefix_space", False, TOKENIZER_CONFIG
         )
         pre_tokenizer, ignore_merges, template_start = "gpt2", False, None
+        normalizer = None
     else:
         return None
     if len(tokens) > vocab_size:
@@ -447,6 +475,7 @@ def byte_level_bpe_tokenizer(
             pre_tokenizer=pre_tokenizer,
             ignore_merges=ignore_merges,
             add_start_token=template_start is not None,
+            normalizer=normalizer,
         )
     except ValueError as e:
         raise InputError(f"{where}: {e}") from None
@@ -459,6 +488,7 @@ def byte_level_bpe_tokenizer(
         ) from None
     progress(
         f"Tokenizer: byte-level BPE ({pre_tokenizer} pieces"
+        + (", NFC first" if normalizer else "")
         + (", ignore_merges" if ignore_merges else "")
         + (f", {template_start} first" if template_start else "")
         + f") from {os.path.basename(where)}, "

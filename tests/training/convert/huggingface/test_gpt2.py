@@ -267,7 +267,7 @@ def test_text_in_and_out_equals_keras_hub_and_the_tokenizer(tmp_path, bpe, capsy
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"normalizer": {"type": "NFC"}}, "normalizer must be None"),
+        ({"normalizer": {"type": "NFKC"}}, "normalizer must be null or NFC"),
         ({"model.byte_fallback": True}, "model.byte_fallback must be False"),
         ({"model.dropout": 0.1}, "model.dropout must be None"),
         ({"pre_tokenizer": {"type": "Whitespace"}}, "pre_tokenizer must be GPT-2's"),
