@@ -84,10 +84,10 @@ def overlay_config(source, family, config=None, drop=()):
     return source
 
 
-def own_head_tensors(rng, head_dim):
+def own_head_tensors(rng, head_dim, sizes=SIZES):
     """Llama's tensors (tied) with query, key, value and output projections
     for heads of `head_dim` features (not width / heads: Qwen3, Gemma)."""
-    tensors = llama_tensors(rng, tie=True)
+    tensors = llama_tensors(rng, tie=True, sizes=sizes)
     d, heads, kv = SIZES["hidden"], SIZES["heads"], SIZES["kv"]
     for i in range(SIZES["layers"]):
         layer = f"model.layers.{i}.self_attn"

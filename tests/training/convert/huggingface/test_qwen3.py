@@ -43,10 +43,10 @@ QWEN3 = {
 }
 
 
-def qwen3_tensors(rng):
+def qwen3_tensors(rng, sizes=SIZES):
     """Llama's tensors (tied) with projections for heads of HEAD_DIM, and
     per-layer query and key norm scales far from 1."""
-    tensors = own_head_tensors(rng, HEAD_DIM)
+    tensors = own_head_tensors(rng, HEAD_DIM, sizes)
     for i in range(SIZES["layers"]):
         layer = f"model.layers.{i}.self_attn"
         for part in ("q", "k"):
@@ -143,3 +143,39 @@ def test_what_tfformer_does_not_reproduce_is_refused(tmp_path, config, change, m
     tensors = changed(qwen3_tensors(rng), change, np.ones((4,), "float32"))
     source = write_checkpoint(tmp_path / "hf", rng, config=config, tensors=tensors)
     assert_refused(tmp_path, source, message)
+
+
+def test_qwen3_with_qwens_tokenizer_takes_text_as_keras_hub_continues_it(
+    tmp_path, capsys
+):
+    """Qwen3 ships Qwen2's tokenizer.json: the run takes and gives text, a
+    prompt continued with keras-hub's `Qwen3Backbone` greedy tokens."""
+    import json
+
+    from tests.testing import END_OF_TEXT
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import qwen2_style_hf
+    from tests.training.convert.huggingface.testing import reference_greedy
+    from tfformer.training.commands import predict as predict_cli
+
+    hf = qwen2_style_hf()
+    rng = np.random.default_rng(7)
+    sizes = {**SIZES, "vocab": hf.get_vocab_size()}
+    source = write_llama(
+        tmp_path / "hf", rng, tensors=qwen3_tensors(rng, sizes), sizes=sizes
+    )
+    end = hf.token_to_id(END_OF_TEXT)
+    overlay_config(
+        source,
+        QWEN3,
+        {"vocab_size": sizes["vocab"], "bos_token_id": end, "eos_token_id": end},
+        ("mlp_bias",),
+    )
+    hf.save(str(source / "tokenizer.json"))
+    (source / "tokenizer_config.json").write_text(json.dumps({"bos_token": None}))
+    said = []
+    run = convert(str(source), str(tmp_path / "run"), progress=said.append)
+    assert any("qwen2 pieces, NFC first" in line for line in said)
+    prompt = "naïve cafe\u0301 2024"
+    greedy = reference_greedy(keras_hub_backbone(source), hf.encode(prompt).ids, 6, end)
+    assert predict_cli.main(["--checkpoint", run, "--max-new-tokens", "6", prompt]) == 0
+    assert capsys.readouterr().out == hf.decode(greedy) + "\n"
