@@ -18,7 +18,7 @@ quantizer leaves in float32, between QUANTIZE / DEQUANTIZE ops:
 - the step's sinusoidal position (CAST, SIN, COS, SELECT_V2) and a CAST of a
   loop flag.
 (The greedy choice was a TOPK_V2 on dequantized float log-probabilities;
-since it became two reductions (`tfformer.decoding.generator.greedy_choice`)
+since it became two reductions (`tfformer.decoding.sampling.greedy_choice`)
 it runs in int8 on the same int8 log-softmax, ties to the lowest id.)
 (Layer norm's NEG was on this list until tfformer's `LayerNormalization`
 subtracted the mean instead. A model saved before keeps it in the norms of

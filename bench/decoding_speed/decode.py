@@ -45,7 +45,7 @@ import tensorflow as tf
 from bench import common
 from bench.peers import seq2seq_for_sizes
 from tfformer.decoding import Generator
-from tfformer.decoding.generator import greedy_choice
+from tfformer.decoding.sampling import greedy_choice
 from tfformer.models import transformer_seq2seq
 
 START = 2

@@ -2,7 +2,7 @@
 
 Stop 33 replaced the generator's greedy choice, `top_k(log_probs, 2)` (the
 runner-up when the best is padding), with two reductions
-(`tfformer.decoding.generator.greedy_choice`). In a full-int8 export the
+(`tfformer.decoding.sampling.greedy_choice`). In a full-int8 export the
 old choice was a float TOPK_V2 op; the new one runs in int8. This script
 exports the same run's full-int8 translator twice, calibrated on the same
 200 training sources, once with the current choice and once with the old one

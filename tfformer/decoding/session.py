@@ -103,18 +103,17 @@ class DecodingSession:
         # Columns past `shared` are written before anything reads them (a
         # step hides the slots after the last one it writes).
         self.ids, self.reused = self.ids[:shared], shared
-        start, settings = generator._start(
+        steps = generator.resume(
             ops.convert_to_tensor([ids], "int32"),
-            {"max_new_tokens": ops.convert_to_tensor([max_new_tokens], "int32")},
-            cache=self._cache,
-            cached=shared,
+            self._cache,
+            shared,
+            ops.convert_to_tensor([max_new_tokens], "int32"),
+            compile_step,
         )
-        self._cache, self.ids = start[2], ids
-        for position, state, generated in generator._steps(
-            start, settings, compile_step
-        ):
+        held = list(ids)  # what the cache holds once a step has run
+        for position, state, generated in steps:
             token = ops.convert_to_numpy(ops.take(state[1], position, axis=1))
-            self._cache = state[2]
             if int(token[0]) != generator.pad_id:  # (padding ends the row)
-                self.ids = [*self.ids, int(token[0])]
+                held.append(int(token[0]))
+            self._cache, self.ids = state[2], list(held)
             yield position, token, generated

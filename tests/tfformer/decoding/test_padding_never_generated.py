@@ -12,7 +12,7 @@ import pytest
 from keras import ops
 
 from tfformer.decoding import Generator
-from tfformer.decoding.generator import greedy_choice
+from tfformer.decoding.sampling import greedy_choice
 
 from .test_generator import END, PAD, START, A, B, MarkovDecoder, table
 
