@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tfformer.decoding import Generator
-from tfformer.export import litertlm
+from tfformer.export import litertlm, tokenizer_json
 from tfformer.export.cli import main as export_main
 from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
@@ -45,7 +45,7 @@ def test_the_byte_tokenizer_json_tokenizes_as_tfformer_does():
     and decoding gives the text back."""
     from tokenizers import Tokenizer
 
-    hf = Tokenizer.from_str(json.dumps(litertlm.byte_tokenizer_json()))
+    hf = Tokenizer.from_str(json.dumps(tokenizer_json.byte_tokenizer_json()))
     ours = ByteTokenizer()
     expected = ours.tokenize(TEXTS).to_list()
     for text, ids in zip(TEXTS, expected, strict=True):
@@ -287,7 +287,7 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
 
     checkpoint_hf, run = converted(tmp_path)
     ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
-    bundled = Tokenizer.from_str(json.dumps(litertlm.bpe_tokenizer_json(ours)))
+    bundled = Tokenizer.from_str(json.dumps(tokenizer_json.bpe_tokenizer_json(ours)))
     texts = [*TEXTS, *random_texts(300, seed=7)]
     skip = 1 if ours.add_start_token else 0
     expected = [row[skip:] for row in ours.tokenize(texts).to_list()]
@@ -299,7 +299,7 @@ def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, con
     # And they are the checkpoint's own ids, one higher.
     own = [checkpoint_hf.encode(t).ids[skip:] for t in texts]
     assert [[i - 1 for i in row] for row in got] == own
-    assert bundled.token_to_id(litertlm.BUNDLE_PADDING) == 0
+    assert bundled.token_to_id(tokenizer_json.BUNDLE_PADDING) == 0
 
 
 @needs_runtime
@@ -507,7 +507,7 @@ def test_the_token_id_tokenizer_json_reads_and_writes_ids_as_text():
     from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 
     run = TokenIdTokenizer(41, 2, 3, pad_id=0, id_offset=1)
-    hf = Tokenizer.from_str(json.dumps(litertlm.token_id_tokenizer_json(run)))
+    hf = Tokenizer.from_str(json.dumps(tokenizer_json.token_id_tokenizer_json(run)))
     for text in ("1 5 0 12", "  39\t0\n7 ", "0"):
         assert hf.encode(text).ids == run.tokenize([text])[0].numpy().tolist()
     # Token by token, with a space before each: predict's text after a prompt.
