@@ -228,7 +228,7 @@ class CoreWordPiece(tf.Module):
         if self.strip_accents:
             strings = self._strip_accents(strings)
         if self.lower_case:
-            strings = lower(strings, self.normalizer)
+            strings = lower(strings)
         chars = tf.strings.unicode_decode(strings, "UTF-8", errors="replace")
         flat = chars.flat_values
         index = tf.searchsorted(self._class_starts, flat, side="right") - 1

@@ -16,7 +16,7 @@ tokenize(sentence) -> source ids
      around CJK ideographs (`CJK_RANGES`). With `strip_accents`: decompose
      (NFD) and drop the combining marks of `ACCENT_MARKS` (Hugging Face's
      table: an older Unicode's category Mn). Lower-case if
-     `lower_case` is set (with "bert", capital sigma (U+03A3) becomes U+03C3 first, as
+     `lower_case` is set (capital sigma (U+03A3) becomes U+03C3 first, as
      Hugging Face lower-cases one character at a time).
   2. Class every code point with `character_classes` (ranges: `starts[i]`
      up to the next start have class `class[i]`): 0 word, 1 space,
@@ -604,11 +604,9 @@ class DeviceTokenizer:
         if self.settings.get("strip_accents"):
             sentence = strip_accents(sentence)
         if self.settings["lower_case"]:
-            if self.settings.get("normalizer") == "bert":
-                # One character at a time, as Hugging Face does: U+03A3 is U+03C3
-                # even at the end of a word (Python's lower makes it ς).
-                sentence = sentence.replace("\u03a3", "\u03c3")
-            sentence = sentence.lower()
+            # One character at a time, as Hugging Face does: U+03A3 is U+03C3
+            # even at the end of a word (Python's lower makes it ς).
+            sentence = sentence.replace("\u03a3", "\u03c3").lower()
         words, current = [], []
         for char in sentence:
             kind = self._class(char)

@@ -146,14 +146,19 @@ def accent_mark_ranges():
     return tuple(pairs)
 
 
-def lower(strings, normalizer=None):
-    """`tf.strings.lower` (ICU, which makes a word-final capital sigma a
-    final sigma); with the "bert" normalizer, capital sigma first becomes
-    U+03C3 (not the final form), as Hugging Face lower-cases one character
-    at a time."""
-    if normalizer == "bert":
-        strings = tf.strings.regex_replace(strings, "\u03a3", "\u03c3")
-    return tf.strings.lower(strings, encoding="utf-8")
+def lower(strings):
+    """`tf.strings.lower` (ICU's full lower-casing), one character at a
+    time as Hugging Face's `Lowercase` and `BertNormalizer` do: capital
+    sigma first becomes U+03C3, never ICU's final sigma at a word's end
+    (its one rule that looks at the characters around)."""
+    strings = tf.strings.regex_replace(strings, "\u03a3", "\u03c3")
+    # ICU's lower-casing ends a string at its first NUL: NUL travels as
+    # U+FDD0 U+FDD2 (and U+FDD0 as U+FDD0 U+FDD1), which it leaves alone.
+    strings = tf.strings.regex_replace(strings, "\ufdd0", "\ufdd0\ufdd1")
+    strings = tf.strings.regex_replace(strings, "\\x00", "\ufdd0\ufdd2")
+    strings = tf.strings.lower(strings, encoding="utf-8")
+    strings = tf.strings.regex_replace(strings, "\ufdd0\ufdd2", "\x00")
+    return tf.strings.regex_replace(strings, "\ufdd0\ufdd1", "\ufdd0")
 
 
 def bert_cleanup(strings):
@@ -165,12 +170,21 @@ def bert_cleanup(strings):
 
 # Detokenized words are joined by spaces, punctuation included ("a dog ." ,
 # "twenty - one"). These RE2 rewrites (graph ops, so an exported model can
-# apply them too) undo the common cases.
+# apply them too) undo the common cases. A rewrite consumes the word
+# character on each side of the space it removes, so in "a - b - c" one
+# pass joins "a-b" and skips "b - c": the two such rules run twice (the
+# second pass joins every gap the first skipped; skipped gaps are never
+# next to each other), which is what one pass of lookarounds does
+# (`tfformer.export.tokenizer_json.JOIN_REPLACEMENTS`).
+_APOSTROPHE = (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2")
+_HYPHEN = (r"(\w) - (\w)", r"\1-\2")
 JOIN_RULES = (
     (r" ([.,!?;:%)\]}])", r"\1"),
     (r"([(\[{]) ", r"\1"),
-    (r"(\w) ' (s|t|re|ve|ll|d|m)\b", r"\1'\2"),
-    (r"(\w) - (\w)", r"\1-\2"),
+    _APOSTROPHE,
+    _APOSTROPHE,
+    _HYPHEN,
+    _HYPHEN,
 )
 
 

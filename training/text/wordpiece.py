@@ -128,7 +128,7 @@ class WordPieceTokenizer:
         if lower_case:
             # Lower-cased here, the way `tokenize` does it (the learner's own
             # lower_case would also strip accents).
-            dataset = dataset.map(lambda s: tf.strings.lower(s, encoding="utf-8"))
+            dataset = dataset.map(lower)
         vocabulary = learner.bert_vocab_from_dataset(
             dataset,
             vocab_size=vocabulary_size,
@@ -171,7 +171,7 @@ class WordPieceTokenizer:
                 tf_text.normalize_utf8(strings, "NFD"), ACCENT_MARKS_CLASS, ""
             )
         if self.lower_case:
-            strings = lower(strings, self.normalizer)
+            strings = lower(strings)
         return strings
 
     def options(self):

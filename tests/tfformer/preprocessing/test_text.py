@@ -43,8 +43,22 @@ def test_save_and_load(tmp_path):
 
 
 def test_join_punctuation_undoes_the_detokenizers_spaces():
-    text = tf.constant(["a dog . ( yes ) it ' s twenty - one !", "x , y"])
+    """Hand-written cases: chains of hyphens and clitics are joined whole
+    (one RE2 pass consumes the word character between two gaps and would
+    leave "a-b - c"), a lone hyphen or quote stays spaced."""
+    text = tf.constant(
+        [
+            "a dog . ( yes ) it ' s twenty - one !",
+            "x , y",
+            "a - b - c - d - e",
+            "it ' s ' s",
+            "- x - ' s",
+        ]
+    )
     assert join_punctuation(text).numpy().tolist() == [
         b"a dog. (yes) it's twenty-one!",
         b"x, y",
+        b"a-b-c-d-e",
+        b"it's's",
+        b"- x - ' s",
     ]
