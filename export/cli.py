@@ -139,7 +139,8 @@ def export(args, exporter):
             )
         if getattr(args, "prefill_lengths", None):
             raise InputError(
-                "--format litertlm bundles one prefill of the whole context. "
+                "--format litertlm chooses its prefill lengths (16, 64, 256, ... "
+                "below the context, and the context). "
                 f"Received: --prefill-lengths {args.prefill_lengths!r}"
             )
         from tfformer.export.litertlm import export_litertlm

@@ -12,7 +12,8 @@ A bundle, written with `litert-lm-builder`, holds:
   converted Llama 2 and Gemma runs, their SentencePiece model as a
   `tokenizer.model`, likewise shifted by a control piece at id 0;
 - an `LlmMetadata` record: the start token (which LiteRT-LM puts before a
-  prompt: tfformer's start token for byte runs, `<|begin_of_text|>` for
+  prompt: none for runs trained on bytes or WordPiece, which
+  `tfformer-predict` continues from the prompt's own ids, `<|begin_of_text|>` for
   Llama 3, none for GPT-2, whose prompts start with their own text), the
   stop token (and, for a converted chat model, every stop id of its replies
   and its chat template, see `STRING_CONTENTS`), the context as
@@ -54,9 +55,10 @@ from tfformer.export.tokenizer_json import (
     bpe_tokenizer_json,
     byte_tokenizer_json,
     token_id_tokenizer_json,
+    wordpiece_tokenizer_json,
 )
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-from tfformer.preprocessing.text import END_ID, START_ID
+from tfformer.preprocessing.text import END_ID
 from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_copy
@@ -181,7 +183,7 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     where the checkpoint's template puts it)."""
     if tokenizer is None:
         offset = ByteTokenizer.offset
-        ids, end = [START_ID, *(b + offset for b in prompt.encode("utf-8"))], END_ID
+        ids, end = [b + offset for b in prompt.encode("utf-8")], END_ID
     else:
         ids, end = tokenizer.tokenize([prompt])[0].numpy().tolist(), tokenizer.end_id
     tokens = greedy_ids(tflite_path, ids, max_tokens, set(stop_ids) or {end})
@@ -192,6 +194,39 @@ def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(
     return bytes(t - offset for t in tokens if t >= offset).decode(
         "utf-8", errors="replace"
     )
+
+
+class WordPieceBundle:
+    """A trained WordPiece run's tokenizer for its bundle: `CoreWordPiece`
+    (the SavedModel's, which the runtime check's reference reads prompts
+    and writes text with) and its Hugging Face `tokenizer.json`, both over
+    `FastWordpieceTokenizer`'s probed character classes."""
+
+    def __init__(self, spec):
+        from tfformer.export.tasks.text import make_tokenizer, special_ids
+        from tfformer.export.wordpiece import probe_character_classes
+
+        self.spec = spec
+        self.classes = probe_character_classes()
+        self.core = make_tokenizer(spec, self.classes)
+        self.end_id = special_ids(spec, "end")[0]
+        self.tokenize, self.detokenize = self.core.tokenize, self.core.detokenize
+
+    def tokenizer_json(self):
+        from tfformer.runs.files import read_lines
+
+        vocabulary = read_lines(self.spec.path)
+        if vocabulary and vocabulary[-1] == "":
+            vocabulary.pop()
+        return wordpiece_tokenizer_json(
+            vocabulary,
+            self.core.special_ids,
+            self.core.unk_id,
+            self.classes,
+            lower_case=self.spec.lower_case,
+            normalizer=self.spec.options.get("normalizer"),
+            strip_accents=self.spec.options.get("strip_accents", False),
+        )
 
 
 def decoded(tokenizer, tokens):
@@ -294,7 +329,8 @@ BUNDLE_QUANTIZATIONS = ("none", "float16", "int8")
 
 def write_tokenizer(kind, tokenizer, folder):
     """Writes the bundle's tokenizer of a run's tokenizer of `kind` (None
-    for bytes) into `folder`; returns its path."""
+    for bytes; for WordPiece, the `WordPieceBundle`) into `folder`; returns
+    its path."""
     if kind == "sentencepiece":
         path = os.path.join(folder, "tokenizer.model")
         with open(path, "wb") as f:
@@ -304,6 +340,8 @@ def write_tokenizer(kind, tokenizer, folder):
         described = byte_tokenizer_json()
     elif kind == "ids":
         described = token_id_tokenizer_json(tokenizer)
+    elif kind == "wordpiece":
+        described = tokenizer.tokenizer_json()
     else:
         described = bpe_tokenizer_json(tokenizer)
     path = os.path.join(folder, "tokenizer.json")
@@ -338,15 +376,20 @@ def export_litertlm(
         )
     # From the manifest: the model is loaded once, by the TFLite export.
     spec = run.tokenizer("text")
-    if spec.kind not in ("byte", "bpe", "sentencepiece", "ids"):
+    if spec.kind not in ("byte", "wordpiece", "bpe", "sentencepiece", "ids"):
         raise InputError(
-            "--format litertlm supports runs trained on bytes "
-            "(data.tokenizer=byte) and converted runs with a byte-level BPE "
-            "(GPT-2's, Llama 3's, Qwen2's), a SentencePiece BPE (Llama 2's, Gemma's) "
-            "or of token ids. Received: a run with the "
+            "--format litertlm supports runs trained on bytes or WordPiece "
+            "(data.tokenizer=byte, wordpiece) and converted runs with a byte-level "
+            "BPE (GPT-2's, Llama 3's, Qwen2's), a SentencePiece BPE (Llama 2's, "
+            "Gemma's) or of token ids. Received: a run with the "
             f"{spec.kind!r} tokenizer"
         )
-    tokenizer, start, end, prompts = None, START_ID, END_ID, [CHECK_PROMPT, "The"]
+    # A trained run reads a prompt's own ids (no start token), as predict
+    # does.
+    tokenizer, start, end, prompts = None, None, END_ID, [CHECK_PROMPT, "The"]
+    if spec.kind == "wordpiece":
+        tokenizer = WordPieceBundle(spec)
+        end = tokenizer.end_id
     if spec.kind in CONVERTED_KINDS:
         tokenizer = converted_tokenizer(spec)
         # (Prompts of token ids hold their own start id.)

@@ -3,6 +3,8 @@ the model's ids: what a `.litertlm` bundle carries for LiteRT-LM's Hugging
 Face tokenizer (`tfformer.export.litertlm`). Tests read each with
 Hugging Face's `tokenizers` against the run's own tokenizer."""
 
+import re
+
 from tfformer.errors import InputError
 from tfformer.preprocessing.bpe_tokenizer import (
     LLAMA3_SPLIT,
@@ -163,3 +165,157 @@ def bpe_tokenizer_json(tokenizer):
         {"type": "NFC"} if tokenizer.normalizer == "nfc" else None,
         ignore_merges=tokenizer.ignore_merges,
     )
+
+
+def _code_point_class(ranges):
+    """An Oniguruma character class of inclusive code-point `ranges`."""
+    return "[" + "".join(rf"\x{{{a:X}}}-\x{{{b:X}}}" for a, b in ranges) + "]"
+
+
+def _class_ranges(character_classes, wanted):
+    """The inclusive ranges of `probe_character_classes` ranges whose class
+    is `wanted`."""
+    from tfformer.export.wordpiece import MAX_CODE_POINT
+
+    starts, classes = (list(map(int, x)) for x in character_classes)
+    ends = [s - 1 for s in starts[1:]] + [MAX_CODE_POINT]
+    spans = zip(starts, ends, classes, strict=True)
+    return [(a, b) for a, b, c in spans if c == wanted]
+
+
+# `JOIN_RULES` for a Hugging Face decoder: a `Replace` takes no back
+# references, so each rule replaces only the spaces it removes, with the
+# characters around them as lookarounds (ASCII word characters, as RE2's
+# \w). JOIN_RULES applies the two rules with a word character on each side
+# twice, which equals the lookarounds' one pass (see its comment).
+WORD = "[0-9A-Za-z_]"
+JOIN_REPLACEMENTS = (
+    (r" (?=[.,!?;:%)\]}])", ""),
+    (r"(?<=[(\[{]) ", ""),
+    (rf"(?<={WORD}) ' (?=(?:s|t|re|ve|ll|d|m)(?!{WORD}))", "'"),
+    (rf"(?<={WORD}) - (?={WORD})", "-"),
+)
+
+
+def wordpiece_tokenizer_json(
+    vocabulary,
+    special_ids,
+    unk_id,
+    character_classes,
+    *,
+    lower_case=False,
+    normalizer=None,
+    strip_accents=False,
+    max_bytes_per_word=100,
+):
+    """A WordPiece run's tokenizer (`training`'s `WordPieceTokenizer`, or
+    export's `CoreWordPiece`) as a Hugging Face `tokenizer.json`, in its own
+    ids (id 0 is its padding already).
+
+    Args:
+        vocabulary: the tokens in id order.
+        special_ids: the ids detokenize drops ([PAD], [UNK], [START],
+            [END]); the decoder drops their tokens (and the space before).
+        unk_id: the id of the unknown word ([UNK]).
+        character_classes: `probe_character_classes()`: which code points
+            `FastWordpieceTokenizer` drops, splits at (whitespace) or makes
+            words of their own (punctuation, CJK ideographs).
+        lower_case, normalizer ("bert" or None), strip_accents: the run's.
+        max_bytes_per_word: `CoreWordPiece`'s.
+
+    The text is normalized as the run's tokenizer does (BERT's cleanup,
+    accents and lower case as `BertNormalizer`, or `Lowercase`), the dropped code
+    points removed, cut at whitespace and around punctuation by the probed
+    classes, and split by WordPiece; decoding drops the special tokens,
+    glues "##" pieces, joins words with spaces and applies
+    `JOIN_REPLACEMENTS`. (The special tokens are no added tokens: a prompt
+    that holds "[END]" reads it as text, as the run does; and where the
+    run's detokenize keeps the "##" of a piece that follows a dropped first
+    token, the decoder glues it.) `max_input_chars_per_word`
+    counts characters where `FastWordpieceTokenizer` counts UTF-8 bytes: a
+    word of more than 100 bytes but at most 100 characters is one [UNK]
+    there and pieces here.
+    """
+    from tfformer.export.wordpiece import DROPPED, PUNCT, SPACE
+
+    steps = []
+    if normalizer == "bert":
+        steps.append(
+            {
+                "type": "BertNormalizer",
+                "clean_text": True,
+                "handle_chinese_chars": True,
+                "strip_accents": strip_accents,
+                "lowercase": lower_case,
+            }
+        )
+    elif normalizer is not None or strip_accents:
+        raise InputError(
+            "A WordPiece tokenizer.json reproduces the 'bert' normalizer (and "
+            "accent stripping only with it). Received: "
+            f"normalizer={normalizer!r}, strip_accents={strip_accents}"
+        )
+    elif lower_case:
+        steps.append({"type": "Lowercase"})
+    dropped = _class_ranges(character_classes, DROPPED)
+    if dropped:
+        steps.append(
+            {
+                "type": "Replace",
+                "pattern": {"Regex": _code_point_class(dropped)},
+                "content": "",
+            }
+        )
+    special = "|".join(re.escape(vocabulary[i]) for i in sorted(set(special_ids)))
+    spaces = _code_point_class(_class_ranges(character_classes, SPACE))
+    punctuation = _code_point_class(_class_ranges(character_classes, PUNCT))
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [],
+        "normalizer": {"type": "Sequence", "normalizers": steps},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": spaces + "+"},
+                    "behavior": "Removed",
+                    "invert": False,
+                },
+                {
+                    "type": "Split",
+                    "pattern": {"Regex": punctuation},
+                    "behavior": "Isolated",
+                    "invert": False,
+                },
+            ],
+        },
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "WordPiece", "prefix": "##", "cleanup": False},
+                {  # token by token: a special token and its space
+                    "type": "Replace",
+                    "pattern": {"Regex": f"^ ?(?:{special})$"},
+                    "content": "",
+                },
+                {"type": "Fuse"},
+                # The first word's space, after special tokens before it.
+                {"type": "Replace", "pattern": {"Regex": "^ "}, "content": ""},
+                *(
+                    {"type": "Replace", "pattern": {"Regex": p}, "content": c}
+                    for p, c in JOIN_REPLACEMENTS
+                ),
+            ],
+        },
+        "model": {
+            "type": "WordPiece",
+            "unk_token": vocabulary[unk_id],
+            "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": int(max_bytes_per_word),
+            "vocab": {token: i for i, token in enumerate(vocabulary)},
+        },
+    }

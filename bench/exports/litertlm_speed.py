@@ -166,8 +166,9 @@ def export_and_bundle(run, root, quantize, context, tokenizer, start, stops):
 def build_trained(run_dir, root, quantize="none"):
     """What `build` returns, for a byte-level causal-LM run: the `.tflite`
     with the bundle's prefill lengths and the bundle `tfformer-export
-    --format litertlm` writes around it (start and end tokens, bytes)."""
-    from tfformer.preprocessing.text import END_ID, START_ID
+    --format litertlm` writes around it (no start token, the end token,
+    bytes)."""
+    from tfformer.preprocessing.text import END_ID
     from tfformer.runs.directory import RunDirectory
 
     run = RunDirectory(run_dir)
@@ -175,24 +176,23 @@ def build_trained(run_dir, root, quantize="none"):
         raise SystemExit(f"--run must be a causal_lm run on bytes: {run_dir}")
     context = run.manifest.max_length
     tflite, bundle, seconds = export_and_bundle(
-        run.path, root, quantize, context, ("byte", None), START_ID, [END_ID]
+        run.path, root, quantize, context, ("byte", None), None, [END_ID]
     )
     parameters = run.load_model().count_params()
     return run.path, tflite, bundle, parameters, seconds
 
 
 def validation_prompt(run_dir, length):
-    """The start token and the first `length - 1` bytes (as ids) of the
-    run's validation split, and those bytes as text."""
+    """The first `length` bytes (as ids) of the run's validation split, and
+    those bytes as text (a prompt as predict and the bundle read it)."""
     from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-    from tfformer.preprocessing.text import START_ID
     from tfformer.training.config import load_config
     from tfformer.training.tasks import get_task
 
     config = load_config(os.path.join(run_dir, "config.json"))
     validation = get_task("causal_lm").raw_splits(config.data)["validation"]
-    text = validation.encode("utf-8")[: length - 1].decode("utf-8")
-    ids = [START_ID, *(b + ByteTokenizer.offset for b in text.encode("utf-8"))]
+    text = validation.encode("utf-8")[:length].decode("utf-8", "ignore")
+    ids = [b + ByteTokenizer.offset for b in text.encode("utf-8")]
     return ids, text
 
 

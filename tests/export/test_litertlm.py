@@ -9,16 +9,14 @@ import numpy as np
 import pytest
 
 from tfformer.decoding import Generator
-from tfformer.export import litertlm, tokenizer_json
+from tfformer.export import litertlm
 from tfformer.export.cli import main as export_main
 from tfformer.export.tasks.causal_lm import EXPORTER
-from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
-from tfformer.preprocessing.text import RESERVED_TOKENS
 
 from ..training.tiny import GPT_CONTEXT, GPT_LINE
 
 CONTEXT, LINE = GPT_CONTEXT, GPT_LINE  # the shared tiny_gpt_run's
-START, END = 2, 3
+END = 3
 
 try:
     import litert_lm  # noqa: F401
@@ -37,24 +35,6 @@ TEXTS = [
     "\u2028 line separator, \ufeff BOM",
     "[END] and [START] are text here",
 ]
-
-
-def test_the_byte_tokenizer_json_tokenizes_as_tfformer_does():
-    """Hugging Face's `tokenizers` (what LiteRT-LM's HF tokenizer follows)
-    reads the written tokenizer.json as tfformer's byte tokenizer: same ids,
-    and decoding gives the text back."""
-    from tokenizers import Tokenizer
-
-    hf = Tokenizer.from_str(json.dumps(tokenizer_json.byte_tokenizer_json()))
-    ours = ByteTokenizer()
-    expected = ours.tokenize(TEXTS).to_list()
-    for text, ids in zip(TEXTS, expected, strict=True):
-        assert hf.encode(text).ids == ids, text
-        assert hf.decode(ids) == text
-    # Each of the 256 bytes is one token (id b + 4); the 4 reserved tokens
-    # are special.
-    assert hf.get_vocab_size() == 260
-    assert [hf.token_to_id(t) for t in RESERVED_TOKENS] == [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +69,8 @@ def test_the_bundle_names_its_start_and_stop_tokens(bundle):
     import litert_lm
 
     with litert_lm.Engine(bundle) as engine:
-        assert engine.bos_token_id == START
+        # No start token: predict reads a prompt's bytes alone.
+        assert engine.bos_token_id is None
         assert engine.eos_token_ids == [[END]]
         assert engine.tokenize("[END]é") == [b + 4 for b in "[END]é".encode()]
 
@@ -99,18 +80,27 @@ def test_the_bundle_names_its_start_and_stop_tokens(bundle):
 @pytest.mark.parametrize(
     "prompt", ["to be or", pytest.param("ROMEO:", marks=pytest.mark.integration), "x"]
 )
-def test_litert_lm_decodes_what_the_keras_generator_decodes(bundle, run_dir, prompt):
-    """LiteRT-LM starts the prompt with the bundle's start token and decodes
-    greedily; the Keras generator, given the same ids, picks the same
-    tokens, and stops at the same point."""
+def test_litert_lm_decodes_what_the_keras_generator_decodes(
+    bundle, run_dir, prompt, capsys
+):
+    """LiteRT-LM reads the prompt's bytes (no start token, as predict) and
+    decodes greedily; the Keras generator, given the same ids, picks the
+    same tokens and stops at the same point, and `tfformer-predict --search
+    greedy` prints the prompt and that text."""
+    from tfformer.training.commands import predict as predict_cli
+
     new = 12
     got = litertlm.litert_lm_greedy(bundle, prompt, new)
-    ids = [START, *(b + 4 for b in prompt.encode("utf-8"))]
+    ids = [b + 4 for b in prompt.encode("utf-8")]
     expected = keras_greedy(run_dir, ids, new)
     if END in expected:
         expected = expected[: expected.index(END)]
     assert got, "LiteRT-LM decoded nothing"
     assert got.encode("utf-8") == bytes(t - 4 for t in expected)
+    argv = ["--checkpoint", run_dir, "--max-new-tokens", str(new), prompt]
+    capsys.readouterr()
+    assert predict_cli.main([*argv, "--search", "greedy"]) == 0
+    assert capsys.readouterr().out == prompt + got + "\n"
 
 
 @needs_runtime
@@ -270,36 +260,6 @@ def assert_litert_lm_continues_as_predict(bundle, run, prompts, capsys):
         assert printed.startswith(alone, at), (prompts, got, printed)
         at += len(alone)
     assert at == len(printed), (prompts, got, printed)
-
-
-@pytest.mark.parametrize(
-    "converted", [converted_gpt2, converted_llama3, converted_qwen2]
-)
-def test_a_converted_runs_tokenizer_json_tokenizes_as_the_run_does(tmp_path, converted):
-    """The bundle's tokenizer.json, read by Hugging Face's `tokenizers`,
-    gives the run's ids (the checkpoint's plus one) on fixed and 300 random
-    strings; LiteRT-LM puts the metadata's start token first, so the run's
-    own start token (Llama 3's template) is not in it."""
-    from tokenizers import Tokenizer
-
-    from tests.tfformer.preprocessing.test_bpe_tokenizer import random_texts
-    from tfformer.preprocessing.bpe_tokenizer import ByteLevelBPETokenizer
-
-    checkpoint_hf, run = converted(tmp_path)
-    ours = ByteLevelBPETokenizer.load(os.path.join(run, "text_tokenizer.json"))
-    bundled = Tokenizer.from_str(json.dumps(tokenizer_json.bpe_tokenizer_json(ours)))
-    texts = [*TEXTS, *random_texts(300, seed=7)]
-    skip = 1 if ours.add_start_token else 0
-    expected = [row[skip:] for row in ours.tokenize(texts).to_list()]
-    got = [bundled.encode(t).ids for t in texts]
-    mismatched = [
-        (t, e, g) for t, e, g in zip(texts, expected, got, strict=True) if e != g
-    ]
-    assert not mismatched, mismatched[:3]
-    # And they are the checkpoint's own ids, one higher.
-    own = [checkpoint_hf.encode(t).ids[skip:] for t in texts]
-    assert [[i - 1 for i in row] for row in got] == own
-    assert bundled.token_to_id(tokenizer_json.BUNDLE_PADDING) == 0
 
 
 @needs_runtime
@@ -501,21 +461,6 @@ def converted_ids(tmp_path, architecture):
     return convert(str(source), str(tmp_path / "run"), progress=lambda *_: None)
 
 
-def test_the_token_id_tokenizer_json_reads_and_writes_ids_as_text():
-    from tokenizers import Tokenizer
-
-    from tfformer.preprocessing.token_id_tokenizer import TokenIdTokenizer
-
-    run = TokenIdTokenizer(41, 2, 3, pad_id=0, id_offset=1)
-    hf = Tokenizer.from_str(json.dumps(tokenizer_json.token_id_tokenizer_json(run)))
-    for text in ("1 5 0 12", "  39\t0\n7 ", "0"):
-        assert hf.encode(text).ids == run.tokenize([text])[0].numpy().tolist()
-    # Token by token, with a space before each: predict's text after a prompt.
-    assert "".join(hf.decode([i]) for i in (8, 1, 40)) == " 7 0 39"
-    assert hf.decode([8, 1, 40]) == " 7 0 39"
-    assert hf.encode("x 3 007").ids == [0, 4, 0]  # no id: 0 (documented)
-
-
 @needs_runtime
 # Llama in the slow run: its TFLite model's parity is test_llama.py's, and
 # Gemma's and Qwen3's bundles hold every op of its.
@@ -543,3 +488,43 @@ def test_litert_lm_continues_a_run_of_token_ids_as_tfformer_predict_does(
     assert_litert_lm_continues_as_predict(
         bundle, run, ("1 5 0 12", "7", "39 38 2 2"), capsys
     )
+
+
+@needs_runtime
+@pytest.mark.integration
+def test_litert_lm_continues_a_wordpiece_run_as_tfformer_predict_does(tmp_path, capsys):
+    """A GPT trained on a lower-cased WordPiece vocabulary (one line,
+    repeated): its bundle carries the equivalent Hugging Face tokenizer.json
+    and passes its runtime check; for each prompt LiteRT-LM's text is the
+    run's decoding of the Keras generator's greedy ids after the prompt's
+    ids (decoded alone: "'s" after a word reads "' s" there), and those ids
+    continue the prompt in `tfformer-predict --search greedy`'s text."""
+    import tfformer
+    from tests.export.test_tokenizer_json import LINE
+    from tests.training.tiny import train_tiny_gpt
+    from tfformer.training.commands import predict as predict_cli
+
+    run = train_tiny_gpt(
+        tmp_path,
+        (LINE + "\n") * 80,
+        context=32,
+        epochs=20,
+        tokenizer="wordpiece",
+        overrides=["data.lower_case=true"],
+    )
+    out = tmp_path / "bundle"
+    argv = ["--checkpoint", run, "--out", str(out), "--format", "litertlm"]
+    assert export_main(argv) == 0
+    bundle = str(out / litertlm.BUNDLE)
+    tokenizer = tfformer.load(run).tokenizer
+    for prompt in ("To be", "it's a well", "That IS"):
+        got = litertlm.litert_lm_greedy(bundle, prompt, 8)
+        ids = tokenizer.tokenize([prompt])[0].numpy().tolist()
+        tokens = keras_greedy(run, ids, 8)
+        tokens = tokens[: tokens.index(3)] if 3 in tokens else tokens
+        assert len(tokens) > 3 and got == litertlm.decoded(tokenizer, tokens)
+        capsys.readouterr()
+        argv = ["--checkpoint", run, "--max-new-tokens", "8", "--search", "greedy"]
+        assert predict_cli.main([*argv, prompt]) == 0
+        whole = litertlm.decoded(tokenizer, ids + tokens)
+        assert capsys.readouterr().out == whole + "\n"

@@ -54,10 +54,12 @@ def train_tiny_translator(out, steps):
     return str(out)
 
 
-def train_tiny_gpt(root, text, *, context, epochs, overrides=(), run=None):
-    """Trains a tiny byte-level GPT on `text` (written to `root`) into
-    `run` (default `root/run`), 6 steps of batch 8 per epoch; returns the run
-    directory."""
+def train_tiny_gpt(
+    root, text, *, context, epochs, overrides=(), run=None, tokenizer="byte"
+):
+    """Trains a tiny GPT (on bytes, or `tokenizer`) on `text` (written to
+    `root`) into `run` (default `root/run`), 6 steps of batch 8 per epoch;
+    returns the run directory."""
     from tfformer.training.config import load_config
     from tfformer.training.trainer import train
 
@@ -70,7 +72,7 @@ def train_tiny_gpt(root, text, *, context, epochs, overrides=(), run=None):
             *overrides,
             "task=causal_lm",
             f"data.text_path={path}",
-            "data.tokenizer=byte",
+            f"data.tokenizer={tokenizer}",
             f"data.max_length={context}",
             "model.preset=gpt_tiny",
             "train.batch_size=8",
