@@ -530,6 +530,14 @@ class Generator:
         (`DecodingSession`), at most `max_new_tokens` `(batch,)` each: yields
         (position, the loop state after it (its cache third), numpy
         `generated`)."""
+        inputs = ops.convert_to_tensor(inputs)
+        lengths = ops.sum(ops.cast(ops.not_equal(inputs, self.pad_id), "int32"), 1)
+        shortest = int(ops.convert_to_numpy(ops.min(lengths)))
+        if self.decoder.is_seq2seq or not 0 <= cached < shortest:
+            raise InputError(
+                "resume() needs a decoder-only model and cached in [0, the "
+                f"shortest prompt's length) ({shortest}). Received: {cached!r}"
+            )
         overrides = {"max_new_tokens": max_new_tokens}
         start, settings = self._start(inputs, overrides, cache, cached)
         yield from self._steps(start, settings, compile_step)
@@ -537,7 +545,9 @@ class Generator:
     def _steps(self, state, settings, compile_step):
         """`stream`'s loop from `_start`'s state: (position, the state after
         it, numpy `generated`) until every row has ended. The step's graph
-        is kept for the generator's next stream (a chat's next turn)."""
+        is kept for the generator's next stream (a chat's next turn): the
+        generator's settings are read when it is traced, so a changed
+        setting needs a new generator."""
         advance = self._advance
         if compile_step and keras.backend.backend() == "tensorflow":
             import tensorflow as tf

@@ -31,11 +31,16 @@ class DecodingSession:
     at its start, or a reply its chat template writes back as other ids,
     shares a shorter prefix and re-reads the rest.
 
+    The cache grows with what it holds, a power of two from 64 slots up to
+    the generator's `max_length` (a chat's: the model's context, which for
+    a converted checkpoint may be 128 Ki tokens), so a step attends over
+    about the conversation so far, not the whole context.
+
     Args:
         generator: a `Generator` of a decoder-only model with search
-            "greedy" or "sample"; its `max_length` is the cache's size and
-            bounds each prompt plus its new tokens; its settings (search,
-            seed, end ids) hold for every call.
+            "greedy" or "sample"; its `max_length` bounds each prompt plus
+            its new tokens; its settings (search, seed, end ids) hold for
+            every call.
 
     Attributes:
         ids: the ids whose keys and values the cache holds, in order.
@@ -63,7 +68,7 @@ class DecodingSession:
         self.generator = generator
         self.ids = []
         self.reused = 0
-        self._cache = None
+        self._cache, self._capacity = None, 0
 
     def stream(self, prompt_ids, *, max_new_tokens, compile_step=True):
         """Continues `prompt_ids` (a non-empty list of ids without the pad
@@ -81,25 +86,30 @@ class DecodingSession:
             raise InputTypeError(
                 f"prompt_ids must be a list of ints. Received: {prompt_ids!r:.80}"
             ) from None
-        if not ids or generator.pad_id in ids:
+        if not ids or generator.pad_id in ids or len(ids) >= generator.max_length:
             raise InputError(
-                f"prompt_ids must be non-empty, without the pad id "
-                f"({generator.pad_id}). Received: {ids[:8]!r}"
+                f"prompt_ids must be 1 to {generator.max_length - 1} ids (the "
+                f"generator's max_length less one), without the pad id "
+                f"({generator.pad_id}). Received: {len(ids)} ids {ids[:8]!r}"
             )
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        try:
+            new = operator.index(max_new_tokens)
+        except TypeError:
             raise InputTypeError(
                 f"max_new_tokens must be an int. Received: {max_new_tokens!r}"
-            )
-        if max_new_tokens < 0 or len(ids) + max_new_tokens > generator.max_length:
+            ) from None
+        if isinstance(max_new_tokens, bool) or not (
+            0 <= new <= generator.max_length - len(ids)
+        ):
             raise InputError(
                 f"max_new_tokens must be in [0, {generator.max_length - len(ids)}] "
-                f"(a prompt of {len(ids)} ids, a cache of {generator.max_length}). "
-                f"Received: {max_new_tokens}"
+                f"(a prompt of {len(ids)} ids, max_length {generator.max_length}). "
+                f"Received: {max_new_tokens!r}"
             )
         # One column at least is read, for the logits of the first new token.
         shared = min(shared_prefix(self.ids, ids), len(ids) - 1)
-        if self._cache is None:
-            self._cache = generator.decoder.init_cache(1, generator.max_length)
+        # The step after the last new token writes padding one slot further.
+        self._reserve(min(len(ids) + new + 1, generator.max_length))
         # Columns past `shared` are written before anything reads them (a
         # step hides the slots after the last one it writes).
         self.ids, self.reused = self.ids[:shared], shared
@@ -107,7 +117,7 @@ class DecodingSession:
             ops.convert_to_tensor([ids], "int32"),
             self._cache,
             shared,
-            ops.convert_to_tensor([max_new_tokens], "int32"),
+            ops.convert_to_tensor([new], "int32"),
             compile_step,
         )
         held = list(ids)  # what the cache holds once a step has run
@@ -117,3 +127,24 @@ class DecodingSession:
                 held.append(int(token[0]))
             self._cache, self.ids = state[2], list(held)
             yield position, token, generated
+
+    @property
+    def capacity(self):
+        """The slots the cache has now (0 before the first stream)."""
+        return self._capacity
+
+    def _reserve(self, slots):
+        """A cache of at least `slots` slots: the next power of two (64 at
+        least, the generator's max_length at most), the kept keys and values
+        copied in."""
+        if self._cache is not None and self._capacity >= slots:
+            return
+        generator = self.generator
+        capacity = min(generator.max_length, max(64, 1 << (slots - 1).bit_length()))
+        cache = generator.decoder.init_cache(1, capacity)
+        if self._cache is not None:
+            cache = tuple(
+                ops.slice_update(new, [0] * len(old.shape), old)
+                for new, old in zip(cache, self._cache, strict=True)
+            )
+        self._cache, self._capacity = cache, capacity

@@ -107,19 +107,25 @@ def test_a_conversation_generates_what_recomputing_every_prefix_does():
             lambda: Generator(MarkovDecoder(table({})), max_length=8),
             [START, PAD, A],
             1,
-            r"without the pad id \(0\). Received: \[2, 0, 4\]",
+            r"without the pad id \(0\). Received: 3 ids \[2, 0, 4\]",
         ),
         (
             lambda: Generator(MarkovDecoder(table({})), max_length=8),
             [],
             1,
-            "must be non-empty",
+            "prompt_ids must be 1 to 7 ids",
         ),
         (
             lambda: Generator(MarkovDecoder(table({})), max_length=8),
             [START, A, B],
             6,
             r"max_new_tokens must be in \[0, 5\] .*Received: 6",
+        ),
+        (
+            lambda: Generator(MarkovDecoder(table({})), max_length=8),
+            [START] * 8,
+            0,
+            r"prompt_ids must be 1 to 7 ids .*Received: 8 ids",
         ),
         (
             lambda: Generator(MarkovDecoder(table({})), max_length=8),
@@ -138,4 +144,37 @@ def test_bad_sessions_and_prompts_are_named(make, ids, new, message):
 def test_numpy_ids_are_ids():
     chain = MarkovDecoder(table({START: {A: 1.0}, A: {B: 1.0}, B: {A: 1.0}}))
     session = DecodingSession(Generator(chain, max_length=8))
-    assert tokens_of(session, np.array([START, A], "int32"), 1) == [B]
+    assert tokens_of(session, np.array([START, A], "int32"), np.int64(1)) == [B]
+
+
+def test_the_cache_grows_with_the_conversation():
+    """The cache has a power of two of slots from 64 (the generator's
+    max_length at most), one more than the prompt and its new tokens; growing,
+    it keeps what it holds: greedy replies equal re-running the model on
+    every prefix, the earlier turns' ids still reused."""
+    model = gpt_decoder(
+        32,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_sequence_length=160,
+        position="rotary",
+    )
+    rng = np.random.default_rng(5)
+    session = DecodingSession(Generator(model, max_length=160, end_id=END))
+    prompt, capacities, held = [START, *rng.integers(4, 32, 50).tolist()], [], 0
+    # Turn 2: 58 ids and 6 new ones are 64, and the step after them writes
+    # a 65th slot. Turn 3 reuses all 64.
+    for more in (1, 20, 60):
+        reply = tokens_of(session, prompt, 6)
+        whole = recompute_greedy_gpt(model, np.array([prompt]), len(prompt) + 6)[0]
+        assert reply == [int(t) for t in whole[len(prompt) :] if t != PAD]
+        capacities.append(session.capacity)
+        assert session.reused == held  # (0 at first)
+        held = len(prompt) + len(reply)
+        prompt = prompt + reply + rng.integers(4, 32, more).tolist()
+    assert capacities == [64, 128, 128]
+    tokens_of(session, prompt[:150], 9)  # 150 + 9 + 1 slots: the context
+    assert session.capacity == 160
