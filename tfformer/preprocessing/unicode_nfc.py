@@ -20,17 +20,22 @@ The tables come from Python's `unicodedata` (its Unicode version is
 `tokenizers` does not know: its Rust tables are an older Unicode's, without
 the combining classes of the marks in `TOKENIZERS_LACKS` (which it reads as
 starters) and Dives Akuru's composition. Tests probe `tokenizers` for both
-lists. Characters a later Unicode than Python's assigns are starters here.
+lists, on Python 3.11; a Python of a later Unicode (3.12: 15.0) gets a
+warning, since what that Unicode added is not in the lists. Characters a
+later Unicode than Python's assigns are starters here.
 Bytes that are not UTF-8 become U+FFFD (Hugging Face takes only valid
 UTF-8; Python's `decode(errors="replace")` replaces as TensorFlow does).
 """
 
 import functools
 import unicodedata
+import warnings
 
 import tensorflow as tf
 
 UNICODE_VERSION = unicodedata.unidata_version
+# The Unicode of the Python that `TOKENIZERS_LACKS` was probed on.
+CHECKED_UNICODE = "14.0.0"
 # Hangul syllables (UAX #15's arithmetic).
 S_BASE, L_BASE, V_BASE, T_BASE = 0xAC00, 0x1100, 0x1161, 0x11A7
 L_COUNT, V_COUNT, T_COUNT = 19, 21, 28
@@ -62,6 +67,14 @@ def tables():
     """(decompositions {code point: tuple of code points}, combining classes
     {code point: class > 0}, compositions {(first, second): composite},
     the code points NFC may change a string at), from `unicodedata`."""
+    if UNICODE_VERSION != CHECKED_UNICODE:
+        warnings.warn(
+            f"This Python's unicodedata is Unicode {UNICODE_VERSION}; tfformer's "
+            f"NFC tables are checked against tokenizers on Unicode "
+            f"{CHECKED_UNICODE} (Python 3.11): marks and compositions added since "
+            "may normalize otherwise than in tokenizers.",
+            stacklevel=2,
+        )
     decompositions, classes, compositions, changing = {}, {}, {}, set()
     lacked = lacked_marks()
     for cp in range(CODE_POINTS):
@@ -143,6 +156,7 @@ class UnicodeNFC(tf.Module):
         self._decomposition_length = _table(keys, lengths, 1)
         self._decompositions = tf.constant(flat, tf.int32)
         self._class = _table(list(classes), list(classes.values()), 0)
+        self._changing = _table(sorted(changing), [1] * len(changing), 0)
         self._composite = _table(
             [a * CODE_POINTS + b for a, b in compositions],
             list(compositions.values()),
@@ -166,10 +180,31 @@ class UnicodeNFC(tf.Module):
         return tf.tensor_scatter_nd_update(strings, rows, normalized)
 
     def _normalize(self, strings):
+        """NFC of `strings`, cut into segments that normalize alone: a
+        character NFC may not change (a starter that composes onto nothing
+        before it) and the run of characters after it that NFC may change.
+        Nothing composes or reorders across such a starter, so the loop of
+        `_compose` runs over the longest segment, not the longest string."""
         points = tf.strings.unicode_decode(strings, "UTF-8")
-        points = self._decompose(points)
-        points, classes = self._order(points)
-        return self._compose(points, classes)
+        flat = points.flat_values
+        changing = self._changing.lookup(tf.cast(flat, tf.int64)) > 0
+        first = tf.equal(tf.ragged.range(points.row_lengths()).flat_values, 0)
+        starts = tf.logical_or(tf.logical_not(changing), first)
+        segment_of = tf.cumsum(tf.cast(starts, tf.int64)) - 1
+        segments = tf.RaggedTensor.from_value_rowids(
+            flat,
+            segment_of,
+            nrows=tf.reduce_sum(tf.cast(starts, tf.int64)),
+            validate=False,
+        )
+        row_of_segment = tf.boolean_mask(points.value_rowids(), starts)
+        segments = self._decompose(segments)
+        segments, classes = self._order(segments)
+        return tf.strings.unsorted_segment_join(
+            self._compose(segments, classes),
+            row_of_segment,
+            num_segments=tf.shape(strings, out_type=tf.int64)[0],
+        )
 
     def _decompose(self, points):
         """Each code point replaced by its full canonical decomposition."""
