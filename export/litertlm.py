@@ -40,7 +40,9 @@ with a byte-level BPE (GPT-2's, Llama 3's, Qwen2's) or a SentencePiece BPE
 (Llama 2's, Gemma's), and converted runs of token ids (checkpoints whose
 tokenizer tfformer does not reproduce): their bundle's tokenizer
 reads and writes ids as text, as `tfformer-predict` does ("1 450 4996").
-Runs on WordPiece are refused, naming their tokenizer.
+Runs trained on WordPiece bundle the equivalent Hugging Face tokenizer.json
+(`tokenizer_json.wordpiece_tokenizer_json`) and no start token, as runs on
+bytes.
 """
 
 import json
@@ -178,7 +180,7 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
 def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=()):
     """The text `generate.py`'s greedy search decodes from `prompt`: at most
     `max_tokens` tokens, up to the end token (or the first of `stop_ids`,
-    when given). The prompt's ids are [START] and its bytes, or, for a
+    when given). The prompt's ids are its bytes (as predict reads them), or, for a
     converted run, its `tokenizer`'s (which start with the start token
     where the checkpoint's template puts it)."""
     if tokenizer is None:
@@ -292,7 +294,7 @@ def check_chat(bundle_path, tflite_path, chat, tokenizer, start_id, messages):
     expected = decoded(tokenizer, tokens)
     if reply != expected:
         raise InputError(
-            f"LiteRT-LM replied {reply!r} to {CHECK_MESSAGES}; the reference "
+            f"LiteRT-LM replied {reply!r} to {messages}; the reference "
             f"runtime replies {expected!r}. The bundle is not written."
         )
     return True

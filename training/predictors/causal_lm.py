@@ -178,10 +178,11 @@ class CausalLMPredictor(Predictor):
         return Conversation(self, messages, **settings)
 
     def fitting(self, messages, new_tokens):
-        """`messages` without their oldest exchanges (said on stderr) until
-        the conversation leaves `new_tokens` of the context; a system
-        message first stays, and so does the last message (which must fit
-        with it)."""
+        """(`messages` without their oldest exchanges until the conversation
+        leaves `new_tokens` of the context, its `chat_prompt` ids): a
+        system message first stays, and so does the last message; what was
+        left out is said on stderr. ValueError when even that does not fit.
+        """
         first = messages[0] if messages else None
         head = (
             messages[:1]
@@ -189,10 +190,11 @@ class CausalLMPredictor(Predictor):
             else []
         )
         rest = messages[len(head) :]
-        while len(rest) > 1 and (
-            len(self.chat_ids(head + rest)) + new_tokens > self.context
-        ):
+        ids = self.chat_ids(head + rest)
+        while len(rest) > 1 and len(ids) + new_tokens > self.context:
             rest = rest[2:] if len(rest) > 2 else rest[-1:]
+            ids = self.chat_ids(head + rest)
+        ids = self.chat_prompt(head + rest, new_tokens, ids)
         if len(head + rest) < len(messages):
             print(
                 f"(the conversation outgrew the context of {self.context} "
@@ -201,7 +203,7 @@ class CausalLMPredictor(Predictor):
                 file=sys.stderr,
                 flush=True,
             )
-        return head + rest
+        return head + rest, ids
 
     # -- chat --------------------------------------------------------------------
 
@@ -253,10 +255,10 @@ class CausalLMPredictor(Predictor):
         generator = self.new_generator(len(ids) + new_tokens, settings)
         yield from self.reply_text(generator.stream(np.array([ids], "int32")))
 
-    def chat_prompt(self, messages, new_tokens):
-        """`chat_ids(messages)`, ValueError when they and `new_tokens`
-        do not fit the context."""
-        ids = self.chat_ids(messages)
+    def chat_prompt(self, messages, new_tokens, ids=None):
+        """`chat_ids(messages)` (or `ids`, when they are already known),
+        ValueError when they and `new_tokens` do not fit the context."""
+        ids = self.chat_ids(messages) if ids is None else ids
         if len(ids) + new_tokens > self.context:
             raise InputError(
                 f"messages: the conversation is {len(ids)} tokens; with "

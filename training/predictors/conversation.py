@@ -12,9 +12,12 @@ class Conversation:
     `tfformer-predict --chat` holds it on stdin: each reply continues the
     whole conversation rendered by the run's chat template, and the model's
     keys and values of the turns before are kept (`DecodingSession`), so a
-    reply reads only the ids after what the cache already holds. When the
-    conversation outgrows the context, its oldest exchanges are left out
-    (said on stderr) and it is read again from its start.
+    reply reads only the ids after the longest prefix they share with what
+    the cache holds (the reply is `chat`'s for the whole conversation, up
+    to float round-off in the logits). When the conversation outgrows the
+    context, its oldest exchanges are left out for good (said on stderr; a
+    system message first stays) and it is read again from where it then
+    departs from the cache.
 
     Made by `CausalLMPredictor.conversation`:
 
@@ -26,7 +29,7 @@ class Conversation:
 
     Attributes:
         messages: the conversation so far (each sent message and its reply,
-            once the reply is complete).
+            once the reply is complete; without the exchanges left out).
         session: the `DecodingSession` holding the cache.
     """
 
@@ -56,8 +59,7 @@ class Conversation:
         """
         predictor = self.predictor
         messages = [*self.messages, {"role": role, "content": content}]
-        messages = predictor.fitting(messages, self.max_new_tokens)
-        ids = predictor.chat_prompt(messages, self.max_new_tokens)
+        messages, ids = predictor.fitting(messages, self.max_new_tokens)
         reply = []
         if self.max_new_tokens:
             steps = self.session.stream(ids, max_new_tokens=self.max_new_tokens)

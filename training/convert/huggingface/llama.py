@@ -258,9 +258,9 @@ def convert(
 
 def text_tokenizer(source, config, vocab, progress):
     """(tokenizer, kind) of the checkpoint's text: its byte-level BPE (Llama
-    3's, "bpe") or its SentencePiece BPE (`tokenizer.model`: Llama 2's,
+    3's, Qwen2's, "bpe") or its SentencePiece BPE (`tokenizer.model`: Llama 2's,
     Gemma's, "sentencepiece"), or (None, None) when the directory has none
-    that tfformer reproduces (Qwen2's NFC normalizer, ...): the run then
+    that tfformer reproduces (another normalizer or pattern, ...): the run then
     reads and writes token ids, and `progress` says why."""
     try:
         tokenizer = byte_level_bpe_tokenizer(

@@ -36,8 +36,9 @@ def refuse_sliding_windows(config):
 
 
 def convert(source, config, staging, progress):
-    """A Qwen2 decoder into a `causal_lm` run that reads and writes token
-    ids: Llama's conversion with biased query/key/value projections."""
+    """A Qwen2 decoder into a `causal_lm` run (text in and out with Qwen's
+    tokenizer.json, token ids otherwise): Llama's conversion with biased
+    query/key/value projections."""
     refuse_sliding_windows(config)
     config = {**DEFAULTS, **config}
     return llama.convert(

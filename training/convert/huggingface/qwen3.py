@@ -20,8 +20,9 @@ DEFAULTS = {
 
 
 def convert(source, config, staging, progress):
-    """A Qwen3 decoder into a `causal_lm` run that reads and writes token
-    ids: Llama's conversion with normalized query and key heads."""
+    """A Qwen3 decoder into a `causal_lm` run (text in and out with Qwen's
+    tokenizer.json, token ids otherwise): Llama's conversion with normalized
+    query and key heads."""
     qwen2.refuse_sliding_windows(config)
     config = {**DEFAULTS, **config}
     return llama.convert(
