@@ -60,7 +60,7 @@ def seq2seq(vocabulary=24):
     )
 
 
-def gpt(vocabulary=24):
+def gpt(vocabulary=24, context=16):
     return gpt_decoder(
         vocabulary,
         num_layers=2,
@@ -68,7 +68,7 @@ def gpt(vocabulary=24):
         num_heads=4,
         intermediate_dim=64,
         dropout=0.0,
-        max_sequence_length=16,
+        max_sequence_length=context,
         position="rotary",
     )
 

@@ -13,12 +13,12 @@ from tests.tfformer.decoding.test_generator import (
     A,
     B,
     MarkovDecoder,
+    gpt,
     recompute_greedy_gpt,
     seq2seq,
     table,
 )
 from tfformer.decoding import DecodingSession, Generator
-from tfformer.models import gpt_decoder
 
 
 def tokens_of(session, ids, new, compile_step=True):
@@ -59,16 +59,7 @@ def test_a_conversation_generates_what_recomputing_every_prefix_does():
     last prompt, its reply and new ids; the last one cut at its start):
     greedy replies equal a whole-model pass over every prefix, and sampled
     ones a fresh generator's with the same seed."""
-    model = gpt_decoder(
-        32,
-        num_layers=2,
-        hidden_dim=32,
-        num_heads=4,
-        intermediate_dim=64,
-        dropout=0.0,
-        max_sequence_length=48,
-        position="rotary",
-    )
+    model = gpt(32, context=48)
     rng = np.random.default_rng(3)
     greedy = DecodingSession(Generator(model, max_length=48, end_id=END))
     sample_settings = dict(search="sample", temperature=1.3, seed=7, end_id=END)
@@ -152,16 +143,7 @@ def test_the_cache_grows_with_the_conversation():
     max_length at most), one more than the prompt and its new tokens; growing,
     it keeps what it holds: greedy replies equal re-running the model on
     every prefix, the earlier turns' ids still reused."""
-    model = gpt_decoder(
-        32,
-        num_layers=2,
-        hidden_dim=32,
-        num_heads=4,
-        intermediate_dim=64,
-        dropout=0.0,
-        max_sequence_length=160,
-        position="rotary",
-    )
+    model = gpt(32, context=160)
     rng = np.random.default_rng(5)
     session = DecodingSession(Generator(model, max_length=160, end_id=END))
     prompt, capacities, held = [START, *rng.integers(4, 32, 50).tolist()], [], 0

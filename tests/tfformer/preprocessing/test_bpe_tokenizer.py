@@ -195,15 +195,15 @@ def test_saved_and_loaded(pair, tmp_path):
         ByteLevelBPETokenizer.load(path)
 
 
-def test_in_a_saved_model_loaded_by_tensorflow_alone(pair, tmp_path):
+def save_tokenizer_model(tokenizer, path):
+    """Saves a SavedModel whose `tokenize` signature gives `tokenizer`'s
+    token_ids (dense, 0 after each row) and the text they detokenize to."""
     import tensorflow as tf
-
-    hf, ours = pair
 
     class Served(tf.Module):
         def __init__(self):
             super().__init__()
-            self.tokenizer = ours
+            self.tokenizer = tokenizer
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
         def tokenize(self, text):
@@ -212,9 +212,12 @@ def test_in_a_saved_model_loaded_by_tensorflow_alone(pair, tmp_path):
             return {"token_ids": ids.to_tensor(), "text": text}
 
     served = Served()
-    tf.saved_model.save(
-        served, str(tmp_path / "sm"), signatures={"tokenize": served.tokenize}
-    )
+    tf.saved_model.save(served, str(path), signatures={"tokenize": served.tokenize})
+
+
+def test_in_a_saved_model_loaded_by_tensorflow_alone(pair, tmp_path):
+    hf, ours = pair
+    save_tokenizer_model(ours, tmp_path / "sm")
     texts = CASES[:9] + random_texts(20, seed=4)
     script = f"""
 import json, sys
@@ -463,24 +466,9 @@ def test_qwen2_ids_are_hugging_faces_after_nfc(tmp_path):
 
 def test_qwen2_in_a_saved_model_loaded_by_tensorflow_alone(tmp_path):
     """The NFC tables travel in the SavedModel: its ids are Hugging Face's."""
-    import tensorflow as tf
-
     hf = qwen2_style_hf()
     ours = ours_from(hf, id_offset=1, pre_tokenizer="qwen2", normalizer="nfc")
-
-    class Served(tf.Module):
-        def __init__(self):
-            super().__init__()
-            self.tokenizer = ours
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def tokenize(self, text):
-            return {"token_ids": self.tokenizer.tokenize(text).to_tensor()}
-
-    served = Served()
-    tf.saved_model.save(
-        served, str(tmp_path / "sm"), signatures={"tokenize": served.tokenize}
-    )
+    save_tokenizer_model(ours, tmp_path / "sm")
     texts = [*QWEN2_CASES, "naïve café e\u0301"]
     script = f"""
 import json, sys
