@@ -19,8 +19,9 @@ DEFAULTS = {"num_key_value_heads": 8, "rope_theta": 10000.0, "sliding_window": 4
 
 
 def convert(source, config, staging, progress):
-    """A Mistral decoder into a `causal_lm` run that reads and writes token
-    ids: Llama's conversion of config.json with Mistral's defaults."""
+    """A Mistral decoder into a `causal_lm` run (text in and out with a
+    tokenizer tfformer reproduces, token ids otherwise): Llama's conversion
+    of config.json with Mistral's defaults."""
     window = config.get("sliding_window", DEFAULTS["sliding_window"])
     context = config_value(config, "max_position_embeddings", int)
     if window is not None and (
