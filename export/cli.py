@@ -58,8 +58,32 @@ def parser():
             "tflite: none, float16, int8 (dynamic range), full_int8 (int8 "
             "weights and activations with float fallback) or integer_only (int8 "
             "ops only, int8 output; refused, with the float ops named, for a "
-            "graph that keeps any); litertlm: none, float16 or int8"
+            "graph that keeps any) or int4 (text generators: int4 weights by "
+            "ai-edge-quantizer, measured against float32 before it is written); "
+            "litertlm: none, float16 or int8"
         ),
+    )
+    p.add_argument(
+        "--int4-block",
+        default="32",
+        help="int4: weights per scale, 32, 64, 128, 256 or channel (default 32)",
+    )
+    p.add_argument(
+        "--max-loss-increase",
+        type=float,
+        help="int4: the most nats per token the int4 model may lose against "
+        "float32 on held-out text (default 0.1)",
+    )
+    p.add_argument(
+        "--quality-text",
+        help="int4: the held-out text to measure on (default: the run's "
+        "held-out tail; a converted checkpoint has none)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="int4: write the model even when it loses more than allowed or "
+        "cannot be measured",
     )
     p.add_argument(
         "--representative-data",
@@ -162,6 +186,10 @@ def export(args, exporter):
         quantize=args.quantize,
         checkpoint=args.checkpoint_file,
         representative_sentences=sentences,
+        int4_block=args.int4_block,
+        max_loss_increase=args.max_loss_increase,
+        force=args.force,
+        quality_text=args.quality_text,
         **exporter.tflite_options(args),
     )
 

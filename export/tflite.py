@@ -52,7 +52,7 @@ from tfformer.export.tasks import get_exporter
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_write_bytes
 
-QUANTIZATIONS = ("none", "float16", "int8", "full_int8", "integer_only")
+QUANTIZATIONS = ("none", "float16", "int8", "full_int8", "integer_only", "int4")
 # Private in TF 2.21; `disable_per_channel` checks that it is still there.
 PER_CHANNEL_SWITCH = "_experimental_disable_per_channel"
 
@@ -176,6 +176,10 @@ def export_tflite(
     checkpoint="model.keras",
     representative_sentences=None,
     progress=print,
+    int4_block="32",
+    max_loss_increase=None,
+    force=False,
+    quality_text=None,
     **options,
 ):
     """Converts a training run to `<out_dir>/model*.tflite` plus its files.
@@ -192,6 +196,13 @@ def export_tflite(
             the translator and the text generator do not).
         representative_sentences: raw inputs, needed by "full_int8" and
             "integer_only".
+        int4_block, max_loss_increase, force, quality_text: "int4" (text
+            generators): weights per int4 scale ("32", "64", "128", "256"
+            or "channel"), the most nats per token the int4 model may lose
+            against float32 (None: `int4.DEFAULT_MAX_INCREASE`), write it
+            even when it loses more or cannot be measured, and the held-out
+            text file to measure on (default: the run's held-out tail);
+            see `tfformer.export.int4`.
         **options: the task exporter's settings (translation: `max_length`,
             the decoder length; defaults to the training max_length).
 
@@ -221,6 +232,9 @@ def export_tflite(
             "(--representative-data FILE: raw inputs, one per line: source "
             "sentences, text, or image file paths)."
         )
+    gated = None
+    if quantize == "int4":
+        gated = Int4Gate(run, int4_block, max_loss_increase, force, quality_text)
     task_run = exporter.read(run, checkpoint)
     calibration = None
     if quantize in CALIBRATED:
@@ -234,13 +248,17 @@ def export_tflite(
         for source in exporter.tflite_sources(task_run, staging, quantize, **options):
             flatbuffer = convert(
                 source.saved_model_dir,
-                quantize,
+                "none" if gated else quantize,
                 calibration,
                 source.signature_keys,
                 input_type=source.input_type,
                 per_channel_weights=source.per_channel_weights,
             )
+            if gated:
+                flatbuffer = gated.quantize(source.name, flatbuffer, staging)
             models.append((source.name, flatbuffer))
+        if gated:
+            gated.measure(task_run, progress)
     os.makedirs(out_dir, exist_ok=True)
     names = [tflite_file_name(quantize, name) for name, _ in models]
     runtimes.forget_digests(out_dir, names)
@@ -249,7 +267,88 @@ def export_tflite(
         atomic_write_bytes(path, flatbuffer)
     exporter.device_files(task_run, out_dir, **options)
     runtimes.record_digests(out_dir, paths)
+    if gated:
+        gated.record(out_dir, names[0])
     for path, (_, flatbuffer) in zip(paths, models, strict=True):
         progress(f"Wrote {path} ({len(flatbuffer) / 1e6:.2f} MB).")
     progress(f"Converted in {time.perf_counter() - began:.1f} s.")
     return paths[0]
+
+
+class Int4Gate:
+    """`--quantize int4` of a text generator: each float32 model through
+    `int4.quantize_int4`, and the prefill/decode model measured against its
+    float32 self on held-out text before anything is written (`int4.gate`).
+    """
+
+    def __init__(self, run, block, max_increase, force, quality_text):
+        from tfformer.export import int4
+
+        int4.require_quantizer()
+        self.block = int4.check_block(block)
+        if run.task != "causal_lm":
+            raise InputError(
+                "--quantize int4 is for text generators (causal_lm runs), the "
+                "task whose int4 models the export can measure. Received: a "
+                f"{run.task!r} run ({run.path})"
+            )
+        self.max_increase = (
+            int4.DEFAULT_MAX_INCREASE if max_increase is None else float(max_increase)
+        )
+        if not self.max_increase >= 0:
+            raise InputError(
+                f"--max-loss-increase must be >= 0. Received: {max_increase!r}"
+            )
+        self.force = bool(force)
+        self.text, self.where = int4.heldout_text(run, quality_text)
+        if self.text is None and not self.force:
+            raise InputError(
+                f"--quantize int4 cannot measure the int4 model: {self.where} "
+                "(or --force to write it unmeasured)."
+            )
+        self.paths, self.figures = {}, None
+
+    def quantize(self, name, flatbuffer, staging):
+        from tfformer.export import int4
+
+        quantized = int4.quantize_int4(flatbuffer, self.block)
+        if name == "model":  # prefill/decode: the one the gate scores
+            for kind, content in (("float32", flatbuffer), ("int4", quantized)):
+                self.paths[kind] = os.path.join(staging, f"gate_{kind}.tflite")
+                with open(self.paths[kind], "wb") as f:
+                    f.write(content)
+        return quantized
+
+    def measure(self, task_run, progress):
+        from tfformer.export import int4
+        from tfformer.export.tasks.causal_lm.run import core_tokenizer
+
+        name = f"int4 (blocks of {self.block})"
+        if self.text is None:
+            progress(f"warning: {name} is unmeasured: {self.where} (--force).")
+            return
+        progress(f"Measuring {name} against float32 on {self.where}...")
+        tokenizer = core_tokenizer(task_run)
+        ids = tokenizer.tokenize([self.text[:50_000]])[0].numpy().tolist()
+        if len(ids) < 2:
+            raise InputError(f"{self.where} holds fewer than 2 tokens to measure on.")
+        self.figures = {
+            "block": self.block,
+            "data": self.where,
+            **int4.measure(
+                self.paths["float32"], self.paths["int4"], ids, task_run.context
+            ),
+        }
+        f = self.figures
+        progress(
+            f"{name}: {f['nats_per_token']:.4f} nats per token against float32's "
+            f"{f['float32_nats_per_token']:.4f} (+{f['increase']:.4f}) on "
+            f"{f['tokens']} tokens; top-1 agreement {f['top1_agreement']:.1%}."
+        )
+        int4.gate(f, self.max_increase, self.force, name)
+
+    def record(self, out_dir, file_name):
+        from tfformer.export import int4
+
+        if self.figures is not None:
+            int4.record(out_dir, file_name, self.figures)

@@ -218,7 +218,7 @@ def test_command_line_errors_are_named(run_dir, tmp_path, capsys):
     base = ["--checkpoint", run_dir, "--out", str(tmp_path / "o")]
     fails([*base, "--format", "onnx"], "--format must be one of")
     fails(
-        [*base, "--format", "tflite", "--quantize", "int4"], "quantize must be one of"
+        [*base, "--format", "tflite", "--quantize", "int3"], "quantize must be one of"
     )
     fails(
         [*base, "--format", "saved_model", "--quantize", "int8"],
