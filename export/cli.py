@@ -39,6 +39,30 @@ def read_sentences(path):
         raise InputError(f"--representative-data {path!r} is unreadable: {e}") from None
 
 
+def int4_options(args):
+    """The int4 gate's options, for `--quantize int4` only (`--force` and
+    the others are refused with any other quantization)."""
+    options = {
+        "int4_block": args.int4_block,
+        "max_loss_increase": args.max_loss_increase,
+        "force": args.force,
+        "quality_text": args.quality_text,
+    }
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name, value in options.items()
+        if value not in (None, False, "32")
+    ]
+    if args.quantize != "int4":
+        if given:
+            raise InputError(
+                f"{', '.join(given)} apply to --quantize int4. Received: "
+                f"--quantize {args.quantize!r}"
+            )
+        return {}
+    return options
+
+
 def parser():
     p = argparse.ArgumentParser(
         prog="tfformer-export", description=__doc__.split("\n")[0]
@@ -60,7 +84,7 @@ def parser():
             "ops only, int8 output; refused, with the float ops named, for a "
             "graph that keeps any) or int4 (text generators: int4 weights by "
             "ai-edge-quantizer, measured against float32 before it is written); "
-            "litertlm: none, float16 or int8"
+            "litertlm: none, float16, int8 or int4"
         ),
     )
     p.add_argument(
@@ -174,6 +198,7 @@ def export(args, exporter):
             args.out,
             checkpoint=args.checkpoint_file,
             quantize=args.quantize,
+            **int4_options(args),
         )
     from tfformer.export.tflite import export_tflite
 
@@ -186,10 +211,7 @@ def export(args, exporter):
         quantize=args.quantize,
         checkpoint=args.checkpoint_file,
         representative_sentences=sentences,
-        int4_block=args.int4_block,
-        max_loss_increase=args.max_loss_increase,
-        force=args.force,
-        quality_text=args.quality_text,
+        **int4_options(args),
         **exporter.tflite_options(args),
     )
 

@@ -43,6 +43,8 @@ DEFAULT_MAX_INCREASE = 0.1
 # Held-out tokens scored per model: windows of at most 64 tokens.
 QUALITY_TOKENS = 512
 QUALITY_FILE = "quality.json"
+# TFLite's TensorType of int4 (schema.fbs).
+INT4 = 17
 
 
 def require_quantizer():
@@ -90,12 +92,20 @@ def quantize_int4(flatbuffer, block=DEFAULT_BLOCK):
     except ValueError as e:  # a block size that does not divide a weight's rows
         raise InputError(f"--int4-block {block}: {e}") from None
     quantized = bytes(result.quantized_model)
-    if len(quantized) >= len(flatbuffer):
+    if not int4_tensors(quantized):
         raise InputError(
-            f"ai-edge-quantizer left the model in float32 with int4 blocks of "
-            f"{block} ({len(quantized)} bytes of {len(flatbuffer)}): not written."
+            f"ai-edge-quantizer left the model without int4 weights (blocks of "
+            f"{block}): not written."
         )
     return quantized
+
+
+def int4_tensors(flatbuffer):
+    """How many tensors of the TFLite `flatbuffer` are INT4."""
+    from ai_edge_quantizer.utils import tfl_flatbuffer_utils
+
+    model = tfl_flatbuffer_utils.read_model(bytearray(flatbuffer))
+    return sum(t.type == INT4 for g in model.subgraphs for t in g.tensors)
 
 
 def heldout_text(run, quality_text=None):

@@ -326,7 +326,7 @@ def check_bundle(
 
 # The TFLite variants a bundle may hold: full_int8's activations need
 # calibration text and integer_only's int8 output is no logits for LiteRT-LM.
-BUNDLE_QUANTIZATIONS = ("none", "float16", "int8")
+BUNDLE_QUANTIZATIONS = ("none", "float16", "int8", "int4")
 
 
 def write_tokenizer(kind, tokenizer, folder):
@@ -352,22 +352,44 @@ def write_tokenizer(kind, tokenizer, folder):
     return path
 
 
+def copy_quality(tflite_dir, tflite_name, out_dir, bundle_path):
+    """The int4 gate's figures of the bundled model, recorded under the
+    bundle's name in `out_dir/quality.json` (none when it was unmeasured)."""
+    from tfformer.export import int4
+
+    path = os.path.join(tflite_dir, int4.QUALITY_FILE)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            figures = json.load(f).get(tflite_name)
+        if figures is not None:
+            int4.record(out_dir, os.path.basename(bundle_path), figures)
+
+
 def bundle_name(quantize):
     """model.litertlm, or model_<quantize>.litertlm for a quantized model."""
     return BUNDLE if quantize == "none" else f"model_{quantize}.litertlm"
 
 
 def export_litertlm(
-    run_dir, out_dir, *, checkpoint="model.keras", quantize="none", progress=print
+    run_dir,
+    out_dir,
+    *,
+    checkpoint="model.keras",
+    quantize="none",
+    progress=print,
+    **int4_options,
 ):
     """Writes `<out_dir>/model.litertlm` (`model_<quantize>.litertlm` for a
-    float16 or dynamic-range int8 model) for a causal-LM run; returns its
-    path. Its runtime check compares LiteRT-LM with the reference runtime on
-    the same (quantized) TFLite model."""
+    float16, dynamic-range int8 or int4 model) for a causal-LM run; returns
+    its path. Its runtime check compares LiteRT-LM with the reference
+    runtime on the same (quantized) TFLite model. `int4_options`: the int4
+    gate's (`export_tflite`'s `int4_block`, `max_loss_increase`, `force`,
+    `quality_text`); its figures go to `out_dir/quality.json` under the
+    bundle's name."""
     if quantize not in BUNDLE_QUANTIZATIONS:
         raise InputError(
-            f"--format litertlm bundles a float32, float16 or int8 (dynamic "
-            f"range) model. Received: --quantize {quantize!r}"
+            f"--format litertlm bundles a float32, float16, int8 (dynamic "
+            f"range) or int4 model. Received: --quantize {quantize!r}"
         )
     require_packages()
     run = RunDirectory(run_dir)
@@ -414,7 +436,10 @@ def export_litertlm(
             checkpoint=checkpoint,
             quantize=quantize,
             prefill_lengths=prefill_lengths(run.manifest.max_length),
-            progress=lambda *_: None,
+            # (The int4 gate's figures and refusals are said; the rest is
+            # the staging copy's.)
+            progress=lambda line: progress(line) if "int4" in line else None,
+            **(int4_options if quantize == "int4" else {}),
         )
         tokenizer_path = write_tokenizer(spec.kind, tokenizer, staging)
         metadata = os.path.join(staging, "llm_metadata.textproto")
@@ -465,5 +490,7 @@ def export_litertlm(
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)
+        if quantize == "int4":
+            copy_quality(tflite_dir, os.path.basename(tflite), out_dir, path)
     progress(f"Wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB).")
     return path

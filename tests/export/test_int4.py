@@ -154,3 +154,39 @@ def test_bad_int4_requests_are_named(request, tmp_path, run, options, message):
             **options,
         )
     assert not out.exists()
+
+
+def test_int4_options_without_int4_are_refused(tiny_gpt_run, tmp_path, capsys):
+    from tfformer.export import cli
+
+    argv = ["--checkpoint", tiny_gpt_run, "--out", str(tmp_path / "o")]
+    for extra in (["--force"], ["--int4-block", "64"], ["--quality-text", "x"]):
+        assert cli.main([*argv, "--format", "tflite", *extra]) == 2
+        assert "apply to --quantize int4" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.integration
+def test_an_int4_bundle_runs_in_litert_lm_as_its_tflite_model(tiny_gpt_run, tmp_path):
+    """`--format litertlm --quantize int4`: the gate measures the bundled
+    model (its figures under the bundle's name) and LiteRT-LM decodes what
+    the reference runtime decodes on the same int4 model (the export's own
+    check, and here once more)."""
+    pytest.importorskip("litert_lm")
+    from tfformer.export import litertlm
+
+    out = tmp_path / "bundle"
+    said = []
+    path = litertlm.export_litertlm(
+        tiny_gpt_run,
+        str(out),
+        quantize="int4",
+        max_loss_increase=10.0,
+        progress=said.append,
+    )
+    assert path.endswith("model_int4.litertlm")
+    figures = json.loads((out / "quality.json").read_text())["model_int4.litertlm"]
+    assert figures["block"] == "32" and figures["tokens"] > 0
+    assert any("top-1 agreement" in line for line in said)
+    got = litertlm.litert_lm_greedy(path, "to be", 8)
+    assert got

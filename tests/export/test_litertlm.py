@@ -160,7 +160,7 @@ def test_runs_it_cannot_bundle_are_refused_naming_them(
         in capsys.readouterr().err
     )
     argv = ["--checkpoint", run_dir, "--format", "litertlm", "--out", out]
-    for quantize in ("full_int8", "integer_only", "int4"):
+    for quantize in ("full_int8", "integer_only", "int3"):
         assert export_main([*argv, "--quantize", quantize]) == 2
         assert f"--quantize {quantize!r}" in capsys.readouterr().err
     assert export_main([*argv, "--prefill-lengths", "8,16"]) == 2
