@@ -39,28 +39,21 @@ def read_sentences(path):
         raise InputError(f"--representative-data {path!r} is unreadable: {e}") from None
 
 
-def int4_options(args):
-    """The int4 gate's options, for `--quantize int4` only (`--force` and
-    the others are refused with any other quantization)."""
-    options = {
+def quality_options(args):
+    """The quality gate's options (`tfformer.export.tflite.QualityGate`,
+    which refuses them where there is no gate); `--int4-block` is refused
+    with any quantization but int4."""
+    if args.int4_block != "32" and args.quantize != "int4":
+        raise InputError(
+            f"--int4-block applies to --quantize int4. Received: --quantize "
+            f"{args.quantize!r}"
+        )
+    return {
         "int4_block": args.int4_block,
         "max_loss_increase": args.max_loss_increase,
         "force": args.force,
         "quality_text": args.quality_text,
     }
-    given = [
-        f"--{name.replace('_', '-')}"
-        for name, value in options.items()
-        if value not in (None, False, "32")
-    ]
-    if args.quantize != "int4":
-        if given:
-            raise InputError(
-                f"{', '.join(given)} apply to --quantize int4. Received: "
-                f"--quantize {args.quantize!r}"
-            )
-        return {}
-    return options
 
 
 def parser():
@@ -95,19 +88,20 @@ def parser():
     p.add_argument(
         "--max-loss-increase",
         type=float,
-        help="int4: the most nats per token the int4 model may lose against "
-        "float32 on held-out text (default 0.1)",
+        help="a quantized text generator: the most nats per token it may lose "
+        "against float32 on held-out text (int4: 0.1 by default; others: "
+        "measured, refused only above a threshold given here)",
     )
     p.add_argument(
         "--quality-text",
-        help="int4: the held-out text to measure on (default: the run's "
-        "held-out tail; a converted checkpoint has none)",
+        help="a quantized text generator: the held-out text to measure it on "
+        "(default: the run's held-out tail; a converted checkpoint has none)",
     )
     p.add_argument(
         "--force",
         action="store_true",
-        help="int4: write the model even when it loses more than allowed or "
-        "cannot be measured",
+        help="a quantized text generator: write it even when it loses more "
+        "than allowed or cannot be measured",
     )
     p.add_argument(
         "--representative-data",
@@ -198,7 +192,7 @@ def export(args, exporter):
             args.out,
             checkpoint=args.checkpoint_file,
             quantize=args.quantize,
-            **int4_options(args),
+            **quality_options(args),
         )
     from tfformer.export.tflite import export_tflite
 
@@ -211,7 +205,7 @@ def export(args, exporter):
         quantize=args.quantize,
         checkpoint=args.checkpoint_file,
         representative_sentences=sentences,
-        **int4_options(args),
+        **quality_options(args),
         **exporter.tflite_options(args),
     )
 

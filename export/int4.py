@@ -1,5 +1,7 @@
 """int4 weights for a text generator's TFLite models, through Google's
-`ai-edge-quantizer`, and the quality gate every int4 export passes.
+`ai-edge-quantizer`, and the quality gate every int4 export passes (and
+every other quantized text generator is measured by:
+`tfformer.export.tflite.QualityGate`).
 
 TensorFlow's converter has no int4 post-training quantization. The float32
 models the converter writes are quantized by `ai-edge-quantizer`'s dynamic

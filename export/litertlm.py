@@ -377,12 +377,12 @@ def export_litertlm(
     checkpoint="model.keras",
     quantize="none",
     progress=print,
-    **int4_options,
+    **quality_options,
 ):
     """Writes `<out_dir>/model.litertlm` (`model_<quantize>.litertlm` for a
     float16, dynamic-range int8 or int4 model) for a causal-LM run; returns
     its path. Its runtime check compares LiteRT-LM with the reference
-    runtime on the same (quantized) TFLite model. `int4_options`: the int4
+    runtime on the same (quantized) TFLite model. `quality_options`: the
     gate's (`export_tflite`'s `int4_block`, `max_loss_increase`, `force`,
     `quality_text`); its figures go to `out_dir/quality.json` under the
     bundle's name."""
@@ -436,10 +436,12 @@ def export_litertlm(
             checkpoint=checkpoint,
             quantize=quantize,
             prefill_lengths=prefill_lengths(run.manifest.max_length),
-            # (The int4 gate's figures and refusals are said; the rest is
-            # the staging copy's.)
-            progress=lambda line: progress(line) if "int4" in line else None,
-            **(int4_options if quantize == "int4" else {}),
+            # (The quality gate's figures and warnings are said; the rest
+            # is the staging copy's.)
+            progress=lambda line: (
+                progress(line) if "float32" in line or "warning" in line else None
+            ),
+            **quality_options,
         )
         tokenizer_path = write_tokenizer(spec.kind, tokenizer, staging)
         metadata = os.path.join(staging, "llm_metadata.textproto")
@@ -490,7 +492,7 @@ def export_litertlm(
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)
-        if quantize == "int4":
+        if quantize != "none":
             copy_quality(tflite_dir, os.path.basename(tflite), out_dir, path)
     progress(f"Wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB).")
     return path

@@ -232,9 +232,9 @@ def export_tflite(
             "(--representative-data FILE: raw inputs, one per line: source "
             "sentences, text, or image file paths)."
         )
-    gated = None
-    if quantize == "int4":
-        gated = Int4Gate(run, int4_block, max_loss_increase, force, quality_text)
+    gated = QualityGate.of(
+        run, quantize, int4_block, max_loss_increase, force, quality_text
+    )
     task_run = exporter.read(run, checkpoint)
     calibration = None
     if quantize in CALIBRATED:
@@ -248,14 +248,21 @@ def export_tflite(
         for source in exporter.tflite_sources(task_run, staging, quantize, **options):
             flatbuffer = convert(
                 source.saved_model_dir,
-                "none" if gated else quantize,
+                "none" if quantize == "int4" else quantize,
                 calibration,
                 source.signature_keys,
                 input_type=source.input_type,
                 per_channel_weights=source.per_channel_weights,
             )
             if gated:
-                flatbuffer = gated.quantize(source.name, flatbuffer, staging)
+                flatbuffer = gated.take(
+                    source.name,
+                    flatbuffer,
+                    staging,
+                    lambda source=source: convert(
+                        source.saved_model_dir, "none", None, source.signature_keys
+                    ),
+                )
             models.append((source.name, flatbuffer))
         if gated:
             gated.measure(task_run, progress)
@@ -275,77 +282,106 @@ def export_tflite(
     return paths[0]
 
 
-class Int4Gate:
-    """`--quantize int4` of a text generator: each float32 model through
-    `int4.quantize_int4`, and the prefill/decode model measured against its
-    float32 self on held-out text before anything is written (`int4.gate`).
-    """
+class QualityGate:
+    """A quantized text generator measured before anything is written: its
+    prefill/decode model against the float32 model of the same run, on
+    held-out text (`int4.measure`), the figures printed and recorded in
+    `quality.json`. int4 (whose float32 models go through
+    `int4.quantize_int4`) is refused above `int4.DEFAULT_MAX_INCREASE`
+    nats per token by default; another quantization only above a
+    `max_increase` that is given. `force` writes what is refused or cannot
+    be measured."""
 
-    def __init__(self, run, block, max_increase, force, quality_text):
+    def __init__(self, run, quantize, block, max_increase, force, quality_text):
         from tfformer.export import int4
 
-        int4.require_quantizer()
-        self.block = int4.check_block(block)
-        if run.task != "causal_lm":
-            raise InputError(
-                "--quantize int4 is for text generators (causal_lm runs), the "
-                "task whose int4 models the export can measure. Received: a "
-                f"{run.task!r} run ({run.path})"
-            )
-        self.max_increase = (
-            int4.DEFAULT_MAX_INCREASE if max_increase is None else float(max_increase)
-        )
-        if not self.max_increase >= 0:
+        self.quantize, self.block = quantize, None
+        if quantize == "int4":
+            int4.require_quantizer()
+            self.block = int4.check_block(block)
+            if max_increase is None:
+                max_increase = int4.DEFAULT_MAX_INCREASE
+        self.max_increase = None if max_increase is None else float(max_increase)
+        if self.max_increase is not None and not self.max_increase >= 0:
             raise InputError(
                 f"--max-loss-increase must be >= 0. Received: {max_increase!r}"
             )
         self.force = bool(force)
         self.text, self.where = int4.heldout_text(run, quality_text)
-        if self.text is None and not self.force:
+        if self.text is None and self.max_increase is not None and not self.force:
             raise InputError(
-                f"--quantize int4 cannot measure the int4 model: {self.where} "
-                "(or --force to write it unmeasured)."
+                f"--quantize {quantize} cannot measure the quantized model: "
+                f"{self.where} (or --force to write it unmeasured)."
             )
+        self.name = quantize if quantize != "int4" else f"int4 (blocks of {self.block})"
         self.paths, self.figures = {}, None
 
-    def quantize(self, name, flatbuffer, staging):
+    @classmethod
+    def of(cls, run, quantize, block, max_increase, force, quality_text):
+        """The gate of a quantized export, or None (float32 exports and the
+        other tasks, which refuse the gate's options and int4 by name)."""
+        if run.task == "causal_lm" and quantize != "none":
+            return cls(run, quantize, block, max_increase, force, quality_text)
+        if quantize == "int4":
+            raise InputError(
+                "--quantize int4 is for text generators (causal_lm runs), the "
+                "task whose int4 models the export can measure. Received: a "
+                f"{run.task!r} run ({run.path})"
+            )
+        if max_increase is not None or force or quality_text is not None:
+            raise InputError(
+                "--max-loss-increase, --quality-text and --force apply to a "
+                "quantized text generator's export. Received: --quantize "
+                f"{quantize!r} of a {run.task!r} run"
+            )
+        return None
+
+    def take(self, name, flatbuffer, staging, float32):
+        """The model to write of the source `name`, converted to
+        `flatbuffer` (float32 for int4); `float32()` converts the source in
+        float32 (the prefill/decode model's baseline)."""
         from tfformer.export import int4
 
-        quantized = int4.quantize_int4(flatbuffer, self.block)
-        if name == "model":  # prefill/decode: the one the gate scores
-            for kind, content in (("float32", flatbuffer), ("int4", quantized)):
+        if self.quantize == "int4":
+            baseline = flatbuffer
+            flatbuffer = int4.quantize_int4(flatbuffer, self.block)
+        if name == "model" and self.text is not None:  # the one measured
+            if self.quantize != "int4":
+                baseline = float32()
+            for kind, content in (("float32", baseline), ("quantized", flatbuffer)):
                 self.paths[kind] = os.path.join(staging, f"gate_{kind}.tflite")
                 with open(self.paths[kind], "wb") as f:
                     f.write(content)
-        return quantized
+        return flatbuffer
 
     def measure(self, task_run, progress):
         from tfformer.export import int4
         from tfformer.export.tasks.causal_lm.run import core_tokenizer
 
-        name = f"int4 (blocks of {self.block})"
         if self.text is None:
-            progress(f"warning: {name} is unmeasured: {self.where} (--force).")
+            progress(f"warning: {self.name} is unmeasured: {self.where}.")
             return
-        progress(f"Measuring {name} against float32 on {self.where}...")
+        progress(f"Measuring {self.name} against float32 on {self.where}...")
         tokenizer = core_tokenizer(task_run)
         ids = tokenizer.tokenize([self.text[:50_000]])[0].numpy().tolist()
         if len(ids) < 2:
             raise InputError(f"{self.where} holds fewer than 2 tokens to measure on.")
         self.figures = {
-            "block": self.block,
+            "quantize": self.quantize,
+            **({"block": self.block} if self.block else {}),
             "data": self.where,
             **int4.measure(
-                self.paths["float32"], self.paths["int4"], ids, task_run.context
+                self.paths["float32"], self.paths["quantized"], ids, task_run.context
             ),
         }
         f = self.figures
         progress(
-            f"{name}: {f['nats_per_token']:.4f} nats per token against float32's "
-            f"{f['float32_nats_per_token']:.4f} (+{f['increase']:.4f}) on "
+            f"{self.name}: {f['nats_per_token']:.4f} nats per token against "
+            f"float32's {f['float32_nats_per_token']:.4f} ({f['increase']:+.4f}) on "
             f"{f['tokens']} tokens; top-1 agreement {f['top1_agreement']:.1%}."
         )
-        int4.gate(f, self.max_increase, self.force, name)
+        if self.max_increase is not None:
+            int4.gate(f, self.max_increase, self.force, self.name)
 
     def record(self, out_dir, file_name):
         from tfformer.export import int4

@@ -156,14 +156,50 @@ def test_bad_int4_requests_are_named(request, tmp_path, run, options, message):
     assert not out.exists()
 
 
-def test_int4_options_without_int4_are_refused(tiny_gpt_run, tmp_path, capsys):
+def test_the_gates_options_are_refused_where_there_is_no_gate(
+    tiny_gpt_run, tiny_classifier_run, tmp_path, capsys
+):
     from tfformer.export import cli
 
-    argv = ["--checkpoint", tiny_gpt_run, "--out", str(tmp_path / "o")]
-    for extra in (["--force"], ["--int4-block", "64"], ["--quality-text", "x"]):
-        assert cli.main([*argv, "--format", "tflite", *extra]) == 2
-        assert "apply to --quantize int4" in capsys.readouterr().err
+    out = str(tmp_path / "o")
+    for run, extra, message in (
+        (tiny_gpt_run, ["--force"], "apply to a quantized text generator's export"),
+        (tiny_gpt_run, ["--quality-text", "x"], "apply to a quantized text gen"),
+        (
+            tiny_gpt_run,
+            ["--int4-block", "64"],
+            "--int4-block applies to --quantize int4",
+        ),
+        (
+            tiny_classifier_run,
+            ["--quantize", "int8", "--max-loss-increase", "0.1"],
+            "of a 'text_classification' run",
+        ),
+    ):
+        argv = ["--checkpoint", run, "--out", out, "--format", "tflite", *extra]
+        assert cli.main(argv) == 2
+        assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_every_quantized_generator_is_measured(tiny_gpt_run, tmp_path):
+    """A dynamic-int8 export is measured too (its figures recorded beside
+    it) and refused only above a threshold that is given."""
+    out = tmp_path / "device"
+    said = []
+    export_tflite(tiny_gpt_run, str(out), quantize="int8", progress=said.append)
+    figures = json.loads((out / "quality.json").read_text())["model_int8.tflite"]
+    assert figures["quantize"] == "int8" and "block" not in figures
+    assert figures["tokens"] > 0 and any("int8:" in line for line in said)
+    with pytest.raises(ValueError, match=r"int8 loses .* --max-loss-increase 0"):
+        export_tflite(
+            tiny_gpt_run,
+            str(tmp_path / "refused"),
+            quantize="int8",
+            max_loss_increase=0.0,
+            progress=lambda *_: None,
+        )
+    assert not (tmp_path / "refused").exists()
 
 
 @pytest.mark.integration

@@ -126,15 +126,17 @@ def test_a_quantized_bundle_decodes_what_its_tflite_model_decodes(
     bundle, run_dir, tmp_path, quantize
 ):
     """`--quantize int8` (dynamic range) or `float16` bundles that TFLite
-    model: LiteRT-LM's greedy text is the reference runtime's on the same
-    quantized model, and the bundle is not the float32 one."""
+    model (measured against float32, its figures beside it): LiteRT-LM's
+    greedy text is the reference runtime's on the same quantized model, and
+    the bundle is not the float32 one."""
     from tfformer.export.tflite import export_tflite
 
     out = tmp_path / "bundle"
     argv = ["--checkpoint", run_dir, "--format", "litertlm", "--out", str(out)]
     assert export_main([*argv, "--quantize", quantize]) == 0
     path = str(out / f"model_{quantize}.litertlm")
-    assert os.listdir(out) == [f"model_{quantize}.litertlm"]
+    # The bundle, and the quality gate's figures of its model.
+    assert sorted(os.listdir(out)) == [f"model_{quantize}.litertlm", "quality.json"]
     assert os.path.getsize(path) != os.path.getsize(bundle)
     tflite = export_tflite(
         run_dir,
