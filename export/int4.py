@@ -140,6 +140,18 @@ def heldout_text(run, quality_text=None):
     return text, str(path)
 
 
+def heldout_ids(task_run, text, where):
+    """The causal-LM run's token ids of `text` (its first 50,000
+    characters: more than QUALITY_TOKENS of any tokenizer's), or ValueError
+    naming `where` when there are fewer than 2."""
+    from tfformer.export.tasks.causal_lm.run import core_tokenizer
+
+    ids = core_tokenizer(task_run).tokenize([text[:50_000]])[0].numpy().tolist()
+    if len(ids) < 2:
+        raise InputError(f"{where} holds fewer than 2 tokens to measure on.")
+    return ids
+
+
 def score(model_path, ids, window):
     """(nats per token, each position's most likely next token) of the
     TFLite generator `model_path` on `ids`, cut into windows of `window`

@@ -356,16 +356,12 @@ class QualityGate:
 
     def measure(self, task_run, progress):
         from tfformer.export import int4
-        from tfformer.export.tasks.causal_lm.run import core_tokenizer
 
         if self.text is None:
             progress(f"warning: {self.name} is unmeasured: {self.where}.")
             return
         progress(f"Measuring {self.name} against float32 on {self.where}...")
-        tokenizer = core_tokenizer(task_run)
-        ids = tokenizer.tokenize([self.text[:50_000]])[0].numpy().tolist()
-        if len(ids) < 2:
-            raise InputError(f"{self.where} holds fewer than 2 tokens to measure on.")
+        ids = int4.heldout_ids(task_run, self.text, self.where)
         self.figures = {
             "quantize": self.quantize,
             **({"block": self.block} if self.block else {}),

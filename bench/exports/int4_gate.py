@@ -28,7 +28,6 @@ def main():
     from tfformer.errors import InputError
     from tfformer.export import int4
     from tfformer.export.tasks.causal_lm import EXPORTER
-    from tfformer.export.tasks.causal_lm.run import core_tokenizer
     from tfformer.export.tflite import export_tflite
     from tfformer.runs.directory import RunDirectory
 
@@ -37,7 +36,7 @@ def main():
     text, where = int4.heldout_text(run)
     if text is None:
         raise SystemExit(where)
-    ids = core_tokenizer(task_run).tokenize([text[:50_000]])[0].numpy().tolist()
+    ids = int4.heldout_ids(task_run, text, where)
     variants = {}
     with tempfile.TemporaryDirectory() as root:
         paths = {}
