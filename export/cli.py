@@ -40,8 +40,8 @@ def read_sentences(path):
 
 
 def quality_options(args):
-    """The quality gate's options (`tfformer.export.tflite.QualityGate`,
-    which refuses them where there is no gate); `--int4-block` is refused
+    """The quality gate's options (`tfformer.export.quality.QualityGate`,
+    which refuses them for a float32 export); `--int4-block` is refused
     with any quantization but int4."""
     if args.int4_block != "32" and args.quantize != "int4":
         raise InputError(
@@ -50,9 +50,9 @@ def quality_options(args):
         )
     return {
         "int4_block": args.int4_block,
-        "max_loss_increase": args.max_loss_increase,
+        "max_quality_loss": args.max_quality_loss,
         "force": args.force,
-        "quality_text": args.quality_text,
+        "quality_data": args.quality_data,
     }
 
 
@@ -75,9 +75,9 @@ def parser():
             "tflite: none, float16, int8 (dynamic range), full_int8 (int8 "
             "weights and activations with float fallback) or integer_only (int8 "
             "ops only, int8 output; refused, with the float ops named, for a "
-            "graph that keeps any) or int4 (text generators: int4 weights by "
-            "ai-edge-quantizer, measured against float32 before it is written); "
-            "litertlm: none, float16, int8 or int4"
+            "graph that keeps any) or int4 (int4 weights by ai-edge-quantizer); "
+            "litertlm: none, float16, int8 or int4. Every quantized model is "
+            "measured against float32 on held-out data before it is written"
         ),
     )
     p.add_argument(
@@ -86,22 +86,28 @@ def parser():
         help="int4: weights per scale, 32, 64, 128, 256 or channel (default 32)",
     )
     p.add_argument(
+        "--max-quality-loss",
         "--max-loss-increase",
+        dest="max_quality_loss",
         type=float,
-        help="a quantized text generator: the most nats per token it may lose "
-        "against float32 on held-out text (int4: 0.1 by default; others: "
-        "measured, refused only above a threshold given here)",
+        help="a quantized model: the most it may lose against float32 on "
+        "held-out data, in the task's unit (defaults: 0.1 nats per token, "
+        "1.0 BLEU, 1.0 accuracy point, 0.01 cosine)",
     )
     p.add_argument(
+        "--quality-data",
         "--quality-text",
-        help="a quantized text generator: the held-out text to measure it on "
-        "(default: the run's held-out tail; a converted checkpoint has none)",
+        dest="quality_data",
+        help="a quantized model: the held-out data to measure it on (default: "
+        "the run's; a converted checkpoint has none): text (generators; "
+        "embedders: one per line), source<TAB>target, text<TAB>label, "
+        "image-file<TAB>label or .npz, or the same as .jsonl",
     )
     p.add_argument(
         "--force",
         action="store_true",
-        help="a quantized text generator: write it even when it loses more "
-        "than allowed or cannot be measured",
+        help="a quantized model: write it even when it loses more than "
+        "allowed or cannot be measured",
     )
     p.add_argument(
         "--representative-data",

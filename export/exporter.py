@@ -17,6 +17,8 @@ differs from the defaults here:
         calibration(run, inputs, **options)        (calibrated quantizations)
         tflite_sources(run, staging, quantize, **options) -> [TFLiteSource]
         device_files(run, out, **options)          (beside the .tflite)
+        quality_samples(run, path), quality(run, float32, quantized, samples)
+                                                   (the quality gate)
 
     tfformer-export: add_arguments(parser), saved_model_options(args),
         tflite_options(args) turn the task's flags into those options.
@@ -105,6 +107,10 @@ class Exporter:
     run_type: ClassVar[type] = ExportRun
     # The tokenizer kinds the export handles (None: any the run may have).
     tokenizer_kinds: ClassVar[tuple | None] = None
+    # What the quality gate measures a quantized model by
+    # (`tfformer.export.quality.Metric`); None: its quantized models are
+    # written unmeasured.
+    quality_metric: ClassVar[object] = None
 
     # -- the command line --------------------------------------------------------
 
@@ -220,3 +226,21 @@ class Exporter:
         """Writes what an app ships beside the `.tflite` (settings, vocabulary,
         the portable runtime) into `out_dir` (default: nothing)."""
         del run, out_dir, options
+
+    # -- the quality gate (`tfformer.export.quality`) ----------------------------
+
+    def quality_samples(self, run, path):
+        """(held-out samples, where they come from) to measure a quantized
+        model on: the file `path` (None: the run's own held-out examples),
+        or (None, why there are none). Raises ValueError naming `path` when
+        it is unreadable or malformed."""
+        del run, path
+        return None, f"the {self.task} exporter has no held-out data"
+
+    def quality(self, run, float32_path, quantized_path, samples):
+        """The gate's figures of the model at `quantized_path` against the
+        one at `float32_path` (each beside the device files), read through
+        the task's reference runtime: {"float32", "quantized": the metric of
+        each, "agreement": the share of samples where both answer alike,
+        "examples": how many were measured}, plus the task's own."""
+        raise NotImplementedError(f"{type(self).__name__} must define quality")

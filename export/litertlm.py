@@ -50,6 +50,7 @@ import os
 import tempfile
 
 from tfformer.errors import InputError
+from tfformer.export import quality
 from tfformer.export.tasks.causal_lm.run import CONVERTED_KINDS, converted_tokenizer
 from tfformer.export.tflite import export_tflite
 from tfformer.export.tokenizer_json import (
@@ -353,16 +354,11 @@ def write_tokenizer(kind, tokenizer, folder):
 
 
 def copy_quality(tflite_dir, tflite_name, out_dir, bundle_path):
-    """The int4 gate's figures of the bundled model, recorded under the
+    """The quality gate's figures of the bundled model, recorded under the
     bundle's name in `out_dir/quality.json` (none when it was unmeasured)."""
-    from tfformer.export import int4
-
-    path = os.path.join(tflite_dir, int4.QUALITY_FILE)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            figures = json.load(f).get(tflite_name)
-        if figures is not None:
-            int4.record(out_dir, os.path.basename(bundle_path), figures)
+    figures = quality.recorded(tflite_dir, tflite_name)
+    if figures is not None:
+        quality.record(out_dir, os.path.basename(bundle_path), figures)
 
 
 def bundle_name(quantize):
@@ -383,8 +379,8 @@ def export_litertlm(
     float16, dynamic-range int8 or int4 model) for a causal-LM run; returns
     its path. Its runtime check compares LiteRT-LM with the reference
     runtime on the same (quantized) TFLite model. `quality_options`: the
-    gate's (`export_tflite`'s `int4_block`, `max_loss_increase`, `force`,
-    `quality_text`); its figures go to `out_dir/quality.json` under the
+    gate's (`export_tflite`'s `int4_block`, `max_quality_loss`, `force`,
+    `quality_data`); its figures go to `out_dir/quality.json` under the
     bundle's name."""
     if quantize not in BUNDLE_QUANTIZATIONS:
         raise InputError(

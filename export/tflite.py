@@ -48,6 +48,7 @@ from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.exporter import CALIBRATED
 from tfformer.export.flatbuffer import float_ops
+from tfformer.export.quality import QualityGate
 from tfformer.export.tasks import get_exporter
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_write_bytes
@@ -177,9 +178,9 @@ def export_tflite(
     representative_sentences=None,
     progress=print,
     int4_block="32",
-    max_loss_increase=None,
+    max_quality_loss=None,
     force=False,
-    quality_text=None,
+    quality_data=None,
     **options,
 ):
     """Converts a training run to `<out_dir>/model*.tflite` plus its files.
@@ -196,13 +197,14 @@ def export_tflite(
             the translator and the text generator do not).
         representative_sentences: raw inputs, needed by "full_int8" and
             "integer_only".
-        int4_block, max_loss_increase, force, quality_text: "int4" (text
-            generators): weights per int4 scale ("32", "64", "128", "256"
-            or "channel"), the most nats per token the int4 model may lose
-            against float32 (None: `int4.DEFAULT_MAX_INCREASE`), write it
-            even when it loses more or cannot be measured, and the held-out
-            text file to measure on (default: the run's held-out tail);
-            see `tfformer.export.int4`.
+        int4_block: "int4": weights per int4 scale ("32", "64", "128",
+            "256" or "channel"); see `tfformer.export.int4`.
+        max_quality_loss, force, quality_data: the quality gate every
+            quantized model passes (`tfformer.export.quality`): the most it
+            may lose against float32 in the task's unit (None: the task's
+            default), write it even when it loses more or cannot be
+            measured, and the held-out file to measure on (default: the
+            run's held-out examples).
         **options: the task exporter's settings (translation: `max_length`,
             the decoder length; defaults to the training max_length).
 
@@ -233,7 +235,7 @@ def export_tflite(
             "sentences, text, or image file paths)."
         )
     gated = QualityGate.of(
-        run, quantize, int4_block, max_loss_increase, force, quality_text
+        exporter, run, quantize, int4_block, max_quality_loss, force, quality_data
     )
     task_run = exporter.read(run, checkpoint)
     calibration = None
@@ -245,7 +247,8 @@ def export_tflite(
     progress(f"Converting {run.path} to TFLite ({quantize})...")
     models = []
     with tempfile.TemporaryDirectory() as staging:
-        for source in exporter.tflite_sources(task_run, staging, quantize, **options):
+        sources = exporter.tflite_sources(task_run, staging, quantize, **options)
+        for index, source in enumerate(sources):
             flatbuffer = convert(
                 source.saved_model_dir,
                 "none" if quantize == "int4" else quantize,
@@ -256,16 +259,14 @@ def export_tflite(
             )
             if gated:
                 flatbuffer = gated.take(
-                    source.name,
+                    index,
                     flatbuffer,
                     staging,
-                    lambda source=source: convert(
-                        source.saved_model_dir, "none", None, source.signature_keys
-                    ),
+                    lambda: float32_model(exporter, task_run, staging, options),
                 )
             models.append((source.name, flatbuffer))
         if gated:
-            gated.measure(task_run, progress)
+            gated.measure(task_run, options, progress)
     os.makedirs(out_dir, exist_ok=True)
     names = [tflite_file_name(quantize, name) for name, _ in models]
     runtimes.forget_digests(out_dir, names)
@@ -282,105 +283,9 @@ def export_tflite(
     return paths[0]
 
 
-class QualityGate:
-    """A quantized text generator measured before anything is written: its
-    prefill/decode model against the float32 model of the same run, on
-    held-out text (`int4.measure`), the figures printed and recorded in
-    `quality.json`. int4 (whose float32 models go through
-    `int4.quantize_int4`) is refused above `int4.DEFAULT_MAX_INCREASE`
-    nats per token by default; another quantization only above a
-    `max_increase` that is given. `force` writes what is refused or cannot
-    be measured."""
-
-    def __init__(self, run, quantize, block, max_increase, force, quality_text):
-        from tfformer.export import int4
-
-        self.quantize, self.block = quantize, None
-        if quantize == "int4":
-            int4.require_quantizer()
-            self.block = int4.check_block(block)
-            if max_increase is None:
-                max_increase = int4.DEFAULT_MAX_INCREASE
-        self.max_increase = None if max_increase is None else float(max_increase)
-        if self.max_increase is not None and not self.max_increase >= 0:
-            raise InputError(
-                f"--max-loss-increase must be >= 0. Received: {max_increase!r}"
-            )
-        self.force = bool(force)
-        self.text, self.where = int4.heldout_text(run, quality_text)
-        if self.text is None and self.max_increase is not None and not self.force:
-            raise InputError(
-                f"--quantize {quantize} cannot measure the quantized model: "
-                f"{self.where} (or --force to write it unmeasured)."
-            )
-        self.name = quantize if quantize != "int4" else f"int4 (blocks of {self.block})"
-        self.paths, self.figures = {}, None
-
-    @classmethod
-    def of(cls, run, quantize, block, max_increase, force, quality_text):
-        """The gate of a quantized export, or None (float32 exports and the
-        other tasks, which refuse the gate's options and int4 by name)."""
-        if run.task == "causal_lm" and quantize != "none":
-            return cls(run, quantize, block, max_increase, force, quality_text)
-        if quantize == "int4":
-            raise InputError(
-                "--quantize int4 is for text generators (causal_lm runs), the "
-                "task whose int4 models the export can measure. Received: a "
-                f"{run.task!r} run ({run.path})"
-            )
-        if max_increase is not None or force or quality_text is not None:
-            raise InputError(
-                "--max-loss-increase, --quality-text and --force apply to a "
-                "quantized text generator's export. Received: --quantize "
-                f"{quantize!r} of a {run.task!r} run"
-            )
-        return None
-
-    def take(self, name, flatbuffer, staging, float32):
-        """The model to write of the source `name`, converted to
-        `flatbuffer` (float32 for int4); `float32()` converts the source in
-        float32 (the prefill/decode model's baseline)."""
-        from tfformer.export import int4
-
-        if self.quantize == "int4":
-            baseline = flatbuffer
-            flatbuffer = int4.quantize_int4(flatbuffer, self.block)
-        if name == "model" and self.text is not None:  # the one measured
-            if self.quantize != "int4":
-                baseline = float32()
-            for kind, content in (("float32", baseline), ("quantized", flatbuffer)):
-                self.paths[kind] = os.path.join(staging, f"gate_{kind}.tflite")
-                with open(self.paths[kind], "wb") as f:
-                    f.write(content)
-        return flatbuffer
-
-    def measure(self, task_run, progress):
-        from tfformer.export import int4
-
-        if self.text is None:
-            progress(f"warning: {self.name} is unmeasured: {self.where}.")
-            return
-        progress(f"Measuring {self.name} against float32 on {self.where}...")
-        ids = int4.heldout_ids(task_run, self.text, self.where)
-        self.figures = {
-            "quantize": self.quantize,
-            **({"block": self.block} if self.block else {}),
-            "data": self.where,
-            **int4.measure(
-                self.paths["float32"], self.paths["quantized"], ids, task_run.context
-            ),
-        }
-        f = self.figures
-        progress(
-            f"{self.name}: {f['nats_per_token']:.4f} nats per token against "
-            f"float32's {f['float32_nats_per_token']:.4f} ({f['increase']:+.4f}) on "
-            f"{f['tokens']} tokens; top-1 agreement {f['top1_agreement']:.1%}."
-        )
-        if self.max_increase is not None:
-            int4.gate(f, self.max_increase, self.force, self.name)
-
-    def record(self, out_dir, file_name):
-        from tfformer.export import int4
-
-        if self.figures is not None:
-            int4.record(out_dir, file_name, self.figures)
+def float32_model(exporter, task_run, staging, options):
+    """The main model of the run in float32 (the gate's baseline: a
+    calibrated image model's graph differs from the float one)."""
+    folder = os.path.join(staging, "float32")
+    source = exporter.tflite_sources(task_run, folder, "none", **options)[0]
+    return convert(source.saved_model_dir, "none", None, source.signature_keys)

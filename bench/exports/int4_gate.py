@@ -2,10 +2,11 @@
 every variant: float16, dynamic int8 and int4 in blocks of 32, 64, 128
 (and 256 where it divides the weights) and per channel, each against the
 float32 model of the same run, on the run's held-out tail
-(`tfformer.export.int4.measure`: nats per token teacher-forced through the
-reference runtime's `decode`, and top-1 agreement), with each file's size.
+(`tfformer.export.tasks.causal_lm.quality.measure`: nats per token
+teacher-forced through the reference runtime's `decode`, and top-1
+agreement), with each file's size.
 The figures behind the gate's defaults (`--int4-block`,
-`--max-loss-increase`).
+`--max-quality-loss`).
 
 Usage: `python -m bench.exports.int4_gate --run RUN
 [--output bench/results/int4_gate.json]`
@@ -27,16 +28,16 @@ def main():
 
     from tfformer.errors import InputError
     from tfformer.export import int4
-    from tfformer.export.tasks.causal_lm import EXPORTER
+    from tfformer.export.tasks.causal_lm import EXPORTER, quality
     from tfformer.export.tflite import export_tflite
     from tfformer.runs.directory import RunDirectory
 
     run = RunDirectory(args.run)
     task_run = EXPORTER.read(run)
-    text, where = int4.heldout_text(run)
+    text, where = quality.heldout_text(run)
     if text is None:
         raise SystemExit(where)
-    ids = int4.heldout_ids(task_run, text, where)
+    ids = quality.heldout_ids(task_run, text, where)
     variants = {}
     with tempfile.TemporaryDirectory() as root:
         paths = {}
@@ -61,7 +62,8 @@ def main():
         for name, path in paths.items():
             figures = {"bytes": os.path.getsize(path)}
             if name != "none":
-                figures.update(int4.measure(paths["none"], path, ids, task_run.context))
+                measured = quality.measure(paths["none"], path, ids, task_run.context)
+                figures.update(measured)
             variants[name] = figures
             print(name, figures, flush=True)
     common.write_result(

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.errors import InputError
-from tfformer.export import runtimes
+from tfformer.export import quality, runtimes
 from tfformer.export.archive import SignatureArchive
 from tfformer.export.exporter import CALIBRATED, Exporter, ExportRun, TFLiteSource
 from tfformer.preprocessing.images import MAX_PIXELS, decode_pixels, is_image
@@ -117,6 +117,7 @@ class ImageClassificationExporter(Exporter):
 
     task = "image_classification"
     run_type = ImageRun
+    quality_metric = quality.ACCURACY
 
     def task_run(self, run, model, tokenizers):
         del tokenizers  # images have none
@@ -176,18 +177,8 @@ class ImageClassificationExporter(Exporter):
             )
         samples = []
         for path in paths:
-            if not os.path.isfile(path):
-                raise InputError(f"--representative-data: no such image file {path!r}")
-            with open(path, "rb") as f:
-                data = f.read()
-            try:
-                pixels = decode_pixels(tf.constant(data), run.image_size)
-            except tf.errors.InvalidArgumentError:
-                raise InputError(
-                    f"--representative-data: {path!r} is not an image TensorFlow "
-                    "decodes."
-                ) from None
-            samples.append(np.asarray(pixels, np.float32)[None])
+            pixels = read_image(path, run.image_size, "--representative-data")
+            samples.append(pixels[None])
         # A black and a white frame: the calibrated input range is then the
         # whole 0 to 255, so the uint8 input's scale is 1 and its zero
         # point 0 (the app feeds camera pixels as they are). Without them
@@ -204,6 +195,83 @@ class ImageClassificationExporter(Exporter):
         settings = {"image_size": run.image_size, "labels": run.labels}
         runtimes.write_settings(out_dir, "image.json", settings)
         runtimes.ship(out_dir, "classify_image.py")
+
+    def quality_samples(self, run, path):
+        """(uint8 pixels (N, size, size, 3), class ids): an .npz of
+        `pixels` and `labels` (the run's `heldout.npz`), or TSV rows "image
+        file<TAB>label" (a name or an id)."""
+        manifest = run.manifest
+        labels, size = list(manifest.labels), manifest.image_size
+        where = str(path)
+        if path is None:
+            path = run.heldout_file()
+            if path is None:
+                return None, (
+                    "the run has no held-out images (one trained before "
+                    "tfformer wrote them); pass --quality-data FILE"
+                )
+            where = f"the run's held-out images ({path})"
+        if str(path).endswith(".npz"):
+            pixels, ids = read_npz(path, labels)
+        else:
+            pixels, ids = [], []
+            for row in quality.read_examples(path, ("image", "label")):
+                image = row["image"].strip()
+                pixels.append(read_image(image, size, "--quality-data"))
+                ids.append(quality.label_id(row["label"], labels, where))
+        pixels, ids = pixels[: quality.MOST_EXAMPLES], ids[: quality.MOST_EXAMPLES]
+        if tuple(np.shape(pixels)[1:3]) != (size, size):
+            pixels = tf.image.resize(np.asarray(pixels), (size, size)).numpy()
+        pixels = np.clip(np.round(pixels), 0, 255).astype(np.uint8)
+        return (pixels, np.asarray(ids, np.int64)), where
+
+    def quality(self, run, float32_path, quantized_path, samples):
+        from tfformer.export.runtimes.classify_image import ImageClassifier
+
+        pixels, labels = samples
+        answers = []
+        for path in (float32_path, quantized_path):
+            classifier = ImageClassifier(path)
+            answers.append(
+                [int(np.argmax(classifier.probabilities(p))) for p in pixels]
+            )
+        return quality.class_figures(answers, labels)
+
+
+def read_npz(path, labels):
+    """`pixels` and `labels` of an .npz file, checked, or ValueError."""
+    try:
+        with np.load(path) as arrays:
+            pixels, ids = arrays["pixels"], arrays["labels"]
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(
+            f"--quality-data {path!r} must be an .npz of uint8 pixels (N, H, W, 3) "
+            f"and labels (N,): {e}"
+        ) from None
+    if pixels.ndim != 4 or pixels.shape[-1] != 3 or len(ids) != len(pixels):
+        raise InputError(
+            f"--quality-data {path!r}: pixels must be (N, H, W, 3) with a label "
+            f"each. Received: pixels {pixels.shape}, labels {ids.shape}"
+        )
+    if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= len(labels):
+        raise InputError(
+            f"--quality-data {path!r}: labels must be class ids in [0, {len(labels)})."
+        )
+    return pixels, ids
+
+
+def read_image(path, size, flag):
+    """uint8 pixels of the image file `path` at `size`, or ValueError."""
+    if not os.path.isfile(path):
+        raise InputError(f"{flag}: no such image file {path!r}")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return np.asarray(decode_pixels(tf.constant(data), size), np.float32)
+    except tf.errors.InvalidArgumentError:
+        raise InputError(
+            f"{flag}: {path!r} is not an image TensorFlow decodes."
+        ) from None
 
 
 EXPORTER = ImageClassificationExporter()

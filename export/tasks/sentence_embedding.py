@@ -26,8 +26,11 @@ Tokenization, input packing, calibration and the device files are
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
+from tfformer.errors import InputError
+from tfformer.export import quality
 from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.bert_text import (
     BertInputs,
@@ -123,6 +126,7 @@ class SentenceEmbeddingExporter(BertTextExporter):
     # have): per-tensor ones cost all-MiniLM-L6-v2's dynamic int8 model
     # its accuracy (cosine to float 0.969 median, BENCHMARKS.md).
     per_channel_weights = True
+    quality_metric = quality.COSINE
 
     def task_run(self, run, model, tokenizers):
         return EmbeddingRun(
@@ -153,6 +157,49 @@ class SentenceEmbeddingExporter(BertTextExporter):
             "dimension": run.dimension,
             "pooling": run.pooling,
             "normalize": run.normalize,
+        }
+
+    def quality_samples(self, run, path):
+        """Texts, one per line (a .jsonl file: {"text"} rows); a converted
+        embedder has none of its own."""
+        if path is None:
+            rows, where = quality.heldout_examples(run, path, ("text",))
+            if rows is None:
+                return None, where
+        elif str(path).removesuffix(".gz").endswith(".jsonl"):
+            rows, where = quality.read_rows(path, ("text",)), str(path)
+        else:
+            lines = quality.read_bytes(path).decode("utf-8", "replace").splitlines()
+            rows, where = [{"text": line} for line in lines if line.strip()], str(path)
+        texts = [str(row["text"]) for row in rows][: quality.MOST_EXAMPLES]
+        if len(texts) < 2:
+            raise InputError(f"--quality-data {path!r} needs 2 texts or more.")
+        return texts, where
+
+    def quality(self, run, float32_path, quantized_path, texts):
+        """The mean cosine of the quantized model's embeddings to float32's
+        (float32's own: 1), the least, and the share of texts whose nearest
+        other text stays the same."""
+        from tfformer.export.runtimes.embed import LiteRTEmbedder
+
+        vectors = []
+        for path in (float32_path, quantized_path):
+            embedder = LiteRTEmbedder(path)
+            v = np.stack([embedder.embed(t) for t in texts]).astype(np.float64)
+            norms = np.linalg.norm(v, axis=1, keepdims=True)
+            vectors.append(v / np.where(norms > 0, norms, 1.0))
+        cosine = np.sum(vectors[0] * vectors[1], axis=1)
+        neighbours = []
+        for v in vectors:
+            similarity = v @ v.T
+            np.fill_diagonal(similarity, -np.inf)
+            neighbours.append(np.argmax(similarity, axis=1))
+        return {
+            "examples": len(texts),
+            "float32": 1.0,
+            "quantized": round(float(np.mean(cosine)), 6),
+            "cosine_min": round(float(np.min(cosine)), 6),
+            "agreement": round(float(np.mean(neighbours[0] == neighbours[1])), 4),
         }
 
 

@@ -34,8 +34,10 @@ Tokenization, input packing, calibration and the device files are
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
+from tfformer.export import quality
 from tfformer.export.archive import SignatureArchive
 from tfformer.export.tasks.bert_text import BertInputs, BertTextExporter, BertTextRun
 from tfformer.export.tasks.text import MAX_INPUT_BYTES, clamp_ids, special_ids
@@ -129,6 +131,7 @@ class TextClassificationExporter(BertTextExporter):
     graph_type = ClassifierGraph
     runtime = "classify.py"
     model_inputs = ("token_ids", "segment_ids")
+    quality_metric = quality.ACCURACY
 
     def task_run(self, run, model, tokenizers):
         return ClassificationRun(
@@ -159,6 +162,32 @@ class TextClassificationExporter(BertTextExporter):
 
     def device_settings(self, run):
         return {"labels": run.labels, "pairs": run.pairs}
+
+    def quality_samples(self, run, path):
+        """Labelled texts: JSON lines {"text", ("text_b",) "label"} (a
+        name or an id), or TSV rows "text<TAB>(text_b<TAB>)label"."""
+        manifest = run.manifest
+        keys = ("text", "text_b", "label") if manifest.pairs else ("text", "label")
+        rows, where = quality.heldout_examples(run, path, keys)
+        if rows is None:
+            return None, where
+        samples = []
+        for row in rows[: quality.MOST_EXAMPLES]:
+            text = (row["text"], row["text_b"]) if manifest.pairs else row["text"]
+            label = quality.label_id(row["label"], list(manifest.labels), where)
+            samples.append((text, label))
+        return samples, where
+
+    def quality(self, run, float32_path, quantized_path, samples):
+        from tfformer.export.runtimes.classify import LiteRTClassifier
+
+        answers = []
+        for path in (float32_path, quantized_path):
+            classifier = LiteRTClassifier(path)
+            answers.append(
+                [int(np.argmax(classifier.classify(t)[1])) for t, _ in samples]
+            )
+        return quality.class_figures(answers, [label for _, label in samples])
 
 
 EXPORTER = TextClassificationExporter()

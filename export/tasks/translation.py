@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from tfformer.decoding import Generator
 from tfformer.errors import InputError
-from tfformer.export import runtimes
+from tfformer.export import quality, runtimes
 from tfformer.export.archive import SignatureArchive, traced_once
 from tfformer.export.exporter import Exporter, ExportRun, TFLiteSource
 from tfformer.export.tasks.text import (
@@ -255,6 +255,9 @@ class TranslationExporter(Exporter):
     task = "translation"
     run_type = TranslationRun
     tokenizer_kinds = ("wordpiece", "byte")
+    quality_metric = quality.BLEU
+    # The most sentences the gate translates with each model.
+    quality_sentences = 200
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -344,6 +347,39 @@ class TranslationExporter(Exporter):
         )
         runtimes.write_settings(out_dir, "text.json", settings)
         runtimes.ship(out_dir, "tokenizer.py", "translate.py")
+
+    def quality_samples(self, run, path):
+        """(source, reference) pairs: JSON lines {"source", "target"}, or
+        TSV rows "source<TAB>target"."""
+        rows, where = quality.heldout_examples(run, path, ("source", "target"))
+        if rows is None:
+            return None, where
+        rows = rows[: self.quality_sentences]
+        return [(str(r["source"]), str(r["target"])) for r in rows], where
+
+    def quality(self, run, float32_path, quantized_path, pairs):
+        """Lowercased sacreBLEU of each model's greedy translations against
+        the references (as `tfformer-evaluate` reports it), and the share
+        of sentences translated alike."""
+        import sacrebleu
+
+        from tfformer.export.runtimes.translate import Translator
+
+        sources = [source for source, _ in pairs]
+        references = [reference for _, reference in pairs]
+        outputs = [
+            Translator(p).translate(sources) for p in (float32_path, quantized_path)
+        ]
+        bleu = sacrebleu.metrics.BLEU(lowercase=True)
+        scores = [bleu.corpus_score(o, [references]).score for o in outputs]
+        same = sum(a == b for a, b in zip(*outputs, strict=True)) / len(pairs)
+        return {
+            "examples": len(pairs),
+            "float32": round(scores[0], 4),
+            "quantized": round(scores[1], 4),
+            "agreement": round(same, 4),
+            "bleu_signature": str(bleu.get_signature()),
+        }
 
 
 EXPORTER = TranslationExporter()

