@@ -137,11 +137,12 @@ def build(root, shape, context, quantize="none"):
     return run, tflite, bundle, parameters, seconds
 
 
-def export_and_bundle(run, root, quantize, context, tokenizer, start, stops):
+def export_and_bundle(run, root, quantize, context, tokenizer, start, stops, **gate):
     """(the run's `.tflite` with the bundle's prefill lengths, the bundle
     around it, export seconds), written into `root` with the functions
     `tfformer-export --format litertlm` uses; `tokenizer` is a (kind,
-    tokenizer) pair for `litertlm.write_tokenizer`."""
+    tokenizer) pair for `litertlm.write_tokenizer`; `gate`: the quality
+    gate's options of `export_tflite`."""
     from tfformer.export import litertlm
     from tfformer.export.tflite import export_tflite
 
@@ -152,6 +153,7 @@ def export_and_bundle(run, root, quantize, context, tokenizer, start, stops):
         quantize=quantize,
         prefill_lengths=litertlm.prefill_lengths(context),
         progress=print,
+        **gate,
     )
     seconds = time.perf_counter() - began
     described = litertlm.write_tokenizer(*tokenizer, root)

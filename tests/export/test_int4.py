@@ -226,3 +226,48 @@ def test_an_int4_bundle_runs_in_litert_lm_as_its_tflite_model(tiny_gpt_run, tmp_
     assert any("top-1 agreement" in line for line in said)
     got = litertlm.litert_lm_greedy(path, "to be", 8)
     assert got
+
+
+def test_an_int4_model_stores_each_weight_once(tiny_gpt_run, tmp_path, monkeypatch):
+    """ai-edge-quantizer stores the float embedding once per signature
+    (GATHER reads it as float in each, the tied output layer as int4);
+    `share_identical_buffers` makes every copy read one buffer, and the
+    model computes what it did."""
+    import hashlib
+
+    from tfformer.export import int4
+    from tfformer.export.flatbuffer import read_model
+    from tfformer.export.runtimes.generate import LiteRTGenerator
+
+    def copies(path):
+        with open(path, "rb") as f:
+            model = read_model(f.read())
+        seen = {}
+        for buffer in model.buffers:
+            if buffer.data is not None and len(buffer.data) > 64:
+                key = hashlib.sha256(bytes(buffer.data)).digest()
+                seen[key] = seen.get(key, 0) + 1
+        return sum(n - 1 for n in seen.values())
+
+    paths = {}
+    for shared in (True, False):
+        if not shared:
+            monkeypatch.setattr(int4, "share_identical_buffers", lambda f: f)
+        paths[shared] = export_tflite(
+            tiny_gpt_run,
+            str(tmp_path / str(shared)),
+            quantize="int4",
+            prefill_lengths=[8, 32],
+            max_quality_loss=10.0,
+            progress=lambda *_: None,
+        )
+    assert copies(paths[False]) > 0 and copies(paths[True]) == 0
+    assert os.path.getsize(paths[True]) < os.path.getsize(paths[False])
+    prompt = [b + 4 for b in b"to be or"]
+    outputs = []
+    for path in paths.values():
+        generator = LiteRTGenerator(path)
+        cache = generator.prefill(prompt, generator.new_cache())
+        logits, _ = generator.decode(prompt[-1], len(prompt), cache)
+        outputs.append(np.asarray(logits))
+    np.testing.assert_array_equal(*outputs)
