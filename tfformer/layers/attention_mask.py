@@ -23,14 +23,17 @@ def causal_mask(query_length, key_length, start_index=0):
     Args:
         query_length: int or scalar int tensor, T.
         key_length: int or scalar int tensor, S.
-        start_index: int or scalar int tensor, absolute position of query 0.
+        start_index: int or scalar int tensor, absolute position of query 0;
+            or a `(batch,)` tensor, one per row.
 
     Returns:
-        Boolean tensor `(1, T, S)`.
+        Boolean tensor `(1, T, S)` (`(batch, T, S)` for one start per row).
     """
-    rows = ops.arange(query_length, dtype="int32") + ops.cast(start_index, "int32")
+    start = ops.cast(start_index, "int32")
+    if len(start.shape) == 1:
+        start = ops.reshape(start, (-1, 1, 1))  # (B, 1, 1)
+    rows = ops.reshape(ops.arange(query_length, dtype="int32"), (1, -1, 1)) + start
     cols = ops.arange(key_length, dtype="int32")
-    rows = ops.reshape(rows, (1, -1, 1))  # (1, T, 1)
     cols = ops.reshape(cols, (1, 1, -1))  # (1, 1, S)
     return ops.greater_equal(rows, cols)  # (1, T, S)
 

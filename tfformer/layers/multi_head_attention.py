@@ -106,7 +106,10 @@ class MultiHeadAttention(keras.layers.Layer):
             slot is attended unless a mask hides it, and `value`/`key` are
             ignored.
         cache_update_index: int or scalar int tensor, the cache position of
-            the first query token.
+            the first query token; or a `(batch,)` int tensor, one position
+            per row (batched decoding of sequences at different lengths:
+            T must be 1, each row's token is written at its own slot and
+            attends to the slots up to it).
 
     Returns:
         `(batch, T, output_dim)`, followed by the attention weights if
@@ -528,8 +531,10 @@ class MultiHeadAttention(keras.layers.Layer):
         """
         q, k, v = self._project_inputs(query, value, key, cache_update_index)
         new_kv = ops.cast(ops.stack([k, v], axis=1), cache.dtype)  # (B, 2, KV, T, d)
-        zero = ops.zeros((), "int32")
         index = ops.cast(cache_update_index, "int32")
+        if len(index.shape) == 1:
+            return self._write_rows(q, new_kv, cache, index)
+        zero = ops.zeros((), "int32")
         cache = ops.slice_update(cache, [zero, zero, zero, index, zero], new_kv)
         k, v = ops.unstack(cache, 2, axis=1)  # (B, kv, max_length, d) each
         # Slots after the last written one hold zeros, never keys: hide
@@ -539,6 +544,24 @@ class MultiHeadAttention(keras.layers.Layer):
             index + ops.shape(q)[2],
         )
         written_mask = ops.reshape(written_mask, (1, -1))  # (1, S)
+        return q, k, v, cache, written_mask
+
+    def _write_rows(self, q, new_kv, cache, index):
+        """`_write_cache` with one position per row, `index` `(B,)`: each
+        row's one new key/value goes to its own slot (an elementwise select,
+        no scatter: builtin TFLite ops only), and each row sees the slots
+        up to its position."""
+        if static_dim(new_kv.shape[3]) != 1:
+            raise InputError(
+                "A cache_update_index of one position per row takes one token "
+                f"per row (T = 1). Received: query with {new_kv.shape[3]} tokens"
+            )
+        slots = ops.reshape(ops.arange(ops.shape(cache)[3], dtype="int32"), (1, -1))
+        rows = ops.reshape(index, (-1, 1))  # (B, 1)
+        here = ops.reshape(ops.equal(slots, rows), (-1, 1, 1, ops.shape(cache)[3], 1))
+        cache = ops.where(here, new_kv, cache)  # new_kv broadcasts over slots
+        k, v = ops.unstack(cache, 2, axis=1)
+        written_mask = ops.less_equal(slots, rows)  # (B, S)
         return q, k, v, cache, written_mask
 
     def _read_cache(self, query, cache):
