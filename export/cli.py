@@ -191,6 +191,13 @@ def export(args, exporter):
                 "below the context, and the context). "
                 f"Received: --prefill-lengths {args.prefill_lengths!r}"
             )
+        if getattr(args, "decode_batch", None):
+            raise InputError(
+                "--decode-batch adds a signature LiteRT-LM cannot run (it steps "
+                "one sequence per decode call); export --format tflite for "
+                f"generate.py's BatchedGenerator. Received: --decode-batch "
+                f"{args.decode_batch}"
+            )
         from tfformer.export.litertlm import export_litertlm
 
         return export_litertlm(

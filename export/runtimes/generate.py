@@ -32,6 +32,11 @@ hashing (see `uniform`), so the same seed gives the same tokens as the
 Keras generator and the SavedModel's `generate` (row r of a Keras batch
 uses seed + r), up to float rounding (above).
 
+Several sequences at once: a model exported with `--decode-batch B` has a
+`decode_batch` signature (B tokens, one position each); `BatchedGenerator`
+joins sequences into its rows between steps and steps them all with one
+call, each choosing its tokens by the rules above.
+
 Example:
 >>> runtime = LiteRTGenerator("device/model.tflite")
 >>> runtime.generate_text("ROMEO:", max_new_tokens=40, top_k=20, seed=1)
@@ -339,6 +344,166 @@ class LiteRTGenerator:
             if whole.startswith(before):
                 return whole[len(before) :]
         return self.tokenizer.detokenize(new)
+
+
+class BatchedGenerator:
+    """Several sequences decoded together (continuous batching): up to B
+    live sequences in one batched cache, stepped by one `decode_batch` call
+    per step, each at its own position; a sequence joins (its prompt is
+    prefilled alone, then copied into a free row) and leaves between steps.
+    Each sequence gets the tokens `LiteRTGenerator.generate` gives it alone,
+    with the same settings and seed (up to float rounding: the batched
+    kernels may round differently).
+
+    The model is `model*.tflite` exported with `--decode-batch B`.
+
+    Example:
+    >>> batch = BatchedGenerator("device/model.tflite")
+    >>> a = batch.join(ids_a, 40, greedy=True)
+    >>> b = batch.join(ids_b, 40, top_k=20, seed=1)
+    >>> while batch.live: batch.step()
+    >>> batch.tokens(a), batch.tokens(b)
+    """
+
+    def __init__(self, path, num_threads=None):
+        self.single = LiteRTGenerator(path, num_threads)
+        signatures = self.single.interpreter.get_signature_list()
+        if "decode_batch" not in signatures:
+            raise ValueError(
+                f"{path} has no 'decode_batch' signature (signatures: "
+                f"{sorted(signatures)}): export it with --decode-batch B."
+            )
+        self.runner = self.single.interpreter.get_signature_runner("decode_batch")
+        details = self.runner.get_input_details()
+        self.batch = int(details["tokens"]["shape"][0])
+        self.context = self.single.context
+        self.cache = {
+            name: np.zeros(tuple(int(d) for d in details[name]["shape"]), np.float32)
+            for name in self.single.cache_shapes
+        }
+        self.rows = [None] * self.batch  # the live sequence in each row
+        self.sequences = {}  # id -> its state
+        self.next_id = 0
+
+    @property
+    def live(self):
+        """The ids of the sequences still generating."""
+        return [s["id"] for s in self.rows if s is not None]
+
+    def decode_batch(self, tokens, positions, cache):
+        """Logits `(B, vocab)` after `tokens[r]` at `positions[r]` of each
+        row r, and the new cache (one call)."""
+        positions = np.asarray(positions, np.int32).reshape(-1)
+        tokens = np.asarray(tokens, np.int32).reshape(-1, 1)
+        if positions.shape != (self.batch,) or tokens.shape != (self.batch, 1):
+            raise ValueError(
+                f"tokens and input_pos must hold {self.batch} rows. Received: "
+                f"tokens {tokens.shape}, input_pos {positions.shape}"
+            )
+        if positions.min() < 0 or positions.max() >= self.context:
+            raise ValueError(
+                f"input_pos must lie in [0, {self.context}) (the context). "
+                f"Received: {positions.tolist()}"
+            )
+        out = self.runner(tokens=tokens, input_pos=positions, **cache)
+        return out.pop("logits")[:, -1], out
+
+    def join(self, prompt_ids, max_new_tokens=32, **settings):
+        """Starts a sequence after `prompt_ids` (cut as `generate` cuts it)
+        in a free row; returns its id. `settings`: `generate`'s (greedy,
+        temperature, top_k, top_p, seed). ValueError when every row is
+        live."""
+        settings = {
+            "greedy": False,
+            "temperature": 1.0,
+            "top_k": 0,
+            "top_p": 1.0,
+            "seed": 0,
+            **settings,
+        }
+        check_settings(
+            max_new_tokens,
+            settings["temperature"],
+            settings["top_k"],
+            settings["top_p"],
+            self.context,
+        )
+        single = self.single
+        state = {
+            "id": self.next_id,
+            "left": max_new_tokens,
+            "settings": settings,
+            "tokens": [],
+            "log_probs": [],
+        }
+        self.next_id += 1
+        self.sequences[state["id"]] = state
+        if max_new_tokens == 0:  # done at once, as `generate` is
+            state["row"] = None
+            return state["id"]
+        if None not in self.rows:
+            del self.sequences[state["id"]]
+            raise ValueError(
+                f"all {self.batch} rows are live (sequences {self.live}): "
+                "step until one ends, or leave one."
+            )
+        keep = min(self.context - max_new_tokens, self.context - 1)
+        ids = [int(i) for i in prompt_ids]
+        if len(ids) > keep and ids[0] == single.start_id:
+            ids = ids[:1] + ids[len(ids) - keep + 1 :]
+        ids = ids[-keep:] or [single.start_id]
+        alone = single.prefill(ids[:-1], single.new_cache())
+        row = self.rows.index(None)
+        for name, value in alone.items():
+            self.cache[name][row] = value[0]
+        state.update(row=row, token=ids[-1], position=len(ids) - 1)
+        self.rows[row] = state
+        return state["id"]
+
+    def step(self):
+        """One `decode_batch` call for every live sequence; returns {id: the
+        token it chose}. A sequence that chose an end id, reached its
+        `max_new_tokens` or the context leaves its row."""
+        states = [s for s in self.rows if s is not None]
+        if not states:
+            return {}
+        # A free row steps padding at position 0: its own slot, which the
+        # next join overwrites.
+        tokens = [PAD if s is None else s["token"] for s in self.rows]
+        positions = [0 if s is None else s["position"] for s in self.rows]
+        logits, self.cache = self.decode_batch(tokens, positions, self.cache)
+        chosen = {}
+        for state in states:
+            column = state["position"] + 1
+            token, log_p = choose(logits[state["row"]], column, **state["settings"])
+            state["tokens"].append(token)
+            state["log_probs"].append(log_p)
+            state["left"] -= 1
+            chosen[state["id"]] = token
+            ended = token in self.single.end_ids or column + 1 == self.context
+            if ended or state["left"] == 0:
+                self.rows[state["row"]] = None
+            else:
+                state["token"], state["position"] = token, column
+        return chosen
+
+    def leave(self, sequence):
+        """Ends the live sequence `sequence` now, freeing its row."""
+        state = self.sequences.get(sequence)
+        if (
+            state is None
+            or state["row"] is None
+            or self.rows[state["row"]] is not state
+        ):
+            raise ValueError(f"sequence {sequence!r} is not live (live: {self.live}).")
+        self.rows[state["row"]] = None
+
+    def tokens(self, sequence):
+        """(the ids `sequence` generated so far, their log-probabilities)."""
+        if sequence not in self.sequences:
+            raise ValueError(f"no sequence {sequence!r} joined this batch.")
+        state = self.sequences[sequence]
+        return list(state["tokens"]), list(state["log_probs"])
 
 
 def main(argv=None):

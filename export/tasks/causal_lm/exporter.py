@@ -10,6 +10,7 @@ from tfformer.export.exporter import Exporter, TFLiteSource
 from tfformer.export.quality import NATS
 from tfformer.export.tasks.causal_lm.litert import (
     calibration_samples,
+    check_decode_batch,
     check_prefill_lengths,
     write_device_saved_model,
     write_loop_saved_model,
@@ -48,13 +49,21 @@ class CausalLMExporter(Exporter):
             help="tflite: comma-separated prompt lengths of the prefill "
             "signatures (default: the context; several give prefill_N)",
         )
+        parser.add_argument(
+            "--decode-batch",
+            type=int,
+            help="tflite: also a decode_batch signature that steps this many "
+            "sequences at once, each at its own position (generate.py's "
+            "BatchedGenerator)",
+        )
 
     def saved_model_options(self, args):
         return {"jit_compile": args.jit_compile}
 
     def tflite_options(self, args):
+        options = {"decode_batch": args.decode_batch}
         if not args.prefill_lengths:
-            return {"prefill_lengths": None}
+            return {"prefill_lengths": None, **options}
         try:
             lengths = [int(x) for x in args.prefill_lengths.split(",")]
         except ValueError:
@@ -62,7 +71,7 @@ class CausalLMExporter(Exporter):
                 "--prefill-lengths must be comma-separated ints. Received: "
                 f"{args.prefill_lengths!r}"
             ) from None
-        return {"prefill_lengths": lengths}
+        return {"prefill_lengths": lengths, **options}
 
     def task_run(self, run, model, tokenizers):
         spec = tokenizers["text"]
@@ -89,11 +98,18 @@ class CausalLMExporter(Exporter):
         graph.write(path)
         return graph.settings
 
-    def tflite_sources(self, run, staging, quantize, prefill_lengths=None):
-        """`model` (prefill/decode) and `model_loop`, for every quantization."""
+    def check_tflite_options(self, quantize, prefill_lengths=None, decode_batch=None):
+        super().check_tflite_options(quantize)
+        check_decode_batch(decode_batch)
+
+    def tflite_sources(
+        self, run, staging, quantize, prefill_lengths=None, decode_batch=None
+    ):
+        """`model` (prefill/decode, and decode_batch when asked) and
+        `model_loop`, for every quantization."""
         del quantize
         device = os.path.join(staging, "device")
-        keys = write_device_saved_model(run, device, prefill_lengths)
+        keys = write_device_saved_model(run, device, prefill_lengths, decode_batch)
         loop = os.path.join(staging, "loop")
         write_loop_saved_model(run, loop)
         return [
@@ -101,7 +117,9 @@ class CausalLMExporter(Exporter):
             TFLiteSource("model_loop", loop),
         ]
 
-    def calibration(self, run, texts, quantize, prefill_lengths=None, limit=64):
+    def calibration(
+        self, run, texts, quantize, prefill_lengths=None, decode_batch=None, limit=64
+    ):
         """Full-int8 samples: caches and tokens of real text for `decode`
         and each `prefill`, and prompts for the loop model."""
         del quantize  # the same samples for both
@@ -112,11 +130,12 @@ class CausalLMExporter(Exporter):
                 "real text (for example lines of the training file)."
             )
         lengths = check_prefill_lengths(prefill_lengths, run.context)
-        return calibration_samples(run, texts, lengths)
+        return calibration_samples(run, texts, lengths, decode_batch)
 
-    def device_files(self, run, out_dir, prefill_lengths=None):
+    def device_files(self, run, out_dir, prefill_lengths=None, decode_batch=None):
         """The vocabulary (a converted run's tokenizer file), `text.json`,
         `tokenizer.py` and `generate.py`."""
+        del decode_batch  # the runtime reads it from the model
         lengths = list(check_prefill_lengths(prefill_lengths, run.context))
         if run.converted:
             atomic_copy(run.text.path, os.path.join(out_dir, CONVERTED_TOKENIZER))

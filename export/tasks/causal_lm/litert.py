@@ -35,37 +35,38 @@ class DeviceSignatures:
         self.key_dim = attention.key_dim
         self.value_dim = attention.value_head_dim
 
-    def cache_shapes(self):
+    def cache_shapes(self, batch=1):
         """{name: shape} of every cache tensor, in signature order."""
         shapes = {}
         for i in range(self.layers):
             shapes[f"kv_cache_k_{i}"] = (
-                1,
+                batch,
                 self.kv_heads,
                 self.run.context,
                 self.key_dim,
             )
             shapes[f"kv_cache_v_{i}"] = (
-                1,
+                batch,
                 self.kv_heads,
                 self.run.context,
                 self.value_dim,
             )
         return shapes
 
-    def cache_specs(self):
+    def cache_specs(self, batch=1):
         return [
             tf.TensorSpec(shape, tf.float32, name=name)
-            for name, shape in self.cache_shapes().items()
+            for name, shape in self.cache_shapes(batch).items()
         ]
 
-    def _run(self, tokens, input_pos, caches):
+    def _run(self, tokens, input_pos, caches, positions=None):
         cache = tuple(
             tf.stack([caches[2 * i], caches[2 * i + 1]], axis=1)
             for i in range(self.layers)
         )
         tokens = clamp_ids(tokens, self.run.vocabulary_size, stray_id(self.run))
-        logits, cache, _ = self.decoder.step(tokens, cache, input_pos[0])
+        index = input_pos[0] if positions is None else positions
+        logits, cache, _ = self.decoder.step(tokens, cache, index)
         out = {}
         for i, layer in enumerate(cache):
             out[f"kv_cache_k_{i}"] = layer[:, 0]
@@ -78,6 +79,15 @@ class DeviceSignatures:
 
     def prefill(self, tokens, input_pos, *caches):
         return self._run(tokens, input_pos, caches)[1]
+
+    def decode_batch(self, tokens, input_pos, *caches):
+        """`decode` of B sequences at once, each at its own position:
+        `tokens` `(B, 1)`, `input_pos` `(B,)`, caches `(B, ...)`. A position
+        outside the context is clipped into it (the runtime refuses it
+        first)."""
+        positions = tf.clip_by_value(input_pos, 0, self.run.context - 1)
+        logits, out = self._run(tokens, input_pos, caches, positions)
+        return {"logits": tf.cast(logits, tf.float32), **out}
 
 
 def prefill_signature_name(length, lengths):
@@ -103,10 +113,26 @@ def check_prefill_lengths(prefill_lengths, context):
     return tuple(sorted(lengths))
 
 
-def write_device_saved_model(run, path, prefill_lengths=None):
+def check_decode_batch(decode_batch):
+    """`decode_batch` (None, or an int in [2, 256]), or ValueError naming it."""
+    if decode_batch is None:
+        return None
+    if isinstance(decode_batch, bool) or not isinstance(decode_batch, int):
+        raise InputError(f"--decode-batch must be an int. Received: {decode_batch!r}")
+    if not 2 <= decode_batch <= 256:
+        raise InputError(
+            f"--decode-batch must be in [2, 256] (sequences stepped together). "
+            f"Received: {decode_batch}"
+        )
+    return decode_batch
+
+
+def write_device_saved_model(run, path, prefill_lengths=None, decode_batch=None):
     """The SavedModel the converter reads for `model.tflite`; returns its
-    signature keys."""
+    signature keys. `decode_batch` B adds `decode_batch`: `tokens` `(B, 1)`,
+    `input_pos` `(B,)` (one position per sequence) and caches `(B, ...)`."""
     lengths = check_prefill_lengths(prefill_lengths, run.context)
+    batch = check_decode_batch(decode_batch)
     signatures = DeviceSignatures(run)
     archive = SignatureArchive()
     archive.track(run.model)
@@ -133,6 +159,17 @@ def write_device_saved_model(run, path, prefill_lengths=None):
             ],
         )
         keys.append(name)
+    if batch is not None:
+        archive.add_endpoint(
+            "decode_batch",
+            signatures.decode_batch,
+            [
+                tf.TensorSpec([batch, 1], tf.int32, name="tokens"),
+                tf.TensorSpec([batch], tf.int32, name="input_pos"),
+                *signatures.cache_specs(batch),
+            ],
+        )
+        keys.append("decode_batch")
     archive.write_out(path)
     return keys
 
@@ -179,10 +216,10 @@ def write_loop_saved_model(run, path):
     archive.write_out(path)
 
 
-def calibration_samples(run, texts, lengths):
+def calibration_samples(run, texts, lengths, decode_batch=None):
     """`(signature_key, inputs)` samples: each text's tokens prefilled into
-    real caches by every prefill signature, a decode step after them, and
-    the loop model's prompt."""
+    real caches by every prefill signature, a decode step after them (and
+    `decode_batch` B copies of it), and the loop model's prompt."""
     tokenizer = core_tokenizer(run)
     signatures = DeviceSignatures(run)
     names = list(signatures.cache_shapes())
@@ -222,6 +259,14 @@ def calibration_samples(run, texts, lengths):
                 },
             )
         )
+        if decode_batch:
+            step = samples[-1][1]
+            samples.append(
+                (
+                    "decode_batch",
+                    {k: np.repeat(v, decode_batch, axis=0) for k, v in step.items()},
+                )
+            )
         loop_ids = np.zeros((1, run.context), np.int32)
         loop_ids[0, : len(ids)] = ids
         samples.append(
