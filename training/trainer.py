@@ -13,6 +13,7 @@ import os
 import time
 
 import keras
+import numpy as np
 from tensorflow.data.experimental import assert_cardinality
 
 from tfformer.errors import InputError, InputTypeError
@@ -190,6 +191,13 @@ def train(config, *, progress=print, start_over=False):
     directory = None if moving else train_config.output_dir
     inputs = prepare_inputs(config, strategy, progress, directory=directory)
     model, schedule = build_compiled_model(config, inputs)
+    if config.model.lora_rank is not None:
+        trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+        progress(
+            f"LoRA: rank {config.model.lora_rank} on "
+            f"{', '.join(config.model.lora_targets)}; {trainable:,} of "
+            f"{model.count_params():,} parameters train"
+        )
     if moving and writes:
         move_aside(train_config.output_dir, progress)
     # Started over, no worker restores: on a shared disk a worker could
@@ -471,6 +479,15 @@ def build_compiled_model(config, inputs):
     with dtype_policy(train_config.precision), inputs.strategy.scope():
         schedule = learning_rate(config, train_config.epochs * inputs.steps_per_epoch)
         model = build_model(config, inputs.data)
+        if config.model.lora_rank is not None:
+            from tfformer.models.lora import enable_lora
+
+            enable_lora(
+                model,
+                config.model.lora_rank,
+                config.model.lora_targets,
+                config.model.lora_alpha,
+            )
         compile_model(model, config, schedule=schedule)
     return model, schedule
 

@@ -62,6 +62,14 @@ class ModelConfig:
     # The feed-forward networks' activation (a Keras name, or
     # "gelu_approximate": GPT-2's tanh form); None: the builder's.
     activation: str | None = None
+    # LoRA (`tfformer.models.lora`): for a run started from
+    # `model.init_from`, freeze its backbone and train rank-`lora_rank`
+    # adapters on `lora_targets` ("query", "key", "value", "output",
+    # "ffn"), scaled by `lora_alpha / lora_rank` (None: alpha = rank). The
+    # saved model has them merged. None: every weight trains.
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] = ("query", "value")
+    lora_alpha: float | None = None
 
 
 @dataclasses.dataclass
@@ -83,6 +91,34 @@ class PreparedData:
     @property
     def num_classes(self):
         return len(self.labels)
+
+
+def check_lora(model_config):
+    """ValueError naming `model.lora_rank`, `model.lora_targets` or
+    `model.lora_alpha` when LoRA is asked for where it cannot apply: a
+    rank that is not an int >= 1, unknown targets, or a run trained from
+    scratch (adapters on random weights learn nothing a full run would
+    not). The rank's upper bound (the narrowest projection) is checked
+    when the model is built."""
+    rank = model_config.lora_rank
+    if rank is None:
+        return
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise InputError(f"model.lora_rank must be an int >= 1. Received: {rank!r}")
+    if getattr(model_config, "init_from", None) is None:
+        raise InputError(
+            "model.lora_rank fine-tunes a run started from model.init_from (its "
+            "weights frozen, adapters trained); this run trains from scratch. "
+            f"Received: model.lora_rank={rank} without model.init_from"
+        )
+    from tfformer.models.lora import check_targets
+
+    check_targets(model_config.lora_targets)
+    alpha = model_config.lora_alpha
+    if alpha is not None and not (
+        isinstance(alpha, int | float) and not isinstance(alpha, bool) and alpha > 0
+    ):
+        raise InputError(f"model.lora_alpha must be > 0. Received: {alpha!r}")
 
 
 def check_model_recipe(model_config):
@@ -300,6 +336,7 @@ class TaskSchema:
         if buckets[0] < 2:
             raise InputError(f"data.bucket_lengths must be >= 2. Received: {buckets}")
         check_model_recipe(config.model)
+        check_lora(config.model)
         self.model_sizes(config.model)
 
     def preset(self, model_config):

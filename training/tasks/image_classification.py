@@ -25,6 +25,7 @@ from tfformer.training.tasks.base import (
     TrainingTask,
     check_holdout_fraction,
     check_initial_settings,
+    check_lora,
     check_model_recipe,
     check_positive,
     initial_hidden_dropout,
@@ -145,6 +146,7 @@ class ImageClassificationTask(TrainingTask):
             )
         check_holdout_fraction(d)
         check_model_recipe(config.model)
+        check_lora(config.model)
         if config.model.init_from is not None:
             return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)

@@ -1,0 +1,143 @@
+"""LoRA (Hu et al., 2021): fine-tune a built model through low-rank adapters.
+
+`enable_lora(model, rank)` freezes every weight of the model's backbone
+and gives the chosen projections of each attention and feed-forward layer
+Keras's LoRA adapters (`keras.layers.Dense.enable_lora`): the layer's
+kernel reads as W + (alpha / rank) A B, with A `(in, rank)` drawn as Keras
+draws it and B `(rank, out)` zero, so the model starts as it was. Only A,
+B and the layers outside the backbone (a new classification head) train.
+
+Saving merges: Keras writes each adapted layer's kernel as W + (alpha /
+rank) A B (`Dense.save_own_variables`), so a `.keras` file of an adapted
+model loads as a plain one and exports as any other. `adapter_weights`
+and `load_adapter_weights` keep the adapters alone (a few hundred KB where
+the model is tens of MB).
+
+Backend-neutral: Keras layers and variables only.
+"""
+
+import numpy as np
+
+from tfformer.errors import InputError
+from tfformer.layers.feed_forward import FeedForward
+from tfformer.layers.multi_head_attention import MultiHeadAttention
+
+# What `targets` may name: attention's projections and the feed-forward
+# network's ("ffn": all of its dense layers).
+ATTENTION_TARGETS = ("query", "key", "value", "output")
+TARGETS = (*ATTENTION_TARGETS, "ffn")
+# The LoRA paper's choice for Transformers (and keras-hub's `enable_lora`).
+DEFAULT_TARGETS = ("query", "value")
+
+
+def _dense_layers(layer, targets):
+    """(name, keras Dense) of `layer` that `targets` name."""
+    found = []
+    if isinstance(layer, MultiHeadAttention):
+        fused = getattr(layer, "query_key_value_dense", None)
+        if fused is not None and {"query", "key", "value"} & set(targets):
+            found.append(("query_key_value", fused))
+        for name in ATTENTION_TARGETS:
+            dense = getattr(layer, f"{name}_dense", None)
+            if name in targets and dense is not None:
+                found.append((name, dense))
+    if isinstance(layer, FeedForward) and "ffn" in targets:
+        for name in ("intermediate", "gate", "output"):
+            dense = getattr(layer, f"{name}_dense", None)
+            if dense is not None:
+                found.append((f"ffn_{name}", dense))
+    return found
+
+
+def _blocks_parts(backbone):
+    """The attention and feed-forward layers of every block of `backbone`
+    (its typed handles: `encoder_blocks`, `decoder_blocks`)."""
+    parts = []
+    for kind in ("encoder_blocks", "decoder_blocks"):
+        for block in getattr(backbone, kind, None) or ():
+            for part in ("self_attention", "cross_attention", "ffn"):
+                layer = getattr(block, part, None)
+                if layer is not None:
+                    parts.append(layer)
+    return parts
+
+
+def check_targets(targets):
+    """`targets` as a tuple, or ValueError naming `model.lora_targets`."""
+    if isinstance(targets, str):
+        targets = (targets,)
+    targets = tuple(targets)
+    unknown = [t for t in targets if t not in TARGETS]
+    if not targets or unknown:
+        raise InputError(
+            f"model.lora_targets must be one or more of {list(TARGETS)}. "
+            f"Received: {list(targets)}"
+        )
+    return targets
+
+
+def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
+    """Freezes `model.backbone` and adds rank-`rank` adapters to its
+    `targets` projections; returns the adapted Dense layers' paths.
+
+    Raises:
+        ValueError: a rank that is not an int in [1, the narrowest adapted
+            projection's width], targets that name nothing, or a model
+            without a backbone (each naming the setting).
+    """
+    targets = check_targets(targets)
+    if isinstance(rank, bool) or not isinstance(rank, int | np.integer) or rank < 1:
+        raise InputError(f"model.lora_rank must be an int >= 1. Received: {rank!r}")
+    backbone = getattr(model, "backbone", None)
+    if backbone is None:
+        raise InputError(
+            f"LoRA adapts a task model's backbone; {type(model).__name__} has none."
+        )
+    adapted = []
+    for layer in _blocks_parts(backbone):
+        for name, dense in _dense_layers(layer, targets):
+            adapted.append((f"{layer.path}/{name}", dense))
+    if not adapted:
+        raise InputError(
+            f"model.lora_targets {list(targets)} name no layer of "
+            f"{type(backbone).__name__}."
+        )
+    narrowest = min(min(d.kernel.shape) for _, d in adapted)
+    if rank > narrowest:
+        raise InputError(
+            f"model.lora_rank must be at most {narrowest} (the narrowest adapted "
+            f"projection's width). Received: {rank}"
+        )
+    for variable in backbone.weights:
+        variable.trainable = False
+    for _, dense in adapted:
+        dense.enable_lora(rank, lora_alpha=alpha)
+    return [path for path, _ in adapted]
+
+
+def adapter_weights(model):
+    """{variable path: NumPy array} of every LoRA adapter of `model`."""
+    return {
+        v.path: np.asarray(v.numpy() if hasattr(v, "numpy") else v.value)
+        for v in model.weights
+        if v.name in ("lora_kernel_a", "lora_kernel_b")
+    }
+
+
+def load_adapter_weights(model, weights):
+    """Sets `model`'s adapters from `adapter_weights`' output; ValueError
+    naming a missing or misshapen one."""
+    mine = {v.path: v for v in model.weights if v.name.startswith("lora_kernel_")}
+    if set(mine) != set(weights):
+        raise InputError(
+            f"the adapters do not match the model's: missing "
+            f"{sorted(set(mine) - set(weights))[:3]}, unknown "
+            f"{sorted(set(weights) - set(mine))[:3]}"
+        )
+    for path, value in weights.items():
+        if tuple(mine[path].shape) != tuple(np.shape(value)):
+            raise InputError(
+                f"adapter {path} must be {tuple(mine[path].shape)}. Received: "
+                f"{tuple(np.shape(value))}"
+            )
+        mine[path].assign(value)
