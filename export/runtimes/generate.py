@@ -274,6 +274,15 @@ class LiteRTGenerator:
 
     # -- generation ------------------------------------------------------------------
 
+    def cut_prompt(self, prompt_ids, max_new_tokens):
+        """The ids `generate` reads of `prompt_ids` (see there); [start] for
+        an empty prompt."""
+        keep = min(self.context - max_new_tokens, self.context - 1)
+        ids = [int(i) for i in prompt_ids]
+        if len(ids) > keep and ids[0] == self.start_id:
+            ids = ids[:1] + ids[len(ids) - keep + 1 :]
+        return ids[-keep:] or [self.start_id]
+
     def generate(
         self,
         prompt_ids,
@@ -290,11 +299,7 @@ class LiteRTGenerator:
         id that is the start token stays first, as Llama 3's tokenizer puts
         it there and a prompt of ids may)."""
         check_settings(max_new_tokens, temperature, top_k, top_p, self.context)
-        keep = min(self.context - max_new_tokens, self.context - 1)
-        ids = [int(i) for i in prompt_ids]
-        if len(ids) > keep and ids[0] == self.start_id:
-            ids = ids[:1] + ids[len(ids) - keep + 1 :]
-        ids = ids[-keep:] or [self.start_id]
+        ids = self.cut_prompt(prompt_ids, max_new_tokens)
         cache = self.prefill(ids[:-1], self.new_cache())
         logits, cache = self.decode(ids[-1], len(ids) - 1, cache)
         new, log_probs = [], []
@@ -447,11 +452,7 @@ class BatchedGenerator:
                 f"all {self.batch} rows are live (sequences {self.live}): "
                 "step until one ends, or leave one."
             )
-        keep = min(self.context - max_new_tokens, self.context - 1)
-        ids = [int(i) for i in prompt_ids]
-        if len(ids) > keep and ids[0] == single.start_id:
-            ids = ids[:1] + ids[len(ids) - keep + 1 :]
-        ids = ids[-keep:] or [single.start_id]
+        ids = single.cut_prompt(prompt_ids, max_new_tokens)
         alone = single.prefill(ids[:-1], single.new_cache())
         row = self.rows.index(None)
         for name, value in alone.items():
