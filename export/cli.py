@@ -76,8 +76,9 @@ def parser():
             "weights and activations with float fallback) or integer_only (int8 "
             "ops only, int8 output; refused, with the float ops named, for a "
             "graph that keeps any) or int4 (int4 weights by ai-edge-quantizer); "
-            "litertlm: none, float16, int8 or int4. Every quantized model is "
-            "measured against float32 on held-out data before it is written"
+            "litertlm: none, float16, int8 or int4. A quantized model is "
+            "measured against float32 on held-out data before it is written "
+            "(without data: a warning; int4 refused)"
         ),
     )
     p.add_argument(

@@ -4,8 +4,9 @@
 
 TensorFlow's converter has no int4 post-training quantization. The float32
 models the converter writes are quantized by `ai-edge-quantizer`'s dynamic
-recipe: int4 weights of every supported op (FULLY_CONNECTED, the embedding
-GATHER, and the other ops of its ALL_SUPPORTED list), in blocks of `block`
+recipe: int4 weights of every op it supports (FULLY_CONNECTED, and
+EMBEDDING_LOOKUP, which these graphs do not use: their embedding is a
+GATHER, which it leaves in float32), in blocks of `block`
 weights along the input dimension with one scale each ("channel": one scale
 per output channel), activations quantized on the fly. (Its weight-only
 recipe with blocks leaves this version's models in float32: 3.42 MB of

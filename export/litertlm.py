@@ -357,8 +357,11 @@ def copy_quality(tflite_dir, tflite_name, out_dir, bundle_path):
     """The quality gate's figures of the bundled model, recorded under the
     bundle's name in `out_dir/quality.json` (none when it was unmeasured)."""
     figures = quality.recorded(tflite_dir, tflite_name)
-    if figures is not None:
-        quality.record(out_dir, os.path.basename(bundle_path), figures)
+    name = os.path.basename(bundle_path)
+    if figures is None:
+        quality.forget(out_dir, [name])  # an earlier bundle's figures
+    else:
+        quality.record(out_dir, name, figures)
 
 
 def bundle_name(quantize):

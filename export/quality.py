@@ -192,27 +192,39 @@ def class_figures(answers, labels):
 
 def record(out_dir, name, figures):
     """Adds `name`'s figures to `out_dir/quality.json`."""
-    path = os.path.join(out_dir, QUALITY_FILE)
-    known = {}
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                known = json.load(f)
-        except (OSError, json.JSONDecodeError):
-            known = {}
-    if not isinstance(known, dict):
-        known = {}
+    known = _known(out_dir)
     known[name] = figures
-    atomic_write_text(path, json.dumps(known, indent=2) + "\n")
+    atomic_write_text(
+        os.path.join(out_dir, QUALITY_FILE), json.dumps(known, indent=2) + "\n"
+    )
+
+
+def _known(out_dir):
+    """`out_dir/quality.json` as a dict ({} when absent or damaged)."""
+    path = os.path.join(out_dir, QUALITY_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            known = json.load(f)
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return known if isinstance(known, dict) else {}
 
 
 def recorded(out_dir, name):
     """The figures `quality.json` in `out_dir` holds for `name`, or None."""
-    path = os.path.join(out_dir, QUALITY_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get(name)
+    return _known(out_dir).get(name)
+
+
+def forget(out_dir, names):
+    """Drops `names`' figures from `out_dir/quality.json` (a model written
+    again unmeasured must not keep an older model's figures)."""
+    known = _known(out_dir)
+    if any(name in known for name in names):
+        for name in names:
+            known.pop(name, None)
+        atomic_write_text(
+            os.path.join(out_dir, QUALITY_FILE), json.dumps(known, indent=2) + "\n"
+        )
 
 
 class QualityGate:
@@ -325,7 +337,8 @@ class QualityGate:
             **measured,
             "loss": round(loss, 4),
             "max_loss": self.max_loss,
-            "within": loss <= self.max_loss,
+            # A NaN loss (a model that collapsed to NaN) is not within.
+            "within": bool(loss <= self.max_loss),
         }
         d = m.digits
         said = (
@@ -335,7 +348,7 @@ class QualityGate:
             f"{measured['agreement']:.1%}"
         )
         progress(f"{self.name}: {said}.")
-        if loss > self.max_loss:
+        if not loss <= self.max_loss:
             if not self.force:
                 raise InputError(
                     f"{self.name} loses {loss:.{d}f} {m.unit} against float32 "

@@ -48,7 +48,7 @@ from tfformer.errors import InputError
 from tfformer.export import runtimes
 from tfformer.export.exporter import CALIBRATED
 from tfformer.export.flatbuffer import float_ops
-from tfformer.export.quality import QualityGate
+from tfformer.export.quality import QualityGate, forget
 from tfformer.export.tasks import get_exporter
 from tfformer.runs.directory import RunDirectory
 from tfformer.runs.files import atomic_write_bytes
@@ -270,6 +270,7 @@ def export_tflite(
     os.makedirs(out_dir, exist_ok=True)
     names = [tflite_file_name(quantize, name) for name, _ in models]
     runtimes.forget_digests(out_dir, names)
+    forget(out_dir, names)  # figures of an earlier model of these names
     paths = [os.path.join(out_dir, name) for name in names]
     for path, (_, flatbuffer) in zip(paths, models, strict=True):
         atomic_write_bytes(path, flatbuffer)

@@ -209,6 +209,17 @@ def train(config, *, progress=print, start_over=False):
         if moving
         else restore_last_backup(model, train_config.output_dir, strategy)
     )
+    if state is not None and config.model.lora_rank is not None:
+        from tfformer.models.lora import redraw_adapters
+
+        # Keras backs LoRA layers up merged and restores them with zero
+        # adapters, which no gradient moves: draw A again.
+        with strategy.scope():
+            redrawn = redraw_adapters(model, seed=train_config.seed)
+        progress(
+            f"LoRA: resumed from merged weights; {redrawn} adapters drawn again "
+            "(the run's update may reach twice the rank)"
+        )
     run = open_run_directory(config, inputs.data, write=writes)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress

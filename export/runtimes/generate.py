@@ -418,14 +418,19 @@ class BatchedGenerator:
         in a free row; returns its id. `settings`: `generate`'s (greedy,
         temperature, top_k, top_p, seed). ValueError when every row is
         live."""
-        settings = {
+        defaults = {
             "greedy": False,
             "temperature": 1.0,
             "top_k": 0,
             "top_p": 1.0,
             "seed": 0,
-            **settings,
         }
+        unknown = sorted(set(settings) - set(defaults))
+        if unknown:
+            raise ValueError(
+                f"join() takes {sorted(defaults)} as settings. Received: {unknown}"
+            )
+        settings = {**defaults, **settings}
         check_settings(
             max_new_tokens,
             settings["temperature"],

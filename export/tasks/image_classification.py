@@ -202,7 +202,7 @@ class ImageClassificationExporter(Exporter):
         file<TAB>label" (a name or an id)."""
         manifest = run.manifest
         labels, size = list(manifest.labels), manifest.image_size
-        where = str(path)
+        where, named = str(path), f"--quality-data {path!r}"
         if path is None:
             path = run.heldout_file()
             if path is None:
@@ -210,9 +210,9 @@ class ImageClassificationExporter(Exporter):
                     "the run has no held-out images (one trained before "
                     "tfformer wrote them); pass --quality-data FILE"
                 )
-            where = f"the run's held-out images ({path})"
+            where = named = f"the run's held-out images ({path})"
         if str(path).endswith(".npz"):
-            pixels, ids = read_npz(path, labels)
+            pixels, ids = read_npz(path, labels, named)
         else:
             pixels, ids = [], []
             for row in quality.read_examples(path, ("image", "label")):
@@ -238,25 +238,28 @@ class ImageClassificationExporter(Exporter):
         return quality.class_figures(answers, labels)
 
 
-def read_npz(path, labels):
-    """`pixels` and `labels` of an .npz file, checked, or ValueError."""
+def read_npz(path, labels, where):
+    """`pixels` and `labels` of an .npz file (`where` names it in errors),
+    checked, or ValueError."""
     try:
         with np.load(path) as arrays:
             pixels, ids = arrays["pixels"], arrays["labels"]
     except (OSError, KeyError, ValueError) as e:
         raise InputError(
-            f"--quality-data {path!r} must be an .npz of uint8 pixels (N, H, W, 3) "
-            f"and labels (N,): {e}"
+            f"{where} must be an .npz of uint8 pixels (N, H, W, 3) and labels (N,): {e}"
         ) from None
-    if pixels.ndim != 4 or pixels.shape[-1] != 3 or len(ids) != len(pixels):
+    if pixels.dtype != np.uint8 or pixels.ndim != 4 or pixels.shape[-1] != 3:
         raise InputError(
-            f"--quality-data {path!r}: pixels must be (N, H, W, 3) with a label "
-            f"each. Received: pixels {pixels.shape}, labels {ids.shape}"
+            f"{where}: pixels must be uint8 (N, H, W, 3). Received: "
+            f"{pixels.dtype} {pixels.shape}"
+        )
+    if len(ids) != len(pixels) or not len(ids):
+        raise InputError(
+            f"{where}: needs one label per image, and images. Received: pixels "
+            f"{pixels.shape}, labels {ids.shape}"
         )
     if ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= len(labels):
-        raise InputError(
-            f"--quality-data {path!r}: labels must be class ids in [0, {len(labels)})."
-        )
+        raise InputError(f"{where}: labels must be class ids in [0, {len(labels)}).")
     return pixels, ids
 
 

@@ -101,6 +101,9 @@ def test_bad_batches_and_sequences_are_named(model, tiny_gpt_run, tmp_path):
         batch.decode_batch([5, 5], [0, 1], cache)
     with pytest.raises(ValueError, match="sequence 7 is not live"):
         batch.leave(7)
+    with pytest.raises(ValueError, match=r"join\(\) takes .* Received: \['topk'\]"):
+        batch.join(ids("a"), 3, topk=5)
+    assert batch.live == []
     first = batch.join(ids("a"), 1, greedy=True)
     for _ in range(2):
         batch.join(ids("b"), 5, greedy=True)

@@ -672,12 +672,16 @@ def test_chunked_prefill_and_full_int8_with_several_prefill_lengths(
     # on an AVX2 CPU; 1.72 against 1.47 on an AVX-512 one, where the shared
     # run trains to other weights; its own top byte is Keras's at 11 of 32,
     # so no floor is set on that).
+    # (The quality gate refuses it at its default 0.1 nats per token: this
+    # run's full int8 loses about 0.25. The threshold is raised to test the
+    # signatures.)
     quantized = export_tflite(
         run_dir,
         str(tmp_path / "int8"),
         quantize="full_int8",
         prefill_lengths=[8, 16],
         representative_sentences=[LINE.strip()] * 8,
+        max_quality_loss=1.0,
         progress=lambda *_: None,
     )
     assert os.path.basename(quantized) == "model_full_int8.tflite"

@@ -248,3 +248,6 @@ def test_the_quality_gate_measures_cosine_to_the_float_model(case, tmp_path):
 
     same = np.mean(neighbours(got) == neighbours(expected))
     assert figures["agreement"] == pytest.approx(same)
+    # Written again unmeasured, the model keeps no older model's figures.
+    export_tflite(run, out, quantize="int4", force=True, progress=lambda *_: None)
+    assert quality.recorded(out, "model_int4.tflite") is None

@@ -373,5 +373,12 @@ def test_the_quality_gate_measures_accuracy_on_the_held_out_images(case, tmp_pat
     )
     figures = quality.recorded(out, "model_float16.tflite")
     keras = keras_probabilities(loaded, decoded[:6]).argmax(-1)
+    floats = tmp_path / "floats.npz"
+    np.savez(floats, pixels=pixels.astype("float32") / 255, labels=labels)
+    with pytest.raises(ValueError, match=r"--quality-data .* must be uint8"):
+        export_tflite(
+            run_dir, str(tmp_path / "no"), quantize="int8", quality_data=str(floats)
+        )
+    assert not (tmp_path / "no").exists()
     assert figures["examples"] == 6
     assert figures["float32"] == pytest.approx(100 * np.mean(keras == truth[:6]))

@@ -71,6 +71,9 @@ def test_the_gate_refuses_a_model_that_loses_more_than_its_threshold(tmp_path):
         gate(tmp_path, quality.NATS, {"float32": 1.30, "quantized": 1.45})
     better = gate(tmp_path, quality.NATS, {"float32": 1.30, "quantized": 1.25})
     assert better.figures["loss"] == pytest.approx(-0.05)
+    # A model that collapsed to NaN is refused, not let through.
+    with pytest.raises(ValueError, match=r"int8 loses nan nats per token"):
+        gate(tmp_path, quality.NATS, {"float32": 1.30, "quantized": float("nan")})
     forced = gate(
         tmp_path, quality.ACCURACY, {"float32": 90.0, "quantized": 80.0}, force=True
     )

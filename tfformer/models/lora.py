@@ -9,9 +9,14 @@ B and the layers outside the backbone (a new classification head) train.
 
 Saving merges: Keras writes each adapted layer's kernel as W + (alpha /
 rank) A B (`Dense.save_own_variables`), so a `.keras` file of an adapted
-model loads as a plain one and exports as any other. `adapter_weights`
-and `load_adapter_weights` keep the adapters alone (a few hundred KB where
-the model is tens of MB).
+model loads as a plain one and exports as any other. Weights loaded into
+an adapted model (a resumed run's backup) come back merged into W with A
+and B zero, which no gradient moves: `redraw_adapters` draws A again.
+`adapter_weights` and `load_adapter_weights` keep the adapters alone (a
+few hundred KB where the model is tens of MB).
+
+A model built with `fused_qkv=True` has one query-key-value projection:
+any of "query", "key" and "value" adapts all of it.
 
 Backend-neutral: Keras layers and variables only.
 """
@@ -113,6 +118,34 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
     for _, dense in adapted:
         dense.enable_lora(rank, lora_alpha=alpha)
     return [path for path, _ in adapted]
+
+
+def _adapted(model):
+    """The Dense layers of `model` with LoRA enabled."""
+    backbone = getattr(model, "backbone", model)
+    found = []
+    for layer in _blocks_parts(backbone):
+        for _, dense in _dense_layers(layer, TARGETS):
+            if getattr(dense, "lora_enabled", False):
+                found.append(dense)
+    return found
+
+
+def redraw_adapters(model, seed=0):
+    """Draws A again (as `enable_lora` does: he-uniform) in every adapted
+    layer whose A and B are all zero; returns how many. The model computes
+    what it did (B stays zero)."""
+    import keras
+
+    redrawn = 0
+    for k, dense in enumerate(_adapted(model)):
+        a, b = dense.lora_kernel_a, dense.lora_kernel_b
+        if np.any(np.asarray(a)) or np.any(np.asarray(b)):
+            continue
+        draw = keras.initializers.HeUniform(seed=seed + k)
+        a.assign(draw(a.shape, dtype=a.dtype))
+        redrawn += 1
+    return redrawn
 
 
 def adapter_weights(model):

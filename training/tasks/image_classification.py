@@ -278,10 +278,15 @@ class ImageClassificationTask(TrainingTask):
     HELDOUT_BYTES = 16_000_000
 
     def save_heldout(self, data, run):
+        """A seeded draw of the test images (a test folder is read class by
+        class: its first images would be one class)."""
+        import numpy as np
+
         pixels, labels = data.raw["test"]
         per_image = max(1, int(pixels[0].size))
         count = min(self.HELDOUT_EXAMPLES, self.HELDOUT_BYTES // per_image)
-        run.write_heldout_images(pixels[:count], labels[:count])
+        chosen = np.sort(np.random.default_rng(0).permutation(len(labels))[:count])
+        run.write_heldout_images(pixels[chosen], labels[chosen])
 
     def run_manifest(self, config, data):
         from tfformer.runs.manifest import ImageClassificationManifest

@@ -90,3 +90,33 @@ def test_bad_ranks_and_targets_are_named(rank, targets, message):
     model, _ = classifier()
     with pytest.raises(ValueError, match=message):
         enable_lora(model, rank, targets)
+
+
+def test_a_resumed_model_gets_fresh_adapters_on_its_merged_weights(tmp_path):
+    """Keras saves LoRA layers merged and loads them with A = B = 0 (no
+    gradient moves them): `redraw_adapters` draws A again, and the model
+    still computes what the saved one did."""
+    from tfformer.models.lora import redraw_adapters
+
+    model, inputs = classifier()
+    enable_lora(model, 2)
+    rng = np.random.default_rng(4)
+    for v in model.weights:
+        if "lora_kernel" in v.path:
+            v.assign(rng.normal(size=v.shape) * 0.1)
+    expected = ops.convert_to_numpy(model(inputs))
+    path = str(tmp_path / "backup.weights.h5")
+    model.save_weights(path)
+    resumed, _ = classifier()
+    enable_lora(resumed, 2)
+    resumed.load_weights(path)
+    adapters = [v for v in resumed.weights if "lora_kernel" in v.path]
+    assert not any(np.any(ops.convert_to_numpy(v)) for v in adapters)
+    assert redraw_adapters(resumed) == 4  # query and value of two blocks
+    assert all(
+        np.any(ops.convert_to_numpy(v)) for v in adapters if "lora_kernel_a" in v.path
+    )
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(resumed(inputs)), expected, atol=1e-5
+    )
+    assert redraw_adapters(resumed) == 0  # drawn ones are left alone
