@@ -373,6 +373,23 @@ def test_the_quality_gate_measures_accuracy_on_the_held_out_images(case, tmp_pat
     )
     figures = quality.recorded(out, "model_float16.tflite")
     keras = keras_probabilities(loaded, decoded[:6]).argmax(-1)
+    # int4 (ai-edge-quantizer) quantizes the ViT too, measured the same way.
+    pytest.importorskip("ai_edge_quantizer")
+    from tfformer.export.int4 import int4_tensors
+
+    path = export_tflite(
+        run_dir,
+        str(tmp_path / "int4"),
+        quantize="int4",
+        max_quality_loss=100.0,
+        progress=lambda *_: None,
+    )
+    with open(path, "rb") as f:
+        assert int4_tensors(f.read()) > 0
+    int4_figures = quality.recorded(str(tmp_path / "int4"), "model_int4.tflite")
+    written = runtime(str(tmp_path / "int4"), path)
+    classes = np.array([written.probabilities(p).argmax() for p in pixels])
+    assert int4_figures["quantized"] == pytest.approx(100 * np.mean(classes == labels))
     floats = tmp_path / "floats.npz"
     np.savez(floats, pixels=pixels.astype("float32") / 255, labels=labels)
     with pytest.raises(ValueError, match=r"--quality-data .* must be uint8"):
