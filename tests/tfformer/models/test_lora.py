@@ -120,3 +120,30 @@ def test_a_resumed_model_gets_fresh_adapters_on_its_merged_weights(tmp_path):
         ops.convert_to_numpy(resumed(inputs)), expected, atol=1e-5
     )
     assert redraw_adapters(resumed) == 0  # drawn ones are left alone
+
+
+def test_a_fused_projection_is_adapted_whole():
+    """A seq2seq model with `fused_qkv=True` has one query-key-value matrix
+    in each self-attention: "query" adapts all of it there, and the
+    cross-attention's own query projection."""
+    from tfformer.models import transformer_seq2seq
+
+    model = transformer_seq2seq(
+        30,
+        30,
+        num_encoder_layers=1,
+        num_decoder_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        max_sequence_length=8,
+        fused_qkv=True,
+    )
+    ids = np.array([[2, 5, 3, 0]], "int32")
+    model({"encoder_token_ids": ids, "decoder_token_ids": ids})
+    paths = enable_lora(model, 2, targets=("query",))
+    fused = [p for p in paths if p.endswith("/query_key_value")]
+    assert len(fused) == 3  # every self-attention: 1 encoder, 2 decoder blocks
+    assert len([p for p in paths if p.endswith("/query")]) == 2  # cross-attention
+    assert len(paths) == 5
