@@ -13,7 +13,6 @@ import os
 import time
 
 import keras
-import numpy as np
 from tensorflow.data.experimental import assert_cardinality
 
 from tfformer.errors import InputError, InputTypeError
@@ -25,7 +24,7 @@ from tfformer.runs.directory import (
     TRAINING_CURVES,
     RunDirectory,
 )
-from tfformer.training import pipeline
+from tfformer.training import lora, pipeline
 from tfformer.training.callbacks import (
     AveragedWeights,
     BestModel,
@@ -190,14 +189,7 @@ def train(config, *, progress=print, start_over=False):
     # A run started over learns its tokenizers again.
     directory = None if moving else train_config.output_dir
     inputs = prepare_inputs(config, strategy, progress, directory=directory)
-    model, schedule = build_compiled_model(config, inputs)
-    if config.model.lora_rank is not None:
-        trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
-        progress(
-            f"LoRA: rank {config.model.lora_rank} on "
-            f"{', '.join(config.model.lora_targets)}; {trainable:,} of "
-            f"{model.count_params():,} parameters train"
-        )
+    model, schedule = build_compiled_model(config, inputs, progress)
     if moving and writes:
         move_aside(train_config.output_dir, progress)
     # Started over, no worker restores: on a shared disk a worker could
@@ -209,17 +201,7 @@ def train(config, *, progress=print, start_over=False):
         if moving
         else restore_last_backup(model, train_config.output_dir, strategy)
     )
-    if state is not None and config.model.lora_rank is not None:
-        from tfformer.models.lora import redraw_adapters
-
-        # Keras backs LoRA layers up merged and restores them with zero
-        # adapters, which no gradient moves: draw A again.
-        with strategy.scope():
-            redrawn = redraw_adapters(model, seed=train_config.seed)
-        progress(
-            f"LoRA: resumed from merged weights; {redrawn} adapters drawn again "
-            "(the run's update may reach twice the rank)"
-        )
+    lora.after_restore(model, state, config, strategy, progress)
     run = open_run_directory(config, inputs.data, write=writes)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress
@@ -482,23 +464,15 @@ def prepare_inputs(config, strategy, progress=print, *, directory=...):
 # -- 2. The model and the run directory -----------------------------------------
 
 
-def build_compiled_model(config, inputs):
+def build_compiled_model(config, inputs, progress=print):
     """The compiled model of `config` under `train.precision` and the
     inputs' strategy, and its learning-rate schedule (decaying over the
-    run's epochs of `inputs.steps_per_epoch`); writes nothing."""
+    run's epochs of `inputs.steps_per_epoch`); writes nothing, says LoRA's share."""
     train_config = config.train
     with dtype_policy(train_config.precision), inputs.strategy.scope():
         schedule = learning_rate(config, train_config.epochs * inputs.steps_per_epoch)
         model = build_model(config, inputs.data)
-        if config.model.lora_rank is not None:
-            from tfformer.models.lora import enable_lora
-
-            enable_lora(
-                model,
-                config.model.lora_rank,
-                config.model.lora_targets,
-                config.model.lora_alpha,
-            )
+        lora.adapt(model, config.model, progress)
         compile_model(model, config, schedule=schedule)
     return model, schedule
 
