@@ -69,22 +69,38 @@ def read_backup_state(directory):
     return state
 
 
-def restore_backup(model, directory):
+class ModelWeights:
+    """What a backup keeps of the model: every weight and the optimizer's
+    state (Keras's `save_weights`). A LoRA run keeps less
+    (`tfformer.training.lora.AdapterWeights`)."""
+
+    file = BACKUP_WEIGHTS
+
+    def save(self, model, path):
+        model.save_weights(path)
+
+    def load(self, model, path):
+        model.load_weights(path)
+
+
+def restore_backup(model, directory, weights_file=None):
     """Loads the last backup into a compiled `model`; returns its state or None.
 
-    The weights file holds the model and the optimizer state (its iteration
-    count included), so the learning-rate schedule continues where it stopped.
+    The weights file (`weights_file`, default `ModelWeights`) holds the model
+    and the optimizer state (its iteration count included), so the
+    learning-rate schedule continues where it stopped.
     """
     state = read_backup_state(directory)
     if state is None:
         return None
-    weights = os.path.join(directory, BACKUP_WEIGHTS)
+    weights_file = weights_file or ModelWeights()
+    weights = os.path.join(directory, weights_file.file)
     if not os.path.isfile(weights):
-        raise InputError(f"{directory} has {BACKUP_STATE} but no {BACKUP_WEIGHTS}.")
+        raise InputError(f"{directory} has {BACKUP_STATE} but no {weights_file.file}.")
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     try:
-        model.load_weights(weights)
+        weights_file.load(model, weights)
     except (OSError, ValueError) as e:
         # h5py's OSError for a truncated or garbled file; Keras's ValueError
         # for one whose layers or shapes are not this model's.
@@ -117,11 +133,16 @@ class ResumableBackup(keras.callbacks.Callback):
         every_steps: optimizer steps between backups.
         write: whether this process writes (the chief) or only counts.
         extra_state: callable returning a dict stored with each backup.
+        weights_file: what the backup keeps of the model (default
+            `ModelWeights`: everything).
     """
 
-    def __init__(self, directory, every_steps, *, write=True, extra_state=None):
+    def __init__(
+        self, directory, every_steps, *, write=True, extra_state=None, weights_file=None
+    ):
         super().__init__()
         self.directory = directory
+        self.weights_file = weights_file or ModelWeights()
         self.every_steps = int(every_steps)
         self.write = write
         self.extra_state = extra_state
@@ -152,9 +173,9 @@ class ResumableBackup(keras.callbacks.Callback):
         if step == self._last_saved:
             return
         # The weights first, then the state; restore trusts the weights' step.
-        path = os.path.join(self.directory, BACKUP_WEIGHTS)
+        path = os.path.join(self.directory, self.weights_file.file)
         with save_target(path, self.write) as tmp:
-            self.model.save_weights(tmp)
+            self.weights_file.save(self.model, tmp)
         self._last_saved = step
         self._backed_up = max(self._backed_up, step // self.every_steps)
         if not self.write:

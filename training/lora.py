@@ -1,21 +1,27 @@
 """What training does for LoRA (`model.lora_rank`, `tfformer.models.lora`):
-adapt the built model, say how much of it trains, and draw the adapters
-again after a resume (Keras backs adapted layers up merged and restores
-them with zero adapters, which no gradient moves). Each is a no-op for a
-run without `model.lora_rank`."""
+adapt the built model, say how much of it trains, and back up only what
+training changes (`AdapterWeights`). Each is a no-op for a run without
+`model.lora_rank`."""
 
+import hashlib
+import json
+import zipfile
+
+import keras
 import numpy as np
 
+from tfformer.errors import InputError
 
-def adapt(model, model_config, progress):
-    """Freezes `model`'s backbone, adds the config's adapters and says how
-    many of the parameters train."""
+
+def adapt(model, model_config, progress, seed=None):
+    """Freezes `model`'s backbone, adds the config's adapters (A drawn from
+    `seed`, the run's) and says how many of the parameters train."""
     if model_config.lora_rank is None:
         return
     from tfformer.models.lora import enable_lora
 
     c = model_config
-    enable_lora(model, c.lora_rank, c.lora_targets, c.lora_alpha)
+    enable_lora(model, c.lora_rank, c.lora_targets, c.lora_alpha, seed=seed)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
     progress(
         f"LoRA: rank {model_config.lora_rank} on "
@@ -24,16 +30,81 @@ def adapt(model, model_config, progress):
     )
 
 
-def after_restore(model, state, config, strategy, progress):
-    """Draws A again in every adapter a restored backup (`state` not None)
-    left at zero."""
-    if state is None or config.model.lora_rank is None:
-        return
-    from tfformer.models.lora import redraw_adapters
+class AdapterWeights:
+    """A LoRA run's backup (`ResumableBackup`'s `weights_file`): the weights
+    training changes (the adapters, the layers outside the backbone such as
+    a new head) and the optimizer's state, without the frozen backbone,
+    which a resumed run reads from `model.init_from` again. Keras's own
+    `save_weights` would write each adapted kernel merged and restore it
+    with zero adapters.
 
-    with strategy.scope():
-        redrawn = redraw_adapters(model, seed=config.train.seed)
-    progress(
-        f"LoRA: resumed from merged weights; {redrawn} adapters drawn again "
-        "(the run's update may reach twice the rank)"
-    )
+    The backup records a SHA-256 of the frozen weights: a resume whose
+    `model.init_from` now holds other weights is refused rather than
+    continued on the wrong base. `.npz`, no pickles.
+    """
+
+    file = "latest.adapters.npz"
+
+    @staticmethod
+    def _parts(model):
+        frozen = [v for v in model.backbone.weights if not v.trainable]
+        ids = {id(v) for v in frozen}
+        kept = [v for v in model.weights if id(v) not in ids]
+        return frozen, kept, list(model.optimizer.variables)
+
+    @staticmethod
+    def _fingerprint(frozen):
+        digest = hashlib.sha256()
+        for v in frozen:
+            digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(v)).data)
+        return digest.hexdigest()
+
+    def save(self, model, path):
+        frozen, kept, optimizer = self._parts(model)
+        meta = {
+            "model": [v.path for v in kept],
+            "optimizer": [v.path for v in optimizer],
+            "frozen_sha256": self._fingerprint(frozen),
+        }
+        arrays = {f"model/{i}": v for i, v in enumerate(kept)}
+        arrays.update({f"optimizer/{i}": v for i, v in enumerate(optimizer)})
+        arrays = {k: keras.ops.convert_to_numpy(v) for k, v in arrays.items()}
+        with open(path, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
+
+    def load(self, model, path):
+        """Sets the saved weights and optimizer state; ValueError naming
+        what does not match (read as a damaged backup)."""
+        frozen, kept, optimizer = self._parts(model)
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                meta = json.loads(str(f["meta"]))
+                saved = {k: f[k] for k in f.files if k != "meta"}
+        except (zipfile.BadZipFile, KeyError, EOFError, json.JSONDecodeError) as e:
+            raise ValueError(f"not a LoRA backup: {e}") from None
+        # The optimizer's variable names carry Keras's per-process counters:
+        # they are matched by count and shape, in the model's order.
+        if meta.get("model") != [v.path for v in kept] or len(
+            meta.get("optimizer", ())
+        ) != len(optimizer):
+            raise ValueError("its variables are not this run's")
+        for group, variables in (("model", kept), ("optimizer", optimizer)):
+            for i, v in enumerate(variables):
+                value = saved.get(f"{group}/{i}")
+                if value is None or tuple(value.shape) != tuple(v.shape):
+                    raise ValueError(f"{v.path} is missing or misshapen")
+        if meta.get("frozen_sha256") != self._fingerprint(frozen):
+            raise InputError(
+                "the frozen weights from model.init_from are not those this "
+                f"run's backup {path} was trained on: keep model.init_from as "
+                "it was, or pass --start-over"
+            )
+        for group, variables in (("model", kept), ("optimizer", optimizer)):
+            for i, v in enumerate(variables):
+                v.assign(saved[f"{group}/{i}"])
+
+
+def backup_weights(model_config):
+    """The `weights_file` of a run's backups: `AdapterWeights` for a LoRA
+    run, None (every weight) otherwise."""
+    return None if model_config.lora_rank is None else AdapterWeights()

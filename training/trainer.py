@@ -196,12 +196,7 @@ def train(config, *, progress=print, start_over=False):
     # otherwise read the old backup before the chief moved it aside. A
     # resumed run's backup is read before config.json is rewritten, so a
     # damaged one is refused with the run as it was.
-    state = (
-        None
-        if moving
-        else restore_last_backup(model, train_config.output_dir, strategy)
-    )
-    lora.after_restore(model, state, config, strategy, progress)
+    state = None if moving else restore_last_backup(model, config, strategy)
     run = open_run_directory(config, inputs.data, write=writes)
     segments = segments_left(
         state, inputs.steps_per_epoch, train_config.epochs, progress
@@ -472,7 +467,7 @@ def build_compiled_model(config, inputs, progress=print):
     with dtype_policy(train_config.precision), inputs.strategy.scope():
         schedule = learning_rate(config, train_config.epochs * inputs.steps_per_epoch)
         model = build_model(config, inputs.data)
-        lora.adapt(model, config.model, progress)
+        lora.adapt(model, config.model, progress, seed=train_config.seed)
         compile_model(model, config, schedule=schedule)
     return model, schedule
 
@@ -489,13 +484,13 @@ def open_run_directory(config, data, *, write):
     return run
 
 
-def restore_last_backup(model, output_dir, strategy):
-    """Loads the last backup of the run in `output_dir` (`backup/`) into the
-    compiled `model`; returns its state (`ResumableBackup`'s `state.json`,
-    with the weights' step), or None for a run that has none (or no
-    directory yet)."""
+def restore_last_backup(model, config, strategy):
+    """Loads the last backup of `config`'s run (`backup/`) into the compiled
+    `model`; returns its state (`ResumableBackup`'s `state.json`, with the
+    weights' step), or None for a run that has none (or no directory yet)."""
+    directory = os.path.join(config.train.output_dir, BACKUP)
     with strategy.scope():
-        return restore_backup(model, os.path.join(output_dir, BACKUP))
+        return restore_backup(model, directory, lora.backup_weights(config.model))
 
 
 # -- 3. Fitting ------------------------------------------------------------------
@@ -587,6 +582,7 @@ def build_callbacks(config, state=None, *, write=True, schedule=None):
             train_config.checkpoint_every_steps,
             write=write,
             extra_state=lambda: {"best_val_loss": best.best, **budget.state()},
+            weights_file=lora.backup_weights(config.model),
         ),
         # After the backup (raw weights), before everything that validates or
         # saves the model (averaged weights).

@@ -2,10 +2,13 @@
 with its backbone frozen and rank-r adapters on the query and value
 projections. The saved model has them merged: each adapted kernel moved by
 a matrix of rank r at most, every other weight exactly the source's; the
-trainable count is the adapters'; bad settings are named before anything
-is written."""
+trainable count is the adapters'; backups hold the adapters and the
+optimizer's state alone and resume exactly; bad settings are named before
+anything is written."""
 
+import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from tests.training.convert.huggingface.test_gpt2 import (
     fine_tuning_config,
     with_tokenizer,
 )
+from tfformer.training.callbacks import ResumableBackup
 from tfformer.training.convert import convert
 from tfformer.training.trainer import train
 
@@ -76,6 +80,76 @@ def test_lora_trains_only_low_rank_updates_and_saves_them_merged(tmp_path, bpe):
     for mine, theirs in zip(tuned.weights, original.weights, strict=True):
         if id(mine) not in adapted:
             np.testing.assert_array_equal(np.asarray(mine), np.asarray(theirs))
+
+
+def adapter_parameters(model, names=("query", "value")):
+    """(in + out) x 2 for each `names` kernel of `model`: rank 2's A and B."""
+    kernels = attention_kernels(model)
+    return sum(2 * sum(k.shape) for (_, n), k in kernels.items() if n in names)
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL: nothing after it runs."""
+
+
+def test_a_lora_run_backs_up_its_adapters_alone_and_resumes_exactly(tmp_path, bpe):
+    """Backups every 20 steps of a 60-step run hold the adapters and the
+    optimizer's state, not one frozen weight. A run killed at step 30
+    resumes from step 20 to the uncut run's weights bit for bit; a resume
+    whose model.init_from now holds other weights is refused and loses
+    nothing."""
+    source = with_tokenizer(tmp_path / "hf", bpe)
+    run = convert(str(source), str(tmp_path / "run"), progress=quiet)
+    settings = [
+        "model.lora_rank=2",
+        "model.dropout=0.0",
+        "model.activation_dropout=0.0",
+        "train.checkpoint_every_steps=20",
+    ]
+
+    def config(out):
+        return fine_tuning_config(tmp_path, run, *settings, f"train.output_dir={out}")
+
+    uncut = train(config(tmp_path / "uncut"), progress=quiet).model
+    backup = tmp_path / "uncut" / "backup"
+    assert sorted(p.name for p in backup.iterdir()) == [
+        "latest.adapters.npz",
+        "state.json",
+    ]
+    with np.load(backup / "latest.adapters.npz") as f:
+        held = sum(f[k].size for k in f.files if k.startswith("model/"))
+    assert held == adapter_parameters(uncut)  # A and B of 2 kernels per block
+
+    original = ResumableBackup.on_train_batch_end
+
+    def killed_at_30(self, batch, logs=None):
+        original(self, batch, logs)
+        if int(self.model.optimizer.iterations.numpy()) >= 30:
+            raise Killed
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ResumableBackup, "on_train_batch_end", killed_at_30)
+        with pytest.raises(Killed):
+            train(config(tmp_path / "cut"), progress=quiet)
+    state = json.loads((tmp_path / "cut" / "backup" / "state.json").read_text())
+    assert state["global_step"] == 20
+
+    # Another base under the same model.init_from: refused, backup kept.
+    keep = tmp_path / "model.keras"
+    shutil.copy(tmp_path / "run" / "model.keras", keep)
+    moved = tfformer.load(run).model
+    kernel = moved.backbone.decoder_blocks[0].self_attention.key_dense.kernel
+    kernel.assign(kernel + 1e-3)
+    moved.save(tmp_path / "run" / "model.keras")
+    saved = (tmp_path / "cut" / "backup" / "latest.adapters.npz").read_bytes()
+    with pytest.raises(ValueError, match="frozen weights from model.init_from"):
+        train(config(tmp_path / "cut"), progress=quiet)
+    assert (tmp_path / "cut" / "backup" / "latest.adapters.npz").read_bytes() == saved
+
+    shutil.copy(keep, tmp_path / "run" / "model.keras")
+    resumed = train(config(tmp_path / "cut"), progress=quiet).model
+    for a, b in zip(resumed.weights, uncut.weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
 
 
 @pytest.mark.parametrize(

@@ -225,7 +225,7 @@ def test_the_run_directory_gets_the_tokenizers_manifest_and_config(tmp_path):
     assert rows == [{"source": s, "target": t} for s, t in test[:500]] and rows
     assert run.task == "translation"
     # A new run has no backup to restore.
-    assert restore_last_backup(None, run.path, build_strategy("one_device")) is None
+    assert restore_last_backup(None, config, build_strategy("one_device")) is None
 
 
 def test_segments_left_after_a_backup():

@@ -9,9 +9,11 @@ B and the layers outside the backbone (a new classification head) train.
 
 Saving merges: Keras writes each adapted layer's kernel as W + (alpha /
 rank) A B (`Dense.save_own_variables`), so a `.keras` file of an adapted
-model loads as a plain one and exports as any other. Weights loaded into
-an adapted model (a resumed run's backup) come back merged into W with A
-and B zero, which no gradient moves: `redraw_adapters` draws A again.
+model loads as a plain one and exports as any other. Weights saved with
+Keras's `save_weights` and loaded into an adapted model come back merged
+into W with A and B zero, which no gradient moves: `redraw_adapters`
+draws A again (tfformer's trainer backs LoRA runs up without merging,
+`tfformer.training.lora.AdapterWeights`).
 `adapter_weights` and `load_adapter_weights` keep the adapters alone (a
 few hundred KB where the model is tens of MB).
 
@@ -21,6 +23,7 @@ any of "query", "key" and "value" adapts all of it.
 Backend-neutral: Keras layers and variables only.
 """
 
+import keras
 import numpy as np
 
 from tfformer.errors import InputError
@@ -81,9 +84,12 @@ def check_targets(targets):
     return targets
 
 
-def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
+def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None, seed=None):
     """Freezes `model.backbone` and adds rank-`rank` adapters to its
     `targets` projections; returns the adapted Dense layers' paths.
+
+    A is drawn as Keras draws it (he-uniform); with `seed` (an int), the
+    k-th adapted layer's A from `seed + k`, so a run repeats exactly.
 
     Raises:
         ValueError: a rank that is not an int in [1, the narrowest adapted
@@ -115,8 +121,11 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None):
         )
     for variable in backbone.weights:
         variable.trainable = False
-    for _, dense in adapted:
-        dense.enable_lora(rank, lora_alpha=alpha)
+    for k, (_, dense) in enumerate(adapted):
+        draw = "he_uniform"
+        if seed is not None:
+            draw = keras.initializers.HeUniform(seed=seed + k)
+        dense.enable_lora(rank, lora_alpha=alpha, a_initializer=draw)
     return [path for path, _ in adapted]
 
 
@@ -135,8 +144,6 @@ def redraw_adapters(model, seed=0):
     """Draws A again (as `enable_lora` does: he-uniform) in every adapted
     layer whose A and B are all zero; returns how many. The model computes
     what it did (B stays zero)."""
-    import keras
-
     redrawn = 0
     for k, dense in enumerate(_adapted(model)):
         a, b = dense.lora_kernel_a, dense.lora_kernel_b
