@@ -206,6 +206,7 @@ def export(args, exporter):
             args.out,
             checkpoint=args.checkpoint_file,
             quantize=args.quantize,
+            lora=getattr(args, "lora", "merge"),
             **quality_options(args),
         )
     from tfformer.export.tflite import export_tflite

@@ -50,7 +50,8 @@ import os
 import tempfile
 
 from tfformer.errors import InputError
-from tfformer.export import quality
+from tfformer.export import quality, runtimes
+from tfformer.export.tasks.causal_lm.lora import LORA_FILE, NO_LORA_FILE
 from tfformer.export.tasks.causal_lm.run import CONVERTED_KINDS, converted_tokenizer
 from tfformer.export.tflite import export_tflite
 from tfformer.export.tokenizer_json import (
@@ -160,9 +161,10 @@ def build_bundle(tflite_path, tokenizer_path, metadata_path, out_path, template=
         bundle.build(f)
 
 
-def litert_lm_greedy(bundle_path, prompt, max_tokens):
+def litert_lm_greedy(bundle_path, prompt, max_tokens, lora=None):
     """The text LiteRT-LM decodes greedily (top-k 1) from `prompt`: no
-    prompt template, at most `max_tokens` tokens, up to the stop token."""
+    prompt template, at most `max_tokens` tokens, up to the stop token;
+    with the LoRA file `lora`, if given."""
     _, litert_lm = require_packages()
     litert_lm.set_min_log_severity(litert_lm.LogSeverity.ERROR)
     with litert_lm.Engine(bundle_path) as engine:
@@ -170,6 +172,7 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
             apply_prompt_template=False,
             sampler_config=litert_lm.SamplerConfig(top_k=1),
             max_output_tokens=max_tokens,
+            lora_config=litert_lm.LoraConfig(lora_path=lora) if lora else None,
         )
         try:
             session.run_prefill([prompt])
@@ -178,18 +181,21 @@ def litert_lm_greedy(bundle_path, prompt, max_tokens):
             session.close()
 
 
-def reference_greedy(tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=()):
-    """The text `generate.py`'s greedy search decodes from `prompt`: at most
-    `max_tokens` tokens, up to the end token (or the first of `stop_ids`,
-    when given). The prompt's ids are its bytes (as predict reads them), or, for a
-    converted run, its `tokenizer`'s (which start with the start token
-    where the checkpoint's template puts it)."""
+def reference_greedy(
+    tflite_path, prompt, max_tokens, tokenizer=None, stop_ids=(), lora=None
+):
+    """The text `generate.py`'s greedy search decodes from `prompt` (with
+    the LoRA file `lora`, if given): at most `max_tokens` tokens, up to
+    the end token (or the first of `stop_ids`, when given). The prompt's
+    ids are its bytes (as predict reads them), or, for a converted run,
+    its `tokenizer`'s (which start with the start token where the
+    checkpoint's template puts it)."""
     if tokenizer is None:
         offset = ByteTokenizer.offset
         ids, end = [b + offset for b in prompt.encode("utf-8")], END_ID
     else:
         ids, end = tokenizer.tokenize([prompt])[0].numpy().tolist(), tokenizer.end_id
-    tokens = greedy_ids(tflite_path, ids, max_tokens, set(stop_ids) or {end})
+    tokens = greedy_ids(tflite_path, ids, max_tokens, set(stop_ids) or {end}, lora)
     if isinstance(tokenizer, TokenIdTokenizer):  # " 7 9", as the bundle decodes
         return "".join(f" {t - tokenizer.id_offset}" for t in tokens)
     if tokenizer is not None:
@@ -239,12 +245,13 @@ def decoded(tokenizer, tokens):
     return tokenizer.detokenize([tokens])[0].numpy().decode("utf-8", "replace")
 
 
-def greedy_ids(tflite_path, ids, max_tokens, stops):
-    """`generate.py`'s greedy ids after `ids`: at most `max_tokens`, up to
-    the first of `stops` (left out)."""
+def greedy_ids(tflite_path, ids, max_tokens, stops, lora=None):
+    """`generate.py`'s greedy ids after `ids` (with the LoRA file `lora`):
+    at most `max_tokens`, up to the first of `stops` (left out)."""
     from tfformer.export.runtimes.generate import LiteRTGenerator
 
-    tokens, _ = LiteRTGenerator(tflite_path).generate(ids, max_tokens, greedy=True)
+    generator = LiteRTGenerator(tflite_path, lora=lora)
+    tokens, _ = generator.generate(ids, max_tokens, greedy=True)
     return tokens[: next((i for i, t in enumerate(tokens) if t in stops), None)]
 
 
@@ -308,15 +315,19 @@ def check_bundle(
     max_tokens=CHECK_TOKENS,
     tokenizer=None,
     stop_ids=(),
+    lora=None,
 ):
     """Raises ValueError unless LiteRT-LM's greedy text from `prompt` is the
-    reference runtime's (`generate.py`) on the bundled model, both stopping
-    at the end token (or the first of `stop_ids`); returns that text."""
+    reference runtime's (`generate.py`) on the bundled model (both with the
+    LoRA file `lora`, if given), both stopping at the end token (or the
+    first of `stop_ids`); returns that text."""
     try:
-        got = litert_lm_greedy(bundle_path, prompt, max_tokens)
+        got = litert_lm_greedy(bundle_path, prompt, max_tokens, lora)
     except RuntimeError as e:
         raise InputError(f"LiteRT-LM could not run the bundle: {e}") from None
-    expected = reference_greedy(tflite_path, prompt, max_tokens, tokenizer, stop_ids)
+    expected = reference_greedy(
+        tflite_path, prompt, max_tokens, tokenizer, stop_ids, lora
+    )
     if got != expected:
         raise InputError(
             f"LiteRT-LM decoded {got!r} from {prompt!r}; the reference runtime "
@@ -375,16 +386,19 @@ def export_litertlm(
     *,
     checkpoint="model.keras",
     quantize="none",
+    lora="merge",
     progress=print,
     **quality_options,
 ):
     """Writes `<out_dir>/model.litertlm` (`model_<quantize>.litertlm` for a
     float16, dynamic-range int8 or int4 model) for a causal-LM run; returns
-    its path. Its runtime check compares LiteRT-LM with the reference
-    runtime on the same (quantized) TFLite model. `quality_options`: the
-    gate's (`export_tflite`'s `int4_block`, `max_quality_loss`, `force`,
-    `quality_data`); its figures go to `out_dir/quality.json` under the
-    bundle's name."""
+    its path. `lora="file"`: a LoRA run's bundle holds the model it started
+    from, and `<out_dir>/lora.tflite` its adapters, which LiteRT-LM loads
+    per session (`litert_lm.LoraConfig`). Its runtime check compares
+    LiteRT-LM with the reference runtime on the same (quantized) TFLite
+    model. `quality_options`: the gate's (`export_tflite`'s `int4_block`,
+    `max_quality_loss`, `force`, `quality_data`); its figures go to
+    `out_dir/quality.json` under the bundle's name."""
     if quantize not in BUNDLE_QUANTIZATIONS:
         raise InputError(
             f"--format litertlm bundles a float32, float16, int8 (dynamic "
@@ -435,6 +449,7 @@ def export_litertlm(
             checkpoint=checkpoint,
             quantize=quantize,
             prefill_lengths=prefill_lengths(run.manifest.max_length),
+            lora=lora,
             # (The quality gate's figures and warnings are said; the rest
             # is the staging copy's.)
             progress=lambda line: (
@@ -456,17 +471,31 @@ def export_litertlm(
         progress("Checking the bundle in LiteRT-LM...")
         # A prompt whose first greedy token is a stop token checks nothing:
         # then the next prompt is tried too.
-        for prompt in prompts:
-            checked = check_bundle(
-                bundle, tflite, prompt, tokenizer=tokenizer, stop_ids=stops
-            )
-            if checked:
-                break
-        else:
-            progress(
-                "warning: LiteRT-LM and the reference runtime both stopped at once "
-                f"on the check prompts {prompts}: the bundle's text is unchecked."
-            )
+        # A LoRA bundle is checked with its adapters and without them (the
+        # empty file: zeros in both runtimes).
+        lora_files = [None]
+        if lora == "file":
+            lora_files = [
+                os.path.join(tflite_dir, f) for f in (LORA_FILE, NO_LORA_FILE)
+            ]
+        for adapters in lora_files:
+            for prompt in prompts:
+                checked = check_bundle(
+                    bundle,
+                    tflite,
+                    prompt,
+                    tokenizer=tokenizer,
+                    stop_ids=stops,
+                    lora=adapters,
+                )
+                if checked:
+                    break
+            else:
+                progress(
+                    "warning: LiteRT-LM and the reference runtime both stopped at "
+                    f"once on the check prompts {prompts}: the bundle's text is "
+                    "unchecked."
+                )
         context = run.manifest.max_length
         messages = None if chat is None else check_messages(chat, tokenizer, context)
         if chat is not None and messages is None:
@@ -491,6 +520,11 @@ def export_litertlm(
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)
+        if lora == "file":
+            copies = [os.path.join(out_dir, f) for f in (LORA_FILE, NO_LORA_FILE)]
+            for source, copy in zip(lora_files, copies, strict=True):
+                atomic_copy(source, copy)
+            runtimes.record_digests(out_dir, copies)
         if quantize != "none":
             copy_quality(tflite_dir, os.path.basename(tflite), out_dir, path)
     progress(f"Wrote {path} ({os.path.getsize(path) / 1e6:.2f} MB).")

@@ -251,6 +251,8 @@ def apply_overrides(values, overrides):
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
+            if raw.startswith("[") and raw.endswith("]"):  # [query,value]
+                value = [part.strip() for part in raw[1:-1].split(",") if part.strip()]
         if not isinstance(values.setdefault(section, {}), dict):
             raise InputTypeError(
                 f"{section} must be a mapping of settings. Received: "

@@ -104,6 +104,19 @@ class AdapterWeights:
                 v.assign(saved[f"{group}/{i}"])
 
 
+def save_adapters(model, run, write):
+    """Writes a LoRA run's final adapters beside `model.keras`
+    (`adapters.npz`; the export can ship them apart from the model)."""
+    from tfformer.models import lora
+    from tfformer.runs.directory import ADAPTERS
+    from tfformer.training.callbacks import save_target
+
+    adapted = lora.projections(model).values()
+    if any(getattr(dense, "lora_enabled", False) for dense in adapted):
+        with save_target(run.file(ADAPTERS), write) as tmp:
+            lora.save_adapters(model, tmp)
+
+
 def backup_weights(model_config):
     """The `weights_file` of a run's backups: `AdapterWeights` for a LoRA
     run, None (every weight) otherwise."""

@@ -672,10 +672,12 @@ def end_of_run_results(
 
 
 def save_final_model(model, run, *, write):
-    """Saves `model` as the run's `model.keras` (atomically). Every worker
-    takes part; only the chief (`write`) keeps the file."""
+    """Saves `model` as the run's `model.keras` (atomically; a LoRA run's
+    adapters also alone). Every worker takes part; only the chief
+    (`write`) keeps the files."""
     with save_target(run.file(FINAL_MODEL), write) as tmp:
         model.save(tmp)
+    lora.save_adapters(model, run, write)
 
 
 def final_evaluation(config, model, data, *, write, progress=print):

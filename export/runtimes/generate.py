@@ -32,6 +32,11 @@ hashing (see `uniform`), so the same seed gives the same tokens as the
 Keras generator and the SavedModel's `generate` (row r of a Keras batch
 uses seed + r), up to float rounding (above).
 
+A model exported with `--lora file` takes LoRA inputs (`lora_*`) in
+`prefill` and `decode`: zeros (the model the run started from), or the
+weights of a LoRA file (`lora.tflite`, `LiteRTGenerator(..., lora=PATH)`),
+bound by name as LiteRT-LM binds them (a missing one is zeros).
+
 Several sequences at once: a model exported with `--decode-batch B` has a
 `decode_batch` signature (B tokens, one position each); `BatchedGenerator`
 joins sequences into its rows between steps and steps them all with one
@@ -161,9 +166,10 @@ class LiteRTGenerator:
     Args:
         path: the `.tflite` file; `text.json` (and the vocabulary) and
             `tokenizer.py` are read from its directory when text is used.
+        lora: a LoRA file for a model exported with `--lora file`.
     """
 
-    def __init__(self, path, num_threads=None):
+    def __init__(self, path, num_threads=None, lora=None):
         model_file = load_model_file()
         self.interpreter = model_file.open_interpreter(path, num_threads)
         signatures = self.interpreter.get_signature_list()
@@ -182,6 +188,13 @@ class LiteRTGenerator:
         }
         # Caches are (1, kv_heads, context, head_dim).
         self.context = next(iter(self.cache_shapes.values()))[2]
+        self.lora_inputs = {
+            name: np.zeros([int(d) for d in detail["shape"]], np.float32)
+            for name, detail in details.items()
+            if name.startswith("lora_")
+        }
+        if lora is not None:
+            self.load_lora(model_file, path, lora)
         self.prefills = {}
         for key in signatures:
             if key == "prefill" or key.startswith("prefill_"):
@@ -211,6 +224,23 @@ class LiteRTGenerator:
                     f"{written['context']}: export the run again."
                 )
 
+    def load_lora(self, model_file, path, lora):
+        if not self.lora_inputs:
+            raise ValueError(
+                f"{path} takes no LoRA weights (exported without --lora file); "
+                f"lora={lora!r} cannot apply"
+            )
+        weights, _ = model_file.read_lora_file(lora)
+        for name, value in weights.items():
+            if name not in self.lora_inputs:
+                raise ValueError(f"{lora}: {name!r} is not an input of {path}")
+            if value.shape != self.lora_inputs[name].shape:
+                raise ValueError(
+                    f"{lora}: {name!r} must be {self.lora_inputs[name].shape}. "
+                    f"Received: {value.shape}"
+                )
+            self.lora_inputs[name] = value
+
     # -- the two signatures --------------------------------------------------------
 
     def new_cache(self):
@@ -238,6 +268,7 @@ class LiteRTGenerator:
             tokens=np.array([[token]], np.int32),
             input_pos=np.array([position], np.int32),
             **cache,
+            **self.lora_inputs,
         )
         logits = out.pop("logits")[0, -1]
         return logits, out
@@ -268,6 +299,7 @@ class LiteRTGenerator:
                 tokens=padded[None, done : done + length],
                 input_pos=np.arange(done, done + length, dtype=np.int32),
                 **cache,
+                **self.lora_inputs,
             )
             done += length
         return cache
@@ -526,11 +558,12 @@ def main(argv=None):
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lora", help="a LoRA file (a model exported with --lora file)")
     args = p.parse_args(argv)
     # Bytes that are not UTF-8 arrive as lone surrogates; U+FFFD instead.
     prompt = os.fsencode(args.prompt).decode("utf-8", "replace")
     try:
-        runtime = LiteRTGenerator(args.model)
+        runtime = LiteRTGenerator(args.model, lora=args.lora)
         new = (
             runtime.context - 1 if args.max_new_tokens is None else args.max_new_tokens
         )

@@ -146,3 +146,54 @@ def open_interpreter(path, num_threads=None, check=True):
         raise ValueError(
             f"{path} is not a TFLite model LiteRT can read ({reason})"
         ) from None
+
+
+def read_lora_file(path):
+    """({input name: float32 array}, rank) of a LoRA file
+    (`tfformer-export --lora file`'s `lora.tflite`, checked against
+    `SHA256SUMS` as a model is). Each tensor's bytes lie at its buffer's
+    offset in the file (LiteRT-LM's layout).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: not such a file, or a tensor that is not float32 or
+            lies outside it (named).
+    """
+    import numpy as np
+    from ai_edge_litert import schema_py_generated as schema
+
+    check_model(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        if not schema.Model.ModelBufferHasIdentifier(data, 0):
+            raise ValueError("no TFL3 identifier")
+        model = schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(data, 0))
+        ranks = [m.buffer for m in model.metadata or () if m.name == b"lora_rank"]
+        tensors = model.subgraphs[0].tensors or []
+    except Exception as e:  # flatbuffers raises anything on garbage
+        raise ValueError(
+            f"{path} is not a LoRA file ({type(e).__name__}: {e})"
+        ) from None
+    if len(ranks) != 1:
+        raise ValueError(f"{path} is not a LoRA file: no lora_rank metadata")
+    weights = {}
+    for tensor in tensors:
+        name = tensor.name.decode("utf-8", "replace")
+        buffer = model.buffers[tensor.buffer]
+        shape = tuple(int(d) for d in tensor.shape)
+        size = 4 * int(np.prod(shape))
+        end = int(buffer.offset) + int(buffer.size)
+        if (
+            tensor.type != schema.TensorType.FLOAT32
+            or buffer.size != size
+            or end > len(data)
+        ):
+            raise ValueError(
+                f"{path} is damaged: tensor {name!r} is not float32 {shape} "
+                "inside the file"
+            )
+        weights[name] = np.frombuffer(
+            data, np.float32, size // 4, int(buffer.offset)
+        ).reshape(shape)
+    return weights, int(ranks[0])

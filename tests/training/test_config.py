@@ -59,8 +59,11 @@ def test_overrides_are_typed():
             "data.max_length=64",
             "train.jit_compile=true",
             "data.lower_case=true",
+            # Unquoted words in brackets, as a shell passes them: a list.
+            "model.lora_targets=[query, value,output]",
         ]
     )
+    assert config.model.lora_targets == ("query", "value", "output")
     assert config.train.epochs == 3
     assert config.train.learning_rate_scale == 2.0
     assert config.data.bucket_lengths == (16, 32, 64)

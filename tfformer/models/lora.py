@@ -15,7 +15,11 @@ into W with A and B zero, which no gradient moves: `redraw_adapters`
 draws A again (tfformer's trainer backs LoRA runs up without merging,
 `tfformer.training.lora.AdapterWeights`).
 `adapter_weights` and `load_adapter_weights` keep the adapters alone (a
-few hundred KB where the model is tens of MB).
+few hundred KB where the model is tens of MB); `save_adapters` writes them
+keyed by block and projection ("decoder_blocks/0/self_attention/query")
+with their scale, and `unmerged` gives a saved model's weights back
+without them, for a runtime that applies the adapters itself (a LiteRT-LM
+LoRA file).
 
 A model built with `fused_qkv=True` has one query-key-value projection:
 any of "query", "key" and "value" adapts all of it.
@@ -57,17 +61,33 @@ def _dense_layers(layer, targets):
     return found
 
 
-def _blocks_parts(backbone):
-    """The attention and feed-forward layers of every block of `backbone`
-    (its typed handles: `encoder_blocks`, `decoder_blocks`)."""
+def _keyed_parts(backbone):
+    """("decoder_blocks/0/self_attention", layer) for the attention and
+    feed-forward layers of every block of `backbone` (its typed handles:
+    `encoder_blocks`, `decoder_blocks`)."""
     parts = []
     for kind in ("encoder_blocks", "decoder_blocks"):
-        for block in getattr(backbone, kind, None) or ():
+        for i, block in enumerate(getattr(backbone, kind, None) or ()):
             for part in ("self_attention", "cross_attention", "ffn"):
                 layer = getattr(block, part, None)
                 if layer is not None:
-                    parts.append(layer)
+                    parts.append((f"{kind}/{i}/{part}", layer))
     return parts
+
+
+def _blocks_parts(backbone):
+    return [layer for _, layer in _keyed_parts(backbone)]
+
+
+def projections(model, targets=TARGETS):
+    """{"decoder_blocks/0/self_attention/query": keras Dense} of every
+    `targets` projection of `model`'s backbone."""
+    backbone = getattr(model, "backbone", model)
+    return {
+        f"{key}/{name}": dense
+        for key, layer in _keyed_parts(backbone)
+        for name, dense in _dense_layers(layer, targets)
+    }
 
 
 def check_targets(targets):
@@ -181,3 +201,82 @@ def load_adapter_weights(model, weights):
                 f"{tuple(np.shape(value))}"
             )
         mine[path].assign(value)
+
+
+def save_adapters(model, path):
+    """Writes the adapters of `model` to `path` (`.npz`, no pickles):
+    `<key>/a` `(in, rank)`, `<key>/b` `(rank, out)` and `<key>/scale`
+    (alpha / rank) for each adapted projection (`projections`' keys)."""
+    arrays = {}
+    for key, dense in projections(model).items():
+        if getattr(dense, "lora_enabled", False):
+            arrays[f"{key}/a"] = keras.ops.convert_to_numpy(dense.lora_kernel_a)
+            arrays[f"{key}/b"] = keras.ops.convert_to_numpy(dense.lora_kernel_b)
+            arrays[f"{key}/scale"] = np.float32(dense.lora_alpha / dense.lora_rank)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def read_adapters(path, model):
+    """{key: (a, b, scale)} from `save_adapters`' file, each checked
+    against `model`'s projection of that key; ValueError naming the file
+    and what does not match."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise InputError(f"{path} is not an adapters file ({e}).") from None
+    mine = projections(model)
+    keys = sorted({k.rsplit("/", 1)[0] for k in arrays})
+    adapters = {}
+    for key in keys:
+        a, b, scale = (arrays.get(f"{key}/{p}") for p in ("a", "b", "scale"))
+        dense = mine.get(key)
+        if dense is None or a is None or b is None or scale is None:
+            raise InputError(
+                f"{path}: {key!r} is not an adapted projection of the model."
+            )
+        kernel = tuple(dense.kernel.shape)
+        if a.ndim != 2 or b.ndim != 2 or (a.shape[0], b.shape[1]) != kernel:
+            raise InputError(
+                f"{path}: {key} must be ({kernel[0]}, rank) and (rank, {kernel[1]}). "
+                f"Received: {a.shape} and {b.shape}"
+            )
+        if a.shape[1] != b.shape[0]:
+            raise InputError(f"{path}: {key}'s ranks differ: {a.shape} and {b.shape}")
+        adapters[key] = (a, b, float(scale))
+    if not adapters:
+        raise InputError(f"{path} holds no adapter.")
+    return adapters
+
+
+class unmerged:
+    """`with unmerged(model, adapters):` `model`'s adapted kernels read W -
+    scale A B (the weights before training, up to float rounding), and
+    exactly their saved values again afterwards. For a model loaded from a
+    LoRA run's `.keras` file, whose kernels hold the adapters merged."""
+
+    def __init__(self, model, adapters):
+        self.kernels = {
+            key: dense.kernel
+            for key, dense in projections(model).items()
+            if key in adapters
+        }
+        self.adapters = adapters
+        self.saved = {}
+
+    def __enter__(self):
+        for key, kernel in self.kernels.items():
+            a, b, scale = self.adapters[key]
+            value = keras.ops.convert_to_numpy(kernel)
+            self.saved[key] = value
+            kernel.assign(
+                value - scale * (a.astype(np.float64) @ b).astype(value.dtype)
+            )
+        return self
+
+    def __exit__(self, *exc):
+        for key, kernel in self.kernels.items():
+            kernel.assign(self.saved[key])

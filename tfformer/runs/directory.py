@@ -12,6 +12,8 @@ Layout (what `tfformer-train` writes):
     heldout.jsonl       the first examples of the test split, one JSON
                         object per line (heldout.npz: images), which the
                         export's quality gate measures quantized models on
+    adapters.npz        a LoRA run's adapters (`tfformer.models.lora`), which
+                        the export can ship apart from the model
     metrics.json, training_curves.png, logs/ (TensorBoard), backup/
 
 Inference (predict, evaluate, export) needs only the manifest, the
@@ -42,6 +44,8 @@ CHAT_TEMPLATE = "chat_template.json"
 # The test split's first examples, for the export's quality gate
 # (`tfformer.export.quality`): text tasks' as JSON lines, images' as arrays.
 HELDOUT, HELDOUT_IMAGES = "heldout.jsonl", "heldout.npz"
+# A LoRA run's final adapters (`tfformer.models.lora.save_adapters`).
+ADAPTERS = "adapters.npz"
 
 
 def tokenizer_file(kind, role):

@@ -6,8 +6,10 @@ import os
 
 from tfformer.errors import InputError
 from tfformer.export import runtimes
-from tfformer.export.exporter import Exporter, TFLiteSource
+from tfformer.export.exporter import CALIBRATED, Exporter, TFLiteSource
+from tfformer.export.lora_file import write_lora_file
 from tfformer.export.quality import NATS
+from tfformer.export.tasks.causal_lm import lora as lora_inputs
 from tfformer.export.tasks.causal_lm.litert import (
     calibration_samples,
     check_decode_batch,
@@ -56,12 +58,20 @@ class CausalLMExporter(Exporter):
             "sequences at once, each at its own position (generate.py's "
             "BatchedGenerator)",
         )
+        parser.add_argument(
+            "--lora",
+            choices=["merge", "file"],
+            default="merge",
+            help="tflite, litertlm: a LoRA run's adapters merged into the weights "
+            "(default) or kept apart in lora.tflite, a LiteRT-LM LoRA file for "
+            "the model the run started from",
+        )
 
     def saved_model_options(self, args):
         return {"jit_compile": args.jit_compile}
 
     def tflite_options(self, args):
-        options = {"decode_batch": args.decode_batch}
+        options = {"decode_batch": args.decode_batch, "lora": args.lora}
         if not args.prefill_lengths:
             return {"prefill_lengths": None, **options}
         try:
@@ -98,18 +108,37 @@ class CausalLMExporter(Exporter):
         graph.write(path)
         return graph.settings
 
-    def check_tflite_options(self, quantize, prefill_lengths=None, decode_batch=None):
+    def check_tflite_options(
+        self, quantize, prefill_lengths=None, decode_batch=None, lora="merge"
+    ):
         super().check_tflite_options(quantize)
         check_decode_batch(decode_batch)
+        if lora_inputs.check_lora_option(lora) == "file" and (
+            decode_batch or quantize in CALIBRATED
+        ):
+            raise InputError(
+                "--lora file adds LoRA inputs to prefill and decode only: it "
+                "takes no --decode-batch and no calibrated quantization. "
+                f"Received: --decode-batch {decode_batch}, --quantize {quantize}"
+            )
 
     def tflite_sources(
-        self, run, staging, quantize, prefill_lengths=None, decode_batch=None
+        self,
+        run,
+        staging,
+        quantize,
+        prefill_lengths=None,
+        decode_batch=None,
+        lora="merge",
     ):
         """`model` (prefill/decode, and decode_batch when asked) and
-        `model_loop`, for every quantization."""
+        `model_loop` (the run's model, adapters merged), for every
+        quantization."""
         del quantize
         device = os.path.join(staging, "device")
-        keys = write_device_saved_model(run, device, prefill_lengths, decode_batch)
+        keys = write_device_saved_model(
+            run, device, prefill_lengths, decode_batch, lora
+        )
         loop = os.path.join(staging, "loop")
         write_loop_saved_model(run, loop)
         return [
@@ -118,7 +147,14 @@ class CausalLMExporter(Exporter):
         ]
 
     def calibration(
-        self, run, texts, quantize, prefill_lengths=None, decode_batch=None, limit=64
+        self,
+        run,
+        texts,
+        quantize,
+        prefill_lengths=None,
+        decode_batch=None,
+        lora="merge",
+        limit=64,
     ):
         """Full-int8 samples: caches and tokens of real text for `decode`
         and each `prefill`, and prompts for the loop model."""
@@ -132,10 +168,22 @@ class CausalLMExporter(Exporter):
         lengths = check_prefill_lengths(prefill_lengths, run.context)
         return calibration_samples(run, texts, lengths, decode_batch)
 
-    def device_files(self, run, out_dir, prefill_lengths=None, decode_batch=None):
+    def device_files(
+        self, run, out_dir, prefill_lengths=None, decode_batch=None, lora="merge"
+    ):
         """The vocabulary (a converted run's tokenizer file), `text.json`,
-        `tokenizer.py` and `generate.py`."""
+        `tokenizer.py` and `generate.py` (and with `lora` "file",
+        `lora.tflite` and `lora_none.tflite`)."""
         del decode_batch  # the runtime reads it from the model
+        if lora == "file":
+            adapters, rank = lora_inputs.run_adapters(run)
+            blocks = run.model.backbone.decoder_blocks
+            path = os.path.join(out_dir, lora_inputs.LORA_FILE)
+            weights = lora_inputs.file_weights(blocks, adapters, rank)
+            write_lora_file(path, weights, rank)
+            none = os.path.join(out_dir, lora_inputs.NO_LORA_FILE)
+            write_lora_file(none, {}, rank)
+            runtimes.record_digests(out_dir, [path, none])
         lengths = list(check_prefill_lengths(prefill_lengths, run.context))
         if run.converted:
             atomic_copy(run.text.path, os.path.join(out_dir, CONVERTED_TOKENIZER))

@@ -9,6 +9,7 @@ import tensorflow as tf
 from tfformer.decoding import Generator
 from tfformer.errors import InputError
 from tfformer.export.archive import SignatureArchive
+from tfformer.export.tasks.causal_lm import lora as lora_inputs
 from tfformer.export.tasks.causal_lm.run import core_tokenizer, stray_id
 from tfformer.export.tasks.text import clamp_ids
 from tfformer.models.cached_decoder import CachedDecoder
@@ -24,9 +25,12 @@ class DeviceSignatures:
     model without a mask input has its cache length read from dimension 2
     of `kv_cache_k_0` (ai-edge-torch's `(1, length, kv_heads, head_dim)`
     made it read the number of heads as the length).
+
+    With `lora_rank` R, `prefill` and `decode` also take the LoRA inputs
+    of `tfformer.export.tasks.causal_lm.lora` after the caches.
     """
 
-    def __init__(self, run):
+    def __init__(self, run, lora_rank=None):
         self.run = run
         self.decoder = CachedDecoder(run.model)
         attention = self.decoder.blocks[0].self_attention
@@ -34,6 +38,15 @@ class DeviceSignatures:
         self.kv_heads = attention.kv_heads
         self.key_dim = attention.key_dim
         self.value_dim = attention.value_head_dim
+        self.lora_shapes = {}
+        if lora_rank is not None:
+            self.lora_shapes = lora_inputs.input_shapes(self.decoder.blocks, lora_rank)
+
+    def lora_specs(self):
+        return [
+            tf.TensorSpec(shape, tf.float32, name=name)
+            for name, shape in self.lora_shapes.items()
+        ]
 
     def cache_shapes(self, batch=1):
         """{name: shape} of every cache tensor, in signature order."""
@@ -59,7 +72,13 @@ class DeviceSignatures:
             for name, shape in self.cache_shapes(batch).items()
         ]
 
-    def _run(self, tokens, input_pos, caches, positions=None):
+    def _run(self, tokens, input_pos, tensors, positions=None):
+        caches = tensors[: 2 * self.layers]
+        low_rank = dict(zip(self.lora_shapes, tensors[2 * self.layers :], strict=True))
+        with lora_inputs.adding(self.decoder.blocks, low_rank):
+            return self._step(tokens, input_pos, caches, positions)
+
+    def _step(self, tokens, input_pos, caches, positions):
         cache = tuple(
             tf.stack([caches[2 * i], caches[2 * i + 1]], axis=1)
             for i in range(self.layers)
@@ -73,12 +92,12 @@ class DeviceSignatures:
             out[f"kv_cache_v_{i}"] = layer[:, 1]
         return logits, out
 
-    def decode(self, tokens, input_pos, *caches):
-        logits, out = self._run(tokens, input_pos, caches)
+    def decode(self, tokens, input_pos, *tensors):
+        logits, out = self._run(tokens, input_pos, tensors)
         return {"logits": tf.cast(logits, tf.float32), **out}
 
-    def prefill(self, tokens, input_pos, *caches):
-        return self._run(tokens, input_pos, caches)[1]
+    def prefill(self, tokens, input_pos, *tensors):
+        return self._run(tokens, input_pos, tensors)[1]
 
     def decode_batch(self, tokens, input_pos, *caches):
         """`decode` of B sequences at once, each at its own position:
@@ -127,16 +146,28 @@ def check_decode_batch(decode_batch):
     return decode_batch
 
 
-def write_device_saved_model(run, path, prefill_lengths=None, decode_batch=None):
+def write_device_saved_model(
+    run, path, prefill_lengths=None, decode_batch=None, lora="merge"
+):
     """The SavedModel the converter reads for `model.tflite`; returns its
     signature keys. `decode_batch` B adds `decode_batch`: `tokens` `(B, 1)`,
-    `input_pos` `(B,)` (one position per sequence) and caches `(B, ...)`."""
+    `input_pos` `(B,)` (one position per sequence) and caches `(B, ...)`.
+    `lora="file"`: a LoRA run's model before training, with LoRA inputs
+    (`tfformer.export.tasks.causal_lm.lora`)."""
     lengths = check_prefill_lengths(prefill_lengths, run.context)
     batch = check_decode_batch(decode_batch)
-    signatures = DeviceSignatures(run)
+    adapters, rank = None, None
+    if lora_inputs.check_lora_option(lora) == "file":
+        adapters, rank = lora_inputs.run_adapters(run)
+    with lora_inputs.base_weights(run, adapters):
+        return _write_device_saved_model(run, path, lengths, batch, rank)
+
+
+def _write_device_saved_model(run, path, lengths, batch, lora_rank):
+    signatures = DeviceSignatures(run, lora_rank)
     archive = SignatureArchive()
     archive.track(run.model)
-    caches = signatures.cache_specs()
+    caches = [*signatures.cache_specs(), *signatures.lora_specs()]
     archive.add_endpoint(
         "decode",
         signatures.decode,
