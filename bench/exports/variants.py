@@ -15,6 +15,9 @@ says whether the default threshold would have passed it).
   (default: the rest of the context)) and LiteRT-LM
   (`litert_lm.Benchmark`, CPU: engine init seconds, prefill and decode
   tokens/s), 2 threads each (`bench.exports.litertlm_speed`'s rounds).
+- A translator: load seconds and per-sentence latency of `translate.py`'s
+  `Translator` (greedy, one thread) over the first `--texts` held-out
+  source sentences, in the same alternating rounds.
 - A sentence embedder: load seconds and per-sentence latency of `embed.py`'s
   `LiteRTEmbedder` (one thread, as BENCHMARKS' other embedder figures) over
   the `--quality-data` texts, in the same alternating rounds.
@@ -24,6 +27,8 @@ Usage:
       --output bench/results/variants_gpt_10min.json
   python -m bench.exports.variants --run runs/minilm --quality-data TEXTS \\
       --output bench/results/variants_minilm.json
+  python -m bench.exports.variants --run runs/de_en --texts 100 \\
+      --output bench/results/variants_de_en.json
 """
 
 import os
@@ -98,6 +103,17 @@ def generator_round(variant, prompt, text, decode, threads):
     }
 
 
+def translator_round(variant, texts):
+    from tfformer.export.runtimes.translate import Translator
+
+    began = time.perf_counter()
+    translator = Translator(variant["tflite"], num_threads=1)
+    load = time.perf_counter() - began
+    translator.translate(texts[:1])  # its delegate's first call
+    _, seconds = common.timed_each(lambda t: translator.translate([t]), texts)
+    return {"load_seconds": load, "ms_per_sentence": 1000 * float(np.median(seconds))}
+
+
 def embedder_round(variant, texts):
     from tfformer.export.runtimes.embed import LiteRTEmbedder
 
@@ -128,9 +144,10 @@ def main():
     from tfformer.runs.directory import RunDirectory
 
     run = RunDirectory(args.run)
-    if run.task not in ("causal_lm", "sentence_embedding"):
+    if run.task not in ("causal_lm", "sentence_embedding", "translation"):
         raise SystemExit(
-            f"--run must be a causal_lm or sentence_embedding run: {run.task}"
+            "--run must be a causal_lm, translation or sentence_embedding run: "
+            f"{run.task}"
         )
     variants = {}
     with tempfile.TemporaryDirectory() as root:
@@ -161,6 +178,12 @@ def main():
             args.decode = args.decode or context - args.prefill - 1
             prompt, text = litertlm_speed.validation_prompt(run.path, args.prefill)
             call = lambda v: generator_round(v, prompt, text, args.decode, args.threads)  # noqa: E731
+        elif run.task == "translation":
+            from tfformer.export.tasks.translation import EXPORTER
+
+            pairs, _ = EXPORTER.quality_samples(run, args.quality_data)
+            texts = [source for source, _ in pairs][: args.texts]
+            call = lambda v: translator_round(v, texts)  # noqa: E731
         else:
             from tfformer.export.tasks.sentence_embedding import EXPORTER
 

@@ -3,16 +3,27 @@
 written (every weight trains), and the same config with `model.lora_rank`
 (adapters on the query and value projections, the new head in full), the
 learning rate raised to `--lora-learning-rate` (adapters start at zero and
-are usually trained 10x faster than full fine-tuning). Per run: test
-accuracy (`tfformer-evaluate`), trainable parameters, wall seconds and
-peak memory (`/usr/bin/time -v`), the size of model.keras and of the
-adapters alone (float32).
+are usually trained 10x faster than full fine-tuning). Per run: the test
+split's scores (`tfformer-evaluate`: accuracy, or nats per token for a
+language model), trainable parameters, wall seconds and peak memory
+(`/usr/bin/time -v`), the size of model.keras, of the last backup and of
+`adapters.npz`.
+
+`--config` and `--set` run another pair: a GPT continuing on
+tinyshakespeare from a tfformer run (`--set` applies to both contenders).
+`--kinds` runs one contender only; `--append` adds the runs to those of an
+existing `--output`.
 
 Usage:
   python -m bench.quality.lora_polarity --init-from ~/.cache/tfformer/minilm/run \\
-      --seeds 0 --output bench/results/lora_polarity.json
+      --seeds 0 1 2 --output bench/results/lora_polarity.json
+  python -m bench.quality.lora_polarity --init-from ~/.cache/tfformer/gpt_60min_run \\
+      --config training/configs/shakespeare_gpt_60min.json \\
+      --set train.time_budget_minutes=5 train.learning_rate=3e-4 \\
+      --lora-learning-rate 3e-3 --output bench/results/lora_shakespeare.json
 """
 
+import json
 import os
 import re
 import sys
@@ -33,7 +44,11 @@ def peak_memory_mb(log):
 
 def main():
     p = common.argument_parser(__doc__.split("\n")[0])
-    p.add_argument("--init-from", required=True, help="the converted MiniLM run")
+    p.add_argument("--init-from", required=True, help="the run to start from")
+    p.add_argument("--config", default=CONFIG)
+    p.add_argument("--set", nargs="*", default=[], help="SECTION.KEY=VALUE, both runs")
+    p.add_argument("--kinds", nargs="+", help="default: full and lora_r<rank>")
+    p.add_argument("--append", action="store_true")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--rank", type=int, default=8)
     p.add_argument("--lora-learning-rate", type=float, default=5e-4)
@@ -48,7 +63,11 @@ def main():
             f"train.learning_rate={args.lora_learning_rate}",
         ],
     }
+    kinds = {k: v for k, v in kinds.items() if not args.kinds or k in args.kinds}
     runs = []
+    if args.append:
+        with open(args.output) as f:
+            runs = json.load(f)["runs"]
     for seed in args.seeds:
         for kind, sets in kinds.items():
             out = os.path.join(args.work, f"{kind}_seed{seed}")
@@ -58,11 +77,12 @@ def main():
                 "/usr/bin/time",
                 "-v",
                 *train_command(
-                    CONFIG,
+                    args.config,
                     out,
                     [
                         f"model.init_from={args.init_from}",
                         f"train.seed={seed}",
+                        *args.set,
                         *sets,
                     ],
                 ),
@@ -72,15 +92,25 @@ def main():
                 log = f.read()
             found = re.search(r"LoRA: .*?; ([\d,]+) of ([\d,]+) parameters", log)
             scores = test_scores(out)
+            backup = os.path.join(out, "backup")
+            adapters = os.path.join(out, "adapters.npz")
             run = {
                 "kind": kind,
                 "seed": seed,
-                "test_accuracy": scores["accuracy"],
+                "test_scores": scores,
                 "wall_seconds": wall,
                 "cpu_seconds": cpu,
                 "peak_memory_mb": peak_memory_mb(out + ".log"),
                 "model_keras_bytes": os.path.getsize(os.path.join(out, "model.keras")),
+                "backup_bytes": sum(
+                    os.path.getsize(os.path.join(backup, f)) for f in os.listdir(backup)
+                ),
+                "adapters_npz_bytes": (
+                    os.path.getsize(adapters) if os.path.exists(adapters) else None
+                ),
             }
+            if "accuracy" in scores:
+                run["test_accuracy"] = scores["accuracy"]
             if found:
                 trainable = int(found.group(1).replace(",", ""))
                 run.update(
@@ -93,7 +123,8 @@ def main():
     common.write_result(
         args.output,
         {
-            "config": CONFIG,
+            "config": args.config,
+            "sets": args.set,
             "init_from": os.path.abspath(args.init_from),
             "rank": args.rank,
             "lora_learning_rate": args.lora_learning_rate,
