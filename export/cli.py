@@ -165,6 +165,11 @@ def export(args, exporter):
             f"--format must be one of {FORMATS}. Received: {args.format!r}"
         )
     if args.format == "saved_model":
+        if getattr(args, "lora", "merge") != "merge":
+            raise InputError(
+                "--lora file applies to --format tflite and litertlm (the SavedModel "
+                f"merges the adapters). Received: --lora {args.lora!r}"
+            )
         if args.quantize != "none":
             raise InputError(
                 "--quantize applies to --format tflite and litertlm. Received: "

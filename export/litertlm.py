@@ -51,7 +51,11 @@ import tempfile
 
 from tfformer.errors import InputError
 from tfformer.export import quality, runtimes
-from tfformer.export.tasks.causal_lm.lora import LORA_FILE, NO_LORA_FILE
+from tfformer.export.tasks.causal_lm.lora import (
+    LORA_FILE,
+    NO_LORA_FILE,
+    remove_stale_files,
+)
 from tfformer.export.tasks.causal_lm.run import CONVERTED_KINDS, converted_tokenizer
 from tfformer.export.tflite import export_tflite
 from tfformer.export.tokenizer_json import (
@@ -520,7 +524,9 @@ def export_litertlm(
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, bundle_name(quantize))
         atomic_copy(bundle, path)
-        if lora == "file":
+        if lora == "merge":
+            remove_stale_files(out_dir)
+        else:
             copies = [os.path.join(out_dir, f) for f in (LORA_FILE, NO_LORA_FILE)]
             for source, copy in zip(lora_files, copies, strict=True):
                 atomic_copy(source, copy)

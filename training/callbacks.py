@@ -96,11 +96,18 @@ def restore_backup(model, directory, weights_file=None):
     weights_file = weights_file or ModelWeights()
     weights = os.path.join(directory, weights_file.file)
     if not os.path.isfile(weights):
-        raise InputError(f"{directory} has {BACKUP_STATE} but no {weights_file.file}.")
+        others = sorted(set(os.listdir(directory)) - {BACKUP_STATE})
+        raise InputError(
+            f"{directory} has {BACKUP_STATE} but no {weights_file.file} (it holds "
+            f"{others}: a backup of another kind of run, or of an older tfformer): "
+            f"{DAMAGED_BACKUP}"
+        )
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     try:
         weights_file.load(model, weights)
+    except InputError:
+        raise  # it says what is wrong and what to do
     except (OSError, ValueError) as e:
         # h5py's OSError for a truncated or garbled file; Keras's ValueError
         # for one whose layers or shapes are not this model's.

@@ -252,7 +252,8 @@ def apply_overrides(values, overrides):
         except json.JSONDecodeError:
             value = raw
             if raw.startswith("[") and raw.endswith("]"):  # [query,value]
-                value = [part.strip() for part in raw[1:-1].split(",") if part.strip()]
+                parts = [part.strip() for part in raw[1:-1].split(",")]
+                value = [typed(part) for part in parts if part]
         if not isinstance(values.setdefault(section, {}), dict):
             raise InputTypeError(
                 f"{section} must be a mapping of settings. Received: "
@@ -260,6 +261,14 @@ def apply_overrides(values, overrides):
             )
         values[section][name] = value
     return values
+
+
+def typed(text):
+    """`text` read as JSON (a number, true, a quoted string), else as it is."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def read_config_file(path):

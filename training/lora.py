@@ -45,6 +45,9 @@ class AdapterWeights:
 
     file = "latest.adapters.npz"
 
+    def __init__(self):
+        self.saved_fingerprint = None  # the frozen weights do not change
+
     @staticmethod
     def _parts(model):
         frozen = [v for v in model.backbone.weights if not v.trainable]
@@ -61,10 +64,12 @@ class AdapterWeights:
 
     def save(self, model, path):
         frozen, kept, optimizer = self._parts(model)
+        if self.saved_fingerprint is None:
+            self.saved_fingerprint = self._fingerprint(frozen)
         meta = {
             "model": [v.path for v in kept],
             "optimizer": [v.path for v in optimizer],
-            "frozen_sha256": self._fingerprint(frozen),
+            "frozen_sha256": self.saved_fingerprint,
         }
         arrays = {f"model/{i}": v for i, v in enumerate(kept)}
         arrays.update({f"optimizer/{i}": v for i, v in enumerate(optimizer)})

@@ -162,6 +162,10 @@ def read_lora_file(path):
     import numpy as np
     from ai_edge_litert import schema_py_generated as schema
 
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"no LoRA file at {path!r} (tfformer-export --lora file)"
+        )
     check_model(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -180,6 +184,8 @@ def read_lora_file(path):
     weights = {}
     for tensor in tensors:
         name = tensor.name.decode("utf-8", "replace")
+        if not 0 < tensor.buffer < len(model.buffers or ()):
+            raise ValueError(f"{path} is damaged: tensor {name!r} has no buffer")
         buffer = model.buffers[tensor.buffer]
         shape = tuple(int(d) for d in tensor.shape)
         size = 4 * int(np.prod(shape))

@@ -149,16 +149,45 @@ def test_runs_the_lora_file_cannot_carry_are_refused(lora_run, tmp_path, capsys)
     ffn = tmp_path / "ffn"
     shutil.copytree(tuned, ffn)
     model = tfformer.load(str(ffn)).model
-    n_in, n_out = model.backbone.decoder_blocks[0].ffn.intermediate_dense.kernel.shape
+    intermediate = model.backbone.decoder_blocks[0].ffn.intermediate_dense.kernel
+    n_in, n_out = intermediate.shape
     with np.load(ffn / "adapters.npz") as f:
         arrays = {k: f[k] for k in f.files}
     key = "decoder_blocks/0/ffn/ffn_intermediate"
     arrays[f"{key}/a"] = np.ones((n_in, 2), np.float32)
     arrays[f"{key}/b"] = np.ones((2, n_out), np.float32)
     arrays[f"{key}/scale"] = np.float32(1)
+    arrays[f"{key}/merged_row"] = np.asarray(intermediate)[0]
     np.savez(ffn / "adapters.npz", **arrays)
     assert export_main(["--checkpoint", str(ffn), *argv]) == 2
     err = capsys.readouterr().err
     assert "--lora" in err and "ffn" in err
-    assert not out.exists()
     assert err.count("\n") == 1 and "Traceback" not in err
+    # A model.keras that is not the adapters merged into the weights (as
+    # best.keras of an earlier epoch would be): unmerging would give a
+    # wrong starting model.
+    other = tmp_path / "other"
+    shutil.copytree(tuned, other)
+    model = tfformer.load(str(other)).model
+    kernel = model.backbone.decoder_blocks[0].self_attention.query_dense.kernel
+    kernel.assign(kernel + 1e-3)
+    model.save(other / "model.keras")
+    assert export_main(["--checkpoint", str(other), *argv]) == 2
+    assert "are not" in capsys.readouterr().err
+    # A SavedModel merges the adapters.
+    saved = ["--checkpoint", tuned, "--format", "saved_model", "--lora", "file"]
+    assert export_main([*saved, "--out", str(out)]) == 2
+    assert "--lora file applies to --format tflite" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_merged_export_removes_an_earlier_exports_lora_files(lora_run, tmp_path):
+    _, tuned = lora_run
+    out = tmp_path / "out"
+    argv = ["--checkpoint", tuned, "--format", "tflite", "--out", str(out)]
+    assert export_main([*argv, "--lora", "file"]) == 0
+    assert (out / "lora.tflite").is_file()
+    assert export_main(argv) == 0
+    assert not (out / "lora.tflite").exists()
+    assert not (out / "lora_none.tflite").exists()
+    assert "lora" not in (out / "SHA256SUMS").read_text()

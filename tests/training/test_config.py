@@ -60,7 +60,7 @@ def test_overrides_are_typed():
             "train.jit_compile=true",
             "data.lower_case=true",
             # Unquoted words in brackets, as a shell passes them: a list.
-            "model.lora_targets=[query, value,output]",
+            'model.lora_targets=[query, "value",output]',
         ]
     )
     assert config.model.lora_targets == ("query", "value", "output")

@@ -205,20 +205,50 @@ def load_adapter_weights(model, weights):
 
 def save_adapters(model, path):
     """Writes the adapters of `model` to `path` (`.npz`, no pickles):
-    `<key>/a` `(in, rank)`, `<key>/b` `(rank, out)` and `<key>/scale`
-    (alpha / rank) for each adapted projection (`projections`' keys)."""
+    `<key>/a` `(in, rank)`, `<key>/b` `(rank, out)`, `<key>/scale`
+    (alpha / rank) and `<key>/merged_row` (the first row of the kernel as
+    saved, W + scale A B: `merged_into` tells a model saved with these
+    adapters from another) for each adapted projection (`projections`'
+    keys)."""
     arrays = {}
     for key, dense in projections(model).items():
         if getattr(dense, "lora_enabled", False):
             arrays[f"{key}/a"] = keras.ops.convert_to_numpy(dense.lora_kernel_a)
             arrays[f"{key}/b"] = keras.ops.convert_to_numpy(dense.lora_kernel_b)
             arrays[f"{key}/scale"] = np.float32(dense.lora_alpha / dense.lora_rank)
+            merged = keras.ops.convert_to_numpy(dense.kernel[:1])
+            arrays[f"{key}/merged_row"] = merged[0].astype(np.float32)
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
 
+class Adapter(tuple):
+    """(a, b, scale) of one projection, and `merged_row`."""
+
+    def __new__(cls, a, b, scale, merged_row):
+        adapter = super().__new__(cls, (a, b, scale))
+        adapter.merged_row = merged_row
+        return adapter
+
+
+def merged_into(model, adapters):
+    """Whether each adapted kernel of `model` starts with its adapter's
+    `merged_row` (to float rounding): the model was saved with these
+    adapters merged."""
+    kernels = projections(model)
+    return all(
+        np.allclose(
+            keras.ops.convert_to_numpy(kernels[key].kernel[0]),
+            adapter.merged_row,
+            rtol=1e-5,
+            atol=1e-6,
+        )
+        for key, adapter in adapters.items()
+    )
+
+
 def read_adapters(path, model):
-    """{key: (a, b, scale)} from `save_adapters`' file, each checked
+    """{key: `Adapter` (a, b, scale)} from `save_adapters`' file, each checked
     against `model`'s projection of that key; ValueError naming the file
     and what does not match."""
     import zipfile
@@ -233,6 +263,7 @@ def read_adapters(path, model):
     adapters = {}
     for key in keys:
         a, b, scale = (arrays.get(f"{key}/{p}") for p in ("a", "b", "scale"))
+        row = arrays.get(f"{key}/merged_row")
         dense = mine.get(key)
         if dense is None or a is None or b is None or scale is None:
             raise InputError(
@@ -246,7 +277,9 @@ def read_adapters(path, model):
             )
         if a.shape[1] != b.shape[0]:
             raise InputError(f"{path}: {key}'s ranks differ: {a.shape} and {b.shape}")
-        adapters[key] = (a, b, float(scale))
+        if row is None or row.shape != (kernel[1],):
+            raise InputError(f"{path}: {key} has no merged_row of {kernel[1]} values.")
+        adapters[key] = Adapter(a, b, float(scale), row)
     if not adapters:
         raise InputError(f"{path} holds no adapter.")
     return adapters
@@ -278,5 +311,5 @@ class unmerged:
         return self
 
     def __exit__(self, *exc):
-        for key, kernel in self.kernels.items():
-            kernel.assign(self.saved[key])
+        for key, value in self.saved.items():
+            self.kernels[key].assign(value)

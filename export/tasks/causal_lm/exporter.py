@@ -175,7 +175,9 @@ class CausalLMExporter(Exporter):
         `tokenizer.py` and `generate.py` (and with `lora` "file",
         `lora.tflite` and `lora_none.tflite`)."""
         del decode_batch  # the runtime reads it from the model
-        if lora == "file":
+        if lora == "merge":
+            lora_inputs.remove_stale_files(out_dir)
+        else:
             adapters, rank = lora_inputs.run_adapters(run)
             blocks = run.model.backbone.decoder_blocks
             path = os.path.join(out_dir, lora_inputs.LORA_FILE)

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.errors import InputError
-from tfformer.models.lora import read_adapters, unmerged
+from tfformer.models.lora import merged_into, read_adapters, unmerged
 from tfformer.runs.directory import ADAPTERS
 
 LORA_FILE = "lora.tflite"
@@ -63,6 +63,13 @@ def run_adapters(run):
             f"{ADAPTERS} (a run trained with model.lora_rank writes it)."
         )
     adapters = read_adapters(path, run.model)
+    if not merged_into(run.model, adapters):
+        raise InputError(
+            f"--lora file: the model's adapted kernels are not {path}'s adapters "
+            "merged into the weights (best.keras, whose adapters the run did not "
+            "keep, or a model.keras written apart from them): export model.keras, "
+            "or --lora merge."
+        )
     for key in adapters:
         kind, _, part, name = key.split("/")
         if (kind, part) != ("decoder_blocks", "self_attention") or name not in (
@@ -89,9 +96,14 @@ def _projection_units(attention):
     q = attention.num_heads * attention.key_dim
     k = attention.kv_heads * attention.key_dim
     v = attention.kv_heads * attention.value_head_dim
-    width = int(attention.output_dense.kernel.shape[1])
-    inner = int(attention.output_dense.kernel.shape[0])
-    return {"q": (width, q), "k": (width, k), "v": (width, v), "o": (inner, width)}
+    first = (
+        attention.query_key_value_dense
+        if attention.fused_qkv
+        else attention.query_dense
+    )
+    width = int(first.kernel.shape[0])
+    inner, out = (int(d) for d in attention.output_dense.kernel.shape)
+    return {"q": (width, q), "k": (width, k), "v": (width, v), "o": (inner, out)}
 
 
 def input_shapes(blocks, rank):
@@ -118,7 +130,14 @@ def adding(blocks, tensors):
         own = dense.call
 
         def call(inputs, *args, **kwargs):
-            added = [tf.matmul(tf.matmul(inputs, a), b) for a, b in pairs]
+            # (A mixed-precision run's layers compute in their own dtype.)
+            added = [
+                tf.matmul(
+                    tf.matmul(inputs, tf.cast(a, inputs.dtype)),
+                    tf.cast(b, inputs.dtype),
+                )
+                for a, b in pairs
+            ]
             extra = added[0] if len(added) == 1 else tf.concat(added, axis=-1)
             return own(inputs, *args, **kwargs) + extra
 
@@ -174,3 +193,16 @@ def base_weights(run, adapters):
     if adapters is None:
         return contextlib.nullcontext()
     return unmerged(run.model, adapters)
+
+
+def remove_stale_files(out_dir):
+    """Removes the LoRA files of an earlier `--lora file` export from
+    `out_dir` (and their digests): they do not fit a merged model."""
+    from tfformer.export import runtimes
+
+    names = [
+        n for n in (LORA_FILE, NO_LORA_FILE) if os.path.isfile(os.path.join(out_dir, n))
+    ]
+    runtimes.forget_digests(out_dir, names)
+    for name in names:
+        os.remove(os.path.join(out_dir, name))

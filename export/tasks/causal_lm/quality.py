@@ -50,10 +50,13 @@ def heldout_ids(task_run, text, where):
 def score(model_path, ids, window):
     """(nats per token, each position's most likely next token) of the
     TFLite generator `model_path` on `ids`, cut into windows of `window`
-    tokens, each read from an empty cache one `decode` at a time."""
+    tokens, each read from an empty cache one `decode` at a time (a model
+    exported with `--lora file` with the adapters beside it)."""
     from tfformer.export.runtimes.generate import LiteRTGenerator
+    from tfformer.export.tasks.causal_lm.lora import LORA_FILE
 
-    generator = LiteRTGenerator(model_path)
+    lora = os.path.join(os.path.dirname(os.path.abspath(model_path)), LORA_FILE)
+    generator = LiteRTGenerator(model_path, lora=lora if os.path.isfile(lora) else None)
     nll, count, top = 0.0, 0, []
     for start in range(0, len(ids) - 1, window):
         piece = ids[start : start + window + 1]
