@@ -79,25 +79,30 @@ class AdapterWeights:
 
     def load(self, model, path):
         """Sets the saved weights and optimizer state; ValueError naming
-        what does not match (read as a damaged backup)."""
+        what does not match."""
+        from tfformer.training.callbacks import DAMAGED_BACKUP
+
+        def damaged(detail):
+            return InputError(f"{path} cannot be read ({detail}): {DAMAGED_BACKUP}")
+
         frozen, kept, optimizer = self._parts(model)
         try:
             with np.load(path, allow_pickle=False) as f:
                 meta = json.loads(str(f["meta"]))
                 saved = {k: f[k] for k in f.files if k != "meta"}
         except (zipfile.BadZipFile, KeyError, EOFError, json.JSONDecodeError) as e:
-            raise ValueError(f"not a LoRA backup: {e}") from None
+            raise damaged(f"not a LoRA backup: {e}") from None
         # The optimizer's variable names carry Keras's per-process counters:
         # they are matched by count and shape, in the model's order.
         if meta.get("model") != [v.path for v in kept] or len(
             meta.get("optimizer", ())
         ) != len(optimizer):
-            raise ValueError("its variables are not this run's")
+            raise damaged("its variables are not this run's")
         for group, variables in (("model", kept), ("optimizer", optimizer)):
             for i, v in enumerate(variables):
                 value = saved.get(f"{group}/{i}")
                 if value is None or tuple(value.shape) != tuple(v.shape):
-                    raise ValueError(f"{v.path} is missing or misshapen")
+                    raise damaged(f"{v.path} is missing or misshapen")
         if meta.get("frozen_sha256") != self._fingerprint(frozen):
             raise InputError(
                 "the frozen weights from model.init_from are not those this "

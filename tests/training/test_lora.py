@@ -148,6 +148,11 @@ def test_a_lora_run_backs_up_its_adapters_alone_and_resumes_exactly(tmp_path, bp
     assert (tmp_path / "cut" / "backup" / "latest.adapters.npz").read_bytes() == saved
 
     shutil.copy(keep, tmp_path / "run" / "model.keras")
+    # A damaged copy of the backup is named, with what to do.
+    shutil.copytree(tmp_path / "cut", tmp_path / "damaged")
+    (tmp_path / "damaged" / "backup" / "latest.adapters.npz").write_bytes(saved[:100])
+    with pytest.raises(ValueError, match=r"cannot be read .*Delete that backup"):
+        train(config(tmp_path / "damaged"), progress=quiet)
     resumed = train(config(tmp_path / "cut"), progress=quiet).model
     for a, b in zip(resumed.weights, uncut.weights, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
