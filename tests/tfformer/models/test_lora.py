@@ -147,3 +147,44 @@ def test_a_fused_projection_is_adapted_whole():
     assert len(fused) == 3  # every self-attention: 1 encoder, 2 decoder blocks
     assert len([p for p in paths if p.endswith("/query")]) == 2  # cross-attention
     assert len(paths) == 5
+
+
+def test_saved_adapters_take_a_saved_model_back_to_its_weights(tmp_path):
+    """`save_adapters` then `read_adapters` on the `.keras` file the adapted
+    model saves (merged): inside `unmerged` each adapted kernel is W again
+    (to float rounding), afterwards exactly what was loaded; `merged_into`
+    tells the file from one whose kernels moved. A seed draws A the same
+    way twice."""
+    import keras
+
+    from tfformer.models.lora import merged_into, read_adapters, save_adapters, unmerged
+
+    model, _ = classifier()
+    dense = model.backbone.encoder_blocks[1].self_attention.value_dense
+    base = ops.convert_to_numpy(dense.kernel)
+    twin, _ = classifier()
+    enable_lora(model, 2, seed=7)
+    enable_lora(twin, 2, seed=7)
+    np.testing.assert_array_equal(
+        ops.convert_to_numpy(dense.lora_kernel_a),
+        ops.convert_to_numpy(
+            twin.backbone.encoder_blocks[1].self_attention.value_dense.lora_kernel_a
+        ),
+    )
+    dense.lora_kernel_b.assign(
+        np.random.default_rng(0).normal(size=dense.lora_kernel_b.shape)
+    )
+    save_adapters(model, tmp_path / "adapters.npz")
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    adapters = read_adapters(tmp_path / "adapters.npz", loaded)
+    assert len(adapters) == 4  # query and value of two blocks
+    assert merged_into(loaded, adapters)
+    kernel = loaded.backbone.encoder_blocks[1].self_attention.value_dense.kernel
+    merged = ops.convert_to_numpy(kernel)
+    assert np.abs(merged - base).max() > 1e-2  # the adapters moved it
+    with unmerged(loaded, adapters):
+        np.testing.assert_allclose(ops.convert_to_numpy(kernel), base, atol=1e-5)
+    np.testing.assert_array_equal(ops.convert_to_numpy(kernel), merged)
+    kernel.assign(merged + 1e-3)
+    assert not merged_into(loaded, adapters)
