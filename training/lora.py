@@ -121,8 +121,7 @@ def save_adapters(model, run, write):
     from tfformer.runs.directory import ADAPTERS
     from tfformer.training.callbacks import save_target
 
-    adapted = lora.projections(model).values()
-    if any(getattr(dense, "lora_enabled", False) for dense in adapted):
+    if lora.adapted(model):
         with save_target(run.file(ADAPTERS), write) as tmp:
             lora.save_adapters(model, tmp)
 

@@ -75,10 +75,6 @@ def _keyed_parts(backbone):
     return parts
 
 
-def _blocks_parts(backbone):
-    return [layer for _, layer in _keyed_parts(backbone)]
-
-
 def projections(model, targets=TARGETS):
     """{"decoder_blocks/0/self_attention/query": keras Dense} of every
     `targets` projection of `model`'s backbone."""
@@ -125,7 +121,7 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None, seed=None):
             f"LoRA adapts a task model's backbone; {type(model).__name__} has none."
         )
     adapted = []
-    for layer in _blocks_parts(backbone):
+    for _, layer in _keyed_parts(backbone):
         for name, dense in _dense_layers(layer, targets):
             adapted.append((f"{layer.path}/{name}", dense))
     if not adapted:
@@ -149,15 +145,13 @@ def enable_lora(model, rank, targets=DEFAULT_TARGETS, alpha=None, seed=None):
     return [path for path, _ in adapted]
 
 
-def _adapted(model):
-    """The Dense layers of `model` with LoRA enabled."""
-    backbone = getattr(model, "backbone", model)
-    found = []
-    for layer in _blocks_parts(backbone):
-        for _, dense in _dense_layers(layer, TARGETS):
-            if getattr(dense, "lora_enabled", False):
-                found.append(dense)
-    return found
+def adapted(model):
+    """`projections(model)` that have LoRA enabled."""
+    return {
+        key: dense
+        for key, dense in projections(model).items()
+        if getattr(dense, "lora_enabled", False)
+    }
 
 
 def redraw_adapters(model, seed=0):
@@ -165,7 +159,7 @@ def redraw_adapters(model, seed=0):
     layer whose A and B are all zero; returns how many. The model computes
     what it did (B stays zero)."""
     redrawn = 0
-    for k, dense in enumerate(_adapted(model)):
+    for k, dense in enumerate(adapted(model).values()):
         a, b = dense.lora_kernel_a, dense.lora_kernel_b
         if np.any(np.asarray(a)) or np.any(np.asarray(b)):
             continue
@@ -211,13 +205,12 @@ def save_adapters(model, path):
     adapters from another) for each adapted projection (`projections`'
     keys)."""
     arrays = {}
-    for key, dense in projections(model).items():
-        if getattr(dense, "lora_enabled", False):
-            arrays[f"{key}/a"] = keras.ops.convert_to_numpy(dense.lora_kernel_a)
-            arrays[f"{key}/b"] = keras.ops.convert_to_numpy(dense.lora_kernel_b)
-            arrays[f"{key}/scale"] = np.float32(dense.lora_alpha / dense.lora_rank)
-            merged = keras.ops.convert_to_numpy(dense.kernel[:1])
-            arrays[f"{key}/merged_row"] = merged[0].astype(np.float32)
+    for key, dense in adapted(model).items():
+        arrays[f"{key}/a"] = keras.ops.convert_to_numpy(dense.lora_kernel_a)
+        arrays[f"{key}/b"] = keras.ops.convert_to_numpy(dense.lora_kernel_b)
+        arrays[f"{key}/scale"] = np.float32(dense.lora_alpha / dense.lora_rank)
+        merged = keras.ops.convert_to_numpy(dense.kernel[:1])
+        arrays[f"{key}/merged_row"] = merged[0].astype(np.float32)
     with open(path, "wb") as f:
         np.savez(f, **arrays)
 
