@@ -24,7 +24,7 @@ from tfformer.runs.directory import (
     TRAINING_CURVES,
     RunDirectory,
 )
-from tfformer.training import lora, pipeline
+from tfformer.training import lora, pipeline, precision
 from tfformer.training.callbacks import (
     AveragedWeights,
     BestModel,
@@ -469,6 +469,7 @@ def build_compiled_model(config, inputs, progress=print):
         model = build_model(config, inputs.data)
         lora.adapt(model, config.model, progress, seed=train_config.seed)
         compile_model(model, config, schedule=schedule)
+    precision.say_kernels(model, train_config.precision, inputs.strategy, progress)
     return model, schedule
 
 
