@@ -2,12 +2,13 @@
 precision and compile mode on this CPU, and what to expect of them, said
 once when training starts (`kernel_report`).
 
-The expectations are measurements (BENCHMARKS.md, "The matmul peak per
-precision" and "Training recipes per precision"): on CPU, XLA runs bfloat16
-matmuls no faster than float32; TensorFlow's graph mode runs them through
-oneDNN, fast with AVX512_BF16 (about 2x float32's matmul rate) or AMX tiles,
-and through a conversion to float32 on CPUs with neither. A precision that
-this CPU cannot run fast still trains; the report says so.
+The expectations are measurements on an AVX512_BF16 CPU without AMX
+(BENCHMARKS.md, "The matmul peak per precision" and "Training recipes per
+precision"): on CPU, XLA runs bfloat16 matmuls no faster than float32;
+TensorFlow's graph mode runs them through oneDNN, about 2x float32's matmul
+rate with AVX512_BF16 (AMX tiles are faster still, not measured here), and
+slower than float32 on CPUs without such units. A precision that this CPU
+cannot run fast still trains; the report says so.
 """
 
 import os
@@ -46,59 +47,85 @@ def bfloat16_units(flags):
     return ""
 
 
+def onednn_takes(precision, flags):
+    """Whether TensorFlow 2.21's oneDNN kernels take `precision` on a CPU
+    with `flags` (`IsDataTypeSupportedByOneDNNOnThisCPU`); elsewhere its
+    graph runs them through Eigen. bfloat16 needs AVX512F or AVX_NE_CONVERT;
+    float16 AVX512BW with AVX512_FP16 or AMX_FP16, or AVX_NE_CONVERT."""
+    if precision == "mixed_bfloat16":
+        return bool(flags & {"avx512f", "avx_ne_convert"})
+    if precision == "mixed_float16":
+        return "avx_ne_convert" in flags or (
+            "avx512bw" in flags and bool(flags & {"avx512_fp16", "amx_fp16"})
+        )
+    return True
+
+
 def kernel_report(precision, xla, flags, onednn=True):
     """One paragraph for the run's log: which kernels `precision`'s matmuls
-    run on under XLA (`xla`) or graph mode on a CPU with `flags`, and what
-    to expect of them against float32."""
+    run on under XLA (`xla`) or graph mode on a CPU with `flags` (empty:
+    unknown), and what to expect of them against float32."""
     units = bfloat16_units(flags)
-    graph = "oneDNN" if onednn else "Eigen (TF_ENABLE_ONEDNN_OPTS=0)"
+    # The bfloat16 path that pays off here: graph mode, oneDNN, bfloat16 units.
+    fast_bfloat16 = onednn and bool(units)
+    if onednn and onednn_takes(precision, flags):
+        graph = "oneDNN"
+    elif onednn:
+        graph = "Eigen (TensorFlow's oneDNN does not take it on this CPU)"
+    else:
+        graph = "Eigen (TF_ENABLE_ONEDNN_OPTS=0)"
+    path = "compiled by XLA" if xla else "through " + graph
+    if not flags:
+        unknown = " This CPU's features are unknown (no flags in /proc/cpuinfo)."
+    else:
+        unknown = ""
     if precision == "float32":
-        text = f"float32 matmuls {'compiled by XLA' if xla else 'through ' + graph}."
-        if units:
+        text = f"Kernels: float32 matmuls {path}.{unknown}"
+        if fast_bfloat16:
             text += (
                 f" This CPU has bfloat16 units ({units}): "
                 "train.precision=mixed_bfloat16 with train.jit_compile=false "
                 "may train faster (docs/train.md, Precision and XLA)."
             )
-        return "Kernels: " + text
+        return text
     if precision == "mixed_float16":
         has = sorted(f.upper() for f in flags & {"avx512_fp16", "amx_fp16"})
-        path = "compiled by XLA" if xla else "through " + graph
         return (
             f"Kernels: float16 matmuls {path} (this CPU's float16 units: "
-            f"{', '.join(has) or 'none'}). tfformer has not measured float16 "
-            "on CPU; float32 or mixed_bfloat16 is the measured choice."
+            f"{', '.join(has) or 'none'}).{unknown} tfformer has not measured "
+            "float16 on CPU; float32 or mixed_bfloat16 is the measured choice."
         )
     # mixed_bfloat16
     if xla:
-        return (
+        text = (
             "Kernels: bfloat16 matmuls compiled by XLA, which on CPU runs them "
-            "no faster than float32: expect float32's speed or less. "
-            "train.jit_compile=false runs them through oneDNN"
-            + (f" on this CPU's {units}." if units else ".")
+            "about as fast as float32 (whole steps measured at 0.87-1.04x "
+            f"float32 under XLA).{unknown}"
         )
-    if not onednn:
-        return (
-            f"Kernels: bfloat16 matmuls through {graph}: "
-            "expect them slower than float32's."
-        )
-    if units == "AMX tiles":
+        if fast_bfloat16:
+            text += (
+                " train.jit_compile=false runs them through oneDNN on this "
+                f"CPU's {units}."
+            )
+        return text
+    if fast_bfloat16 and units == "AMX tiles":
         return (
             "Kernels: bfloat16 matmuls through oneDNN on AMX tiles: expect "
-            "several times float32's matmul rate; the whole step gains less "
-            "(its other operations run unfused in graph mode)."
+            "more than AVX512_BF16's 2x float32's matmul rate (not measured "
+            "by tfformer); the whole step gains less (its other operations "
+            "run unfused in graph mode)."
         )
-    if units:
+    if fast_bfloat16:
         return (
             "Kernels: bfloat16 matmuls through oneDNN with AVX512_BF16 (no AMX): "
             "expect about 2x float32's matmul rate; measured on whole steps, "
-            "1.1-1.4x at d_model 192-256 and slower than float32 at 128 "
-            "(BENCHMARKS.md)."
+            "1.07-1.14x float32 under XLA at d_model 192-256 and slower at "
+            "128 (BENCHMARKS.md)."
         )
     return (
-        "Kernels: this CPU has neither AMX nor AVX512_BF16, so oneDNN runs "
-        "bfloat16 matmuls through float32 with conversions: expect them "
-        "slower than float32's. The run trains all the same."
+        f"Kernels: bfloat16 matmuls {path}, without bfloat16 units "
+        f"(AVX512_BF16 or AMX) on this CPU.{unknown} Expect them slower than "
+        "float32's; the run trains all the same."
     )
 
 
@@ -107,6 +134,6 @@ def say_kernels(model, precision, strategy, progress=print):
     resolved `jit_compile`) when all of `strategy`'s devices are CPUs; says
     nothing for a run on accelerators (their kernels are not judged here)."""
     devices = strategy.extended.worker_devices
-    if devices and all("CPU" in d.upper() for d in devices):
+    if devices and all("DEVICE:CPU:" in d.upper() for d in devices):
         xla = bool(model.jit_compile)
         progress(kernel_report(precision, xla, cpu_flags(), onednn_enabled()))
