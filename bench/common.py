@@ -46,6 +46,15 @@ FLAGS = (
 # -- timing -------------------------------------------------------------------
 
 
+# Training recipes: name -> (train.precision, train.jit_compile).
+TRAINING_RECIPES = {
+    "float32_xla": ("float32", "true"),
+    "float32_graph": ("float32", "false"),
+    "bfloat16_graph": ("mixed_bfloat16", "false"),
+    "bfloat16_xla": ("mixed_bfloat16", "true"),
+}
+
+
 def timed(function, *args, **kwargs):
     """`(function(*args, **kwargs), wall seconds it took)`."""
     began = time.perf_counter()

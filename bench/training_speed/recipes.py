@@ -61,12 +61,7 @@ from tfformer.training.trainer import (
     dtype_policy,
 )
 
-RECIPES = {
-    "float32_xla": ("float32", "true"),
-    "float32_graph": ("float32", "false"),
-    "bfloat16_graph": ("mixed_bfloat16", "false"),
-    "bfloat16_xla": ("mixed_bfloat16", "true"),
-}
+RECIPES = common.TRAINING_RECIPES
 CONFIGS = {
     "translator": train.CONFIG,
     **train_families.CONFIGS,
@@ -240,7 +235,7 @@ def add_ratios(result, peaks):
     for r in result["rows"]:
         rate = result["useful_flops"] / r["seconds_median"]
         own = float32 if r["precision"] == "float32" else peaks["bfloat16_graph"]
-        r["peak_flops"] = own
+        r["precision_peak_flops"] = own
         r["mfu"] = rate / own
         r["mfu_of_bfloat16_peak"] = rate / peaks["bfloat16_graph"]
         peer = by[("keras_hub", r["recipe"])]["tokens_per_second"]
@@ -312,7 +307,8 @@ def main():
         dict(
             repeats=args.repeats,
             recipes={
-                k: dict(precision=p, jit_compile=j) for k, (p, j) in RECIPES.items()
+                k: dict(precision=p, jit_compile=j == "true")
+                for k, (p, j) in RECIPES.items()
             },
             matmul_peak_flops=peaks,
             matmul_peak_flops_before_after=measured,
