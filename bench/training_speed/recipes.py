@@ -123,21 +123,9 @@ def translator_batches(config, run):
 
 def family_batches(family, config, batches=20):
     """GPT's or BERT's data, cached batches, real input tokens and FLOPs."""
-    task = get_task(config.task)
-    data = build_dataset(config, tempfile.mkdtemp(prefix=f"bench-{family}-"))
-    sizes = task.model_sizes(config.model)
+    sizes = get_task(config.task).model_sizes(config.model)
+    data, cache, lengths = train_families.cached_batches(config, family, batches)
     vocabulary = data.tokenizers["text"].vocabulary_size
-    stream = task.training_stream(
-        data.examples["train"],
-        batch_size=config.train.batch_size,
-        bucket_lengths=data.bucket_lengths,
-        steps_per_epoch=batches,
-        seed=0,
-    )
-    cache = list(stream.take(batches))
-    lengths = np.concatenate(
-        [np.sum(b[0]["token_ids"].numpy() != 0, axis=1) for b in cache[1:]]
-    )
     flops = train_families.family_flops(
         KINDS.get(family, family), lengths, sizes, vocabulary
     )
