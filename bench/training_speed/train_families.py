@@ -148,15 +148,12 @@ def matmul_floor(family, cache, sizes, vocabulary, repeats=9):
     return sum(seconds[shape] for shape in shapes)
 
 
-def contenders(family, batches, with_floor=True):
-    """The config, its two compiled models, the cached batches, their real
-    tokens and useful FLOPs, and (`with_floor`) their matmul floor's seconds."""
-    config = load_config(CONFIGS[family], overrides=["train.ema_momentum=null"])
+def cached_batches(config, family, batches):
+    """The data of `config` (a GPT or BERT config), its first `batches`
+    training batches held in memory, and the real lengths of the rows of
+    batches 2..N (the clock starts at the end of batch 1)."""
     task = get_task(config.task)
     data = build_dataset(config, tempfile.mkdtemp(prefix=f"bench-{family}-"))
-    sizes = task.model_sizes(config.model)
-    vocabulary = data.tokenizers["text"].vocabulary_size
-    length = config.data.max_length
     stream = task.training_stream(
         data.examples["train"],
         batch_size=config.train.batch_size,
@@ -167,6 +164,20 @@ def contenders(family, batches, with_floor=True):
     cache = list(stream.take(batches))
     if len(cache) < batches:
         raise ValueError(f"--batches {batches}: the data gives {len(cache)}.")
+    lengths = np.concatenate(
+        [np.sum(b[0]["token_ids"].numpy() != 0, axis=1) for b in cache[1:]]
+    )
+    return data, cache, lengths
+
+
+def contenders(family, batches, with_floor=True):
+    """The config, its two compiled models, the cached batches, their real
+    tokens and useful FLOPs, and (`with_floor`) their matmul floor's seconds."""
+    config = load_config(CONFIGS[family], overrides=["train.ema_momentum=null"])
+    sizes = get_task(config.task).model_sizes(config.model)
+    data, cache, lengths = cached_batches(config, family, batches)
+    vocabulary = data.tokenizers["text"].vocabulary_size
+    length = config.data.max_length
     # keras-hub's model: no hidden dropout in the FFN, and its tanh GELU.
     same_model = dataclasses.replace(
         config,
@@ -186,11 +197,7 @@ def contenders(family, batches, with_floor=True):
         else:
             model = bert_text_classifier(sizes, vocabulary, length, data.num_classes)
         models[library] = compile_model(model, config)
-    # Real tokens of batches 2..N (the clock starts at the end of batch 1),
-    # and their useful training FLOPs.
-    lengths = np.concatenate(
-        [np.sum(b[0]["token_ids"].numpy() != 0, axis=1) for b in cache[1:]]
-    )
+    # Useful training FLOPs of the real tokens of batches 2..N.
     flops = family_flops(family, lengths, sizes, vocabulary)
     floor = matmul_floor(family, cache, sizes, vocabulary) if with_floor else None
     return config, sizes, models, cache, int(lengths.sum()), flops, floor
