@@ -12,10 +12,12 @@ no stop token (every contender makes every token):
   same sizes, `compile(sampler="greedy", jit_compile=...)`, its own
   `make_generate_function()` (what `generate` runs).
 Rounds alternate the contenders, reversed every other round; figures are
-medians with min and max.
+medians with min and max. `--precision bfloat16` builds both libraries'
+models under Keras's bfloat16 policy (weights and compute in bfloat16:
+half the bytes a step streams) for the same comparison.
 
 Usage:
-  python -m bench.decoding_speed.gpt_modes [--repeats 5]
+  python -m bench.decoding_speed.gpt_modes [--repeats 5] [--precision bfloat16]
       [--output bench/results/gpt_modes.json]
 """
 
@@ -30,6 +32,7 @@ from bench import common
 from bench.peers import gpt2_greedy_generate
 from tfformer.decoding import Generator
 from tfformer.models import gpt_decoder
+from tfformer.training.trainer import dtype_policy
 
 SIZES = dict(num_layers=6, hidden_dim=192, num_heads=6, intermediate_dim=768)
 VOCABULARY, CONTEXT = 260, 128
@@ -47,6 +50,7 @@ def main():
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batches", default="1,8")
+    p.add_argument("--precision", choices=("float32", "bfloat16"), default="float32")
     p.add_argument(
         "--output", default=os.path.join("bench", "results", "gpt_modes.json")
     )
@@ -58,17 +62,21 @@ def main():
             f"Received: {length}"
         )
     batches = [int(b) for b in args.batches.split(",")]
-    model = gpt_decoder(VOCABULARY, max_sequence_length=CONTEXT, dropout=0.0, **SIZES)
+    with dtype_policy(args.precision):
+        model = gpt_decoder(
+            VOCABULARY, max_sequence_length=CONTEXT, dropout=0.0, **SIZES
+        )
     rng = np.random.default_rng(0)
     rows, hub_parameters = [], None
     for batch in batches:
         prompts = rng.integers(4, VOCABULARY, (batch, args.prompt_length), np.int32)
-        hub_graph, hub_parameters = gpt2_greedy_generate(
-            SIZES, VOCABULARY, length, False, max_sequence_length=CONTEXT
-        )
-        hub_xla, _ = gpt2_greedy_generate(
-            SIZES, VOCABULARY, length, True, max_sequence_length=CONTEXT
-        )
+        with dtype_policy(args.precision):
+            hub_graph, hub_parameters = gpt2_greedy_generate(
+                SIZES, VOCABULARY, length, False, max_sequence_length=CONTEXT
+            )
+            hub_xla, _ = gpt2_greedy_generate(
+                SIZES, VOCABULARY, length, True, max_sequence_length=CONTEXT
+            )
         contenders = {
             "tfformer_graph": tfformer_generate(model, length, False),
             "tfformer_xla": tfformer_generate(model, length, True),
@@ -129,7 +137,7 @@ def main():
                 keras_hub_parameters=hub_parameters,
             ),
             weights="random (speed only)",
-            precision="float32",
+            precision=args.precision,
             search="greedy, KV cache, no stop token",
             prompt_length=args.prompt_length,
             new_tokens=args.new_tokens,
