@@ -38,7 +38,6 @@ Usage: `python -m bench.training_speed.recipes [--families translator,gpt,bert]
 
 import dataclasses
 import os
-import statistics
 import sys
 import tempfile
 
@@ -71,16 +70,6 @@ CONFIGS = {
 # The peer and FLOP count of each family's kind.
 KINDS = {"gpt_10min": "gpt", "gpt_60min": "gpt"}
 LIBRARIES = ("tfformer", "keras_hub")
-
-
-def peak(dtype, jit_compile, n=1024, repeats=20):
-    """Median FLOP/s of an n x n x n matmul in `dtype`, XLA or graph."""
-    a = tf.cast(tf.random.normal([n, n]), dtype)
-    b = tf.transpose(a)
-    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=jit_compile)
-    matmul(a, b).numpy()
-    times = common.call_seconds(lambda: matmul(a, b).numpy(), repeats)
-    return 2 * n**3 / statistics.median(times)
 
 
 PEAKS = {
@@ -260,7 +249,7 @@ def main():
 
     def measure_peaks(when):
         for name, (dtype, jit) in PEAKS.items():
-            measured[name].append(peak(dtype, jit))
+            measured[name].append(train.matmul_peak(dtype, jit_compile=jit))
         print(
             f"matmul peak (1024^3, {when}): "
             + ", ".join(f"{k} {v[-1] / 1e9:.0f} GFLOP/s" for k, v in measured.items()),

@@ -81,11 +81,12 @@ from tfformer.training.trainer import (
 CONFIG = os.path.join("training", "configs", "translate_de_en.json")
 
 
-def matmul_peak(dtype, n=1024, repeats=20):
-    """Median FLOP/s of an XLA-compiled n x n x n matmul in `dtype`."""
+def matmul_peak(dtype, n=1024, repeats=20, jit_compile=True):
+    """Median FLOP/s of an n x n x n matmul in `dtype`, XLA-compiled (or in
+    graph mode with `jit_compile=False`)."""
     a = tf.random.normal([n, n], dtype=tf.float32)
     a, b = tf.cast(a, dtype), tf.cast(tf.transpose(a), dtype)
-    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=True)
+    matmul = tf.function(lambda x, y: tf.matmul(x, y), jit_compile=jit_compile)
     matmul(a, b).numpy()
     times = common.call_seconds(lambda: matmul(a, b).numpy(), repeats)
     return 2 * n**3 / statistics.median(times)
