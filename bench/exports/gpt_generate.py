@@ -17,7 +17,20 @@ every contender makes every token):
   (`generate.py`: `prefill` of the prompt, then one `decode` per token),
   LiteRT with `--threads` threads; its signatures take one sequence, so a
   batch of 8 is 8 sequences one after another. Prefill and decode are
-  timed apart.
+  timed apart. `--variants` adds `int4` (blocks of 32, the export's
+  default), exported with its quality gate forced (measured, not refused).
+With `--bfloat16` (lower precision, per precision):
+- `keras_xla_bfloat16`: the same trained weights in a model built under
+  Keras's bfloat16 policy (weights and compute in bfloat16), the same
+  `Generator` under XLA; its tokens are compared with float32's.
+- `floor_float32` / `floor_bfloat16`: the weight-streaming floor at that
+  precision, a reference and not a decoder: per token only the products of
+  the batch's rows with every kernel a cached step reads (each block's
+  projections and FFN, the tied token embedding as the output projection;
+  not the position embedding, which a step gathers one row of), a tanh
+  after each so XLA keeps them apart, and an argmax, in one XLA loop
+  (`floor_<precision>_graph`: the same loop without XLA, TensorFlow's
+  oneDNN matmuls).
 Rounds alternate the contenders, in reverse order every other round;
 figures are medians with min and max.
 
@@ -29,6 +42,10 @@ window from position 0).
 Usage:
   python -m bench.exports.gpt_generate --run ~/.cache/tfformer/gpt_60min_run
       [--output bench/results/gpt_generate.json]
+  python -m bench.exports.gpt_generate --run ~/.cache/tfformer/gpt_60min_run \\
+      --bfloat16 --batches 1 32 --variants none float16 int8 int4 \\
+      --skip prefix_recompute_xla keras_hub_gpt2_xla \\
+      --output bench/results/gpt_generate_precision.json
 """
 
 import json
@@ -47,18 +64,78 @@ from tfformer.decoding import Generator
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tasks.causal_lm import EXPORTER
 from tfformer.export.tflite import export_tflite
+from tfformer.models import from_preset
 from tfformer.preprocessing.byte_tokenizer import ByteTokenizer
 from tfformer.training.config import load_config
 from tfformer.training.evaluation.language_model import score_text
 from tfformer.training.tasks import get_task
+from tfformer.training.trainer import dtype_policy
 
 VARIANTS = ("none", "float16", "int8", "full_int8")
+ALL_VARIANTS = (*VARIANTS, "int4")
 
 
 def keras_xla(model, length):
     generator = Generator(model, max_length=length, search="greedy")
     compiled = generator.compiled(jit_compile=True)
     return lambda prompts: compiled(prompts)["token_ids"].numpy()
+
+
+def bfloat16_copy(model, config, task, vocabulary, context):
+    """`model`'s trained weights in the same model built under the bfloat16
+    policy (weights and compute in bfloat16)."""
+    with dtype_policy("bfloat16"):
+        copy = from_preset(
+            task.preset(config.model),
+            vocabulary,
+            **{**task.model_sizes(config.model), "max_sequence_length": context},
+        )
+    copy.set_weights(model.get_weights())  # cast to bfloat16; shapes checked
+    return copy
+
+
+def weight_floor(model, length, dtype, jit_compile=True):
+    """The weight-streaming floor at `dtype` (the module docstring): greedy
+    tokens from `length - prompt length` steps that each read every kernel a
+    cached step reads, and nothing else."""
+    kernels, embedding = [], None
+    for weight in model.weights:
+        if len(weight.shape) != 2 or "position" in weight.path:
+            continue
+        value = tf.cast(weight.value, dtype)
+        if "token_embeddings" in weight.path:
+            embedding = tf.transpose(value)  # tied: the output projection
+        else:
+            kernels.append(value)
+    if embedding is None:
+        raise ValueError("the floor needs a tied token embedding; found none")
+    kernels = [tf.Variable(k, trainable=False) for k in (*kernels, embedding)]
+    width = int(embedding.shape[0])
+
+    def generate(prompts):
+        start = prompts.shape[1]
+
+        def body(i, token, tokens):
+            x = last = tf.one_hot(token, width, dtype=dtype)
+            for kernel in kernels:
+                rows = int(kernel.shape[0])
+                if last.shape[-1] != rows:  # the next kernel's input width
+                    last = tf.tile(x, [1, -(-rows // width)])[:, :rows]
+                last = tf.tanh(tf.matmul(last, kernel))
+                if last.shape[-1] == width:
+                    x = last
+            token = tf.argmax(last, -1, output_type=tf.int32)
+            hot = tf.cast(tf.range(length)[None, :] == i, tf.int32)
+            return i + 1, token, tokens + hot * token[:, None]
+
+        tokens = tf.pad(prompts, [[0, 0], [0, length - start]])
+        _, _, tokens = tf.while_loop(
+            lambda i, *_: i < length, body, (tf.constant(start), prompts[:, -1], tokens)
+        )
+        return tokens
+
+    compiled = tf.function(generate, jit_compile=jit_compile, autograph=False)
+    return lambda prompts: compiled(prompts).numpy()
 
 
 def prefix_recompute(model, length):
@@ -159,6 +236,22 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--windows", type=int, default=24)
     p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    p.add_argument(
+        "--variants", nargs="+", choices=ALL_VARIANTS, default=list(VARIANTS)
+    )
+    p.add_argument(
+        "--bfloat16",
+        action="store_true",
+        help="add the bfloat16 Keras contender and the floors per precision",
+    )
+    p.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        choices=("prefix_recompute_xla", "keras_hub_gpt2_xla", "saved_model"),
+        help="contenders left out",
+    )
     p.add_argument(
         "--output", default=os.path.join("bench", "results", "gpt_generate.json")
     )
@@ -189,8 +282,10 @@ def main():
     saved = export_saved_model(args.run, os.path.join(work, "serving"), progress=quiet)
     train_lines = task.raw_splits(config.data)["train"].split("\n")[:200]
     tflite = {}
-    for variant in VARIANTS:
+    for variant in args.variants:
         out = os.path.join(work, f"device_{variant}")
+        # int4 is gated on quality by default; measured here, not refused
+        forced = dict(force=True, max_quality_loss=1e9) if variant == "int4" else {}
         tflite[variant] = (
             out,
             export_tflite(
@@ -199,6 +294,7 @@ def main():
                 quantize=variant,
                 representative_sentences=train_lines,
                 progress=quiet,
+                **forced,
             ),
         )
     sizes_on_disk = {
@@ -227,11 +323,24 @@ def main():
     )
     text = validation.encode("utf-8")[: count * window + 1].decode("utf-8")
     keras_scores = score_text(run.model, ByteTokenizer(), text, window, progress=quiet)
+    bfloat16 = None
+    if args.bfloat16:
+        bfloat16 = bfloat16_copy(
+            run.model, config, task, run.vocabulary_size, run.context
+        )
+        bfloat16_scores = score_text(
+            bfloat16, ByteTokenizer(), text, window, progress=quiet
+        )
     scored = tf.saved_model.load(saved).signatures["score"](text=tf.constant([text]))
     quality = {
         "windows": count,
         "tokens": int(count * window),
         "keras": keras_scores["nats_per_token"],
+        **(
+            {"keras_bfloat16": bfloat16_scores["nats_per_token"]}
+            if args.bfloat16
+            else {}
+        ),
         "saved_model": round(
             -float(scored["log_likelihood"][0]) / int(scored["num_tokens"][0]), 4
         ),
@@ -243,25 +352,35 @@ def main():
     # -- speed ----------------------------------------------------------------
     rows = []
     hub_params = None
-    for batch in (1, 8):
+    for batch in args.batches:
         stride = min(997, (len(ids) - args.prompt_length) // batch)
         starts = np.arange(batch) * stride
         prompts = np.stack([ids[s : s + args.prompt_length] for s in starts])
-        clocks = {v: {"prefill": 0.0, "decode": 0.0} for v in VARIANTS}
-        # jit_compile "auto": no XLA on a CPU-only machine, so this contender
-        # runs in graph mode despite its name (the JSON keeps the name;
-        # bench/decoding_speed/gpt_modes.py measures both modes).
-        hub, hub_params = gpt2_greedy_generate(sizes, run.vocabulary_size, length)
-        contenders = {
-            "keras_xla": keras_xla(run.model, length),
-            "prefix_recompute_xla": prefix_recompute(run.model, length),
-            "keras_hub_gpt2_xla": hub,
-            "saved_model": saved_model_generate(saved, args.new_tokens),
-            **{
-                f"tflite_{v}": tflite_generate(runtimes[v], args.new_tokens, clocks[v])
-                for v in VARIANTS
-            },
-        }
+        clocks = {v: {"prefill": 0.0, "decode": 0.0} for v in args.variants}
+        contenders = {"keras_xla": keras_xla(run.model, length)}
+        if args.bfloat16:
+            contenders["keras_xla_bfloat16"] = keras_xla(bfloat16, length)
+            contenders["floor_float32"] = weight_floor(run.model, length, tf.float32)
+            contenders["floor_bfloat16"] = weight_floor(run.model, length, tf.bfloat16)
+            for name, dtype in (("float32", tf.float32), ("bfloat16", tf.bfloat16)):
+                contenders[f"floor_{name}_graph"] = weight_floor(
+                    run.model, length, dtype, jit_compile=False
+                )
+        if "prefix_recompute_xla" not in args.skip:
+            contenders["prefix_recompute_xla"] = prefix_recompute(run.model, length)
+        if "keras_hub_gpt2_xla" not in args.skip:
+            # jit_compile "auto": no XLA on a CPU-only machine, so this
+            # contender runs in graph mode despite its name (the JSON keeps
+            # the name; bench/decoding_speed/gpt_modes.py measures both modes).
+            contenders["keras_hub_gpt2_xla"], hub_params = gpt2_greedy_generate(
+                sizes, run.vocabulary_size, length
+            )
+        if "saved_model" not in args.skip:
+            contenders["saved_model"] = saved_model_generate(saved, args.new_tokens)
+        for v in args.variants:
+            contenders[f"tflite_{v}"] = tflite_generate(
+                runtimes[v], args.new_tokens, clocks[v]
+            )
         outputs = {}
         for name, generate in contenders.items():
             print(f"batch {batch}: warming up {name}", flush=True)
@@ -287,12 +406,17 @@ def main():
                 max_seconds=round(slowest, 4),
                 tokens_per_second=round(batch * args.new_tokens / median, 1),
             )
-            if name != "keras_hub_gpt2_xla":  # random weights
+            if name != "keras_hub_gpt2_xla" and not name.startswith("floor"):
                 got = np.asarray(outputs[name])
                 if name == "saved_model":  # the continuation only
                     got = np.concatenate([prompts, got[:, : args.new_tokens]], 1)
                 row["tokens_equal_to_keras_xla"] = float(
                     np.mean(got[:, :length] == reference)
+                )
+                # the generated tokens only (the prompt is equal by design)
+                start = args.prompt_length
+                row["new_tokens_equal_to_keras_xla"] = round(
+                    float(np.mean(got[:, start:length] == reference[:, start:])), 4
                 )
             if name.startswith("tflite_"):
                 clock = clocks[name[len("tflite_") :]]
@@ -305,19 +429,22 @@ def main():
                 )
             rows.append(row)
     ratios = {}
-    for batch in (1, 8):
-        by = {r["contender"]: r for r in rows if r["batch"] == batch}
+    pairs = {
+        "keras_xla_vs_prefix_recompute": ("keras_xla", "prefix_recompute_xla"),
+        "keras_xla_vs_keras_hub_gpt2": ("keras_xla", "keras_hub_gpt2_xla"),
+        "bfloat16_vs_float32": ("keras_xla_bfloat16", "keras_xla"),
+        "float32_share_of_its_floor": ("keras_xla", "floor_float32"),
+        "bfloat16_share_of_its_floor": ("keras_xla_bfloat16", "floor_bfloat16"),
+        "floor_bfloat16_vs_float32": ("floor_bfloat16", "floor_float32"),
+    }
+    for batch in args.batches:
+        by = {
+            r["contender"]: r["tokens_per_second"] for r in rows if r["batch"] == batch
+        }
         ratios[f"batch_{batch}"] = {
-            "keras_xla_vs_prefix_recompute": round(
-                by["keras_xla"]["tokens_per_second"]
-                / by["prefix_recompute_xla"]["tokens_per_second"],
-                2,
-            ),
-            "keras_xla_vs_keras_hub_gpt2": round(
-                by["keras_xla"]["tokens_per_second"]
-                / by["keras_hub_gpt2_xla"]["tokens_per_second"],
-                2,
-            ),
+            key: round(by[a] / by[b], 2)
+            for key, (a, b) in pairs.items()
+            if a in by and b in by
         }
     header = ("contender", "batch", "tokens/s", "median s", "min-max s", "equal")
     print("{:<24}{:>6}{:>11}{:>10}{:>18}{:>7}".format(*header))
@@ -342,6 +469,9 @@ def main():
         prompt_length=args.prompt_length,
         new_tokens=args.new_tokens,
         repeats=args.repeats,
+        batches=args.batches,
+        variants=args.variants,
+        bfloat16=args.bfloat16,
         tflite_threads=args.threads,
         rows=rows,
         ratios=ratios,
