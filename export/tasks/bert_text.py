@@ -32,6 +32,7 @@ from tfformer.export.tasks.text import (
     valid_utf8,
 )
 from tfformer.export.wordpiece import probe_character_classes
+from tfformer.preprocessing.text import pair_lengths, row_heads
 from tfformer.runs.files import atomic_copy
 
 VOCABULARY_FILE = "text_vocab.txt"
@@ -61,26 +62,6 @@ def checked_pairs(text, text_b, signature):
         ]
     ):
         return tf.identity(text_b)
-
-
-def pair_lengths(first, second, budget):
-    """Token counts kept of a pair, as BERT's longest-first loop keeps them
-    (the longer text loses a token until both fit `budget`; on a tie the
-    second): closed form, int32 tensors."""
-    half_up = (budget + 1) // 2
-    half_down = budget // 2
-    return (
-        tf.minimum(first, tf.maximum(budget - second, half_up)),
-        tf.minimum(second, tf.maximum(budget - first, half_down)),
-    )
-
-
-def _head(ragged, counts):
-    """The first `counts[r]` values of each row of `ragged` (ragged rank 1):
-    a gather of ranges, a tenth of the graph `tf.ragged.boolean_mask` builds."""
-    starts = tf.cast(ragged.row_starts(), tf.int32)
-    keep = tf.minimum(counts, tf.cast(ragged.row_lengths(), tf.int32))
-    return tf.gather(ragged.values, tf.ragged.range(starts, starts + keep))
 
 
 class BertInputs(tf.Module):
@@ -129,7 +110,7 @@ class BertInputs(tf.Module):
         end = tf.fill([rows, 1], self.end_id)
         if text_b is None:
             keep_a = tf.minimum(count_a, self.max_length - 2)
-            pieces = [start, _head(first, keep_a), end]
+            pieces = [start, row_heads(first, keep_a), end]
             segments = [tf.zeros_like(p) for p in pieces]
             counts = count_a
         else:
@@ -138,7 +119,13 @@ class BertInputs(tf.Module):
             cut = cut | cut_b
             count_b = tf.cast(second.row_lengths(), tf.int32)
             keep_a, keep_b = pair_lengths(count_a, count_b, self.max_length - 3)
-            pieces = [start, _head(first, keep_a), end, _head(second, keep_b), end]
+            pieces = [
+                start,
+                row_heads(first, keep_a),
+                end,
+                row_heads(second, keep_b),
+                end,
+            ]
             segments = [tf.zeros_like(p) for p in pieces[:3]] + [
                 tf.ones_like(p) for p in pieces[3:]
             ]

@@ -205,3 +205,26 @@ def read_tokenizer_json(path, kind):
     if not isinstance(spec, dict) or spec.get("tokenizer") != kind:
         raise InputError(f"{path} does not describe a {kind} tokenizer: {spec}")
     return spec
+
+
+# BERT's input packing, in the graph: shared by the exported serving graphs
+# (`tfformer.export.tasks.bert_text`) and the Keras packing layer
+# (`tfformer.training.preprocessors.BertPacker`).
+def pair_lengths(first, second, budget):
+    """Token counts kept of a pair, as BERT's longest-first loop keeps them
+    (the longer text loses a token until both fit `budget`; on a tie the
+    second): closed form, int32 tensors."""
+    half_up = (budget + 1) // 2
+    half_down = budget // 2
+    return (
+        tf.minimum(first, tf.maximum(budget - second, half_up)),
+        tf.minimum(second, tf.maximum(budget - first, half_down)),
+    )
+
+
+def row_heads(ragged, counts):
+    """The first `counts[r]` values of each row of `ragged` (ragged rank 1):
+    a gather of ranges, a tenth of the graph `tf.ragged.boolean_mask` builds."""
+    starts = tf.cast(ragged.row_starts(), tf.int32)
+    keep = tf.minimum(counts, tf.cast(ragged.row_lengths(), tf.int32))
+    return tf.gather(ragged.values, tf.ragged.range(starts, starts + keep))
