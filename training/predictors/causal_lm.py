@@ -17,11 +17,14 @@ from tfformer.errors import InputError, InputTypeError
 from tfformer.training.predictors.base import Option, Predictor
 
 
-class CausalLMPredictor(Predictor):
-    """Continues prompts and scores texts (see `Predictor` for the arguments
-    and attributes).
+class TextGeneration:
+    """Prompts continued with a causal LM: what `CausalLMPredictor` (a run)
+    and `tfformer.training.string_models.StringCausalLM` (a Keras model
+    with its preprocessor) share. The class using it has `model` (a
+    `tfformer.models.CausalLM`), `tokenizer` (the product's tokenizer),
+    `context` (tokens) and `end_ids`.
 
-    Generation settings, as keywords of `generate`, `stream` and `predict`:
+    Generation settings, as keywords of `generate` and `stream`:
     `max_new_tokens` (0 to the context minus one), `search` ("greedy",
     "sample" or "beam"), `temperature`, `top_k` (None or 0: no filter),
     `top_p` (None: no filter), `seed` (sampling: the same seed, the same
@@ -30,6 +33,93 @@ class CausalLMPredictor(Predictor):
     a warning on stderr) to leave `max_new_tokens` of the context; an empty
     prompt starts from the start token.
     """
+
+    def generate(self, prompts, **settings):
+        """The text of each prompt continued (the prompt's text, then the
+        continuation's), a list of str."""
+        if isinstance(prompts, str):
+            raise InputTypeError("prompts must be a list of strings, not one string.")
+        return [
+            generated_text(
+                self.tokenizer, *self._generator(prompt, settings), self.end_ids
+            )
+            for prompt in prompts
+        ]
+
+    def stream(self, prompt, **settings):
+        """The text of `prompt` continued, yielded in pieces as the tokens
+        are made (greedy and sampling; beam search yields its best
+        hypothesis at the end): the pieces together are `generate`'s text,
+        and a piece is never taken back."""
+        ids, generator = self._generator(prompt, settings)
+        if generator is None or generator.search == "beam":
+            yield generated_text(self.tokenizer, ids, generator, self.end_ids)
+            return
+        yield from stream_text(
+            self.tokenizer,
+            ids,
+            generator.stream(np.array([ids], "int32")),
+            stop_ids=self.end_ids,
+        )
+
+    def _generator(self, prompt, settings):
+        """(the prompt's ids, a `Generator` for them; None for no new
+        tokens), or ValueError naming a bad setting."""
+        settings = check_generation_settings(self.context, **settings)
+        new_tokens = settings.pop("max_new_tokens")
+        ids = self.prompt_ids(prompt, new_tokens)
+        if new_tokens == 0:
+            return ids, None
+        return ids, self.new_generator(len(ids) + new_tokens, settings)
+
+    def new_generator(self, max_length, settings):
+        """A `Generator` of `max_length` tokens with `settings` (`Generator`
+        keywords)."""
+        from tfformer.decoding import Generator
+
+        tokenizer = self.tokenizer
+        return Generator(
+            self.model,
+            max_length=max_length,
+            start_id=tokenizer.start_id,
+            end_id=self.end_ids,
+            pad_id=tokenizer.pad_id,
+            **settings,
+        )
+
+    def prompt_ids(self, prompt, max_new_tokens):
+        """The token ids a prompt starts from: its tokens, cut from the left
+        (with a warning on stderr) to leave `max_new_tokens` of the context
+        and at most context - 1 ids; the start token alone for an empty
+        prompt. A prompt that starts with the start token keeps it first
+        (Llama 3's tokenizer puts it there, and a prompt of ids may): the
+        model never saw a text without it."""
+        if not isinstance(prompt, str):
+            raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
+        # At most context - 1, as the SavedModel and the device runtime keep
+        # (the generator needs a free column), with no new tokens too.
+        keep = min(self.context - max_new_tokens, self.context - 1)
+        ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
+        if len(ids) > keep:
+            pinned = ids[0] == self.tokenizer.start_id
+            kept = (
+                f"its start token and last {keep - 1}" if pinned else f"its last {keep}"
+            )
+            print(
+                f"warning: the prompt has {len(ids)} tokens; kept {kept} (the "
+                f"context is {self.context} tokens, {max_new_tokens} of them for "
+                "new tokens)",
+                file=sys.stderr,
+                flush=True,
+            )
+            ids = ids[:1] + ids[len(ids) - keep + 1 :] if pinned else ids[-keep:]
+        return ids or [self.tokenizer.start_id]
+
+
+class CausalLMPredictor(TextGeneration, Predictor):
+    """Continues prompts and scores texts (see `Predictor` for the arguments
+    and attributes, `TextGeneration` for the generation settings, which
+    `generate`, `stream` and `predict` take as keywords)."""
 
     task = "causal_lm"
     predict_options = (
@@ -98,36 +188,6 @@ class CausalLMPredictor(Predictor):
         """The ids generation ends at: the tokenizer's end token, and a
         converted checkpoint's further eos ids (the manifest's `end_ids`)."""
         return self.manifest.ends(self.tokenizer.end_id)
-
-    # -- generation --------------------------------------------------------------
-
-    def generate(self, prompts, **settings):
-        """The text of each prompt continued (the prompt's text, then the
-        continuation's), a list of str."""
-        if isinstance(prompts, str):
-            raise InputTypeError("prompts must be a list of strings, not one string.")
-        return [
-            generated_text(
-                self.tokenizer, *self._generator(prompt, settings), self.end_ids
-            )
-            for prompt in prompts
-        ]
-
-    def stream(self, prompt, **settings):
-        """The text of `prompt` continued, yielded in pieces as the tokens
-        are made (greedy and sampling; beam search yields its best
-        hypothesis at the end): the pieces together are `generate`'s text,
-        and a piece is never taken back."""
-        ids, generator = self._generator(prompt, settings)
-        if generator is None or generator.search == "beam":
-            yield generated_text(self.tokenizer, ids, generator, self.end_ids)
-            return
-        yield from stream_text(
-            self.tokenizer,
-            ids,
-            generator.stream(np.array([ids], "int32")),
-            stop_ids=self.end_ids,
-        )
 
     def predict(self, inputs, **settings):
         """`generate(inputs)`: one text per prompt."""
@@ -273,59 +333,6 @@ class CausalLMPredictor(Predictor):
         return stream_text(
             self.tokenizer, [], steps, stop_ids=self.chat_template.stop_ids
         )
-
-    def _generator(self, prompt, settings):
-        """(the prompt's ids, a `Generator` for them; None for no new
-        tokens), or ValueError naming a bad setting."""
-        settings = check_generation_settings(self.context, **settings)
-        new_tokens = settings.pop("max_new_tokens")
-        ids = self.prompt_ids(prompt, new_tokens)
-        if new_tokens == 0:
-            return ids, None
-        return ids, self.new_generator(len(ids) + new_tokens, settings)
-
-    def new_generator(self, max_length, settings):
-        """A `Generator` of `max_length` tokens with `settings` (`Generator`
-        keywords)."""
-        from tfformer.decoding import Generator
-
-        tokenizer = self.tokenizer
-        return Generator(
-            self.model,
-            max_length=max_length,
-            start_id=tokenizer.start_id,
-            end_id=self.end_ids,
-            pad_id=tokenizer.pad_id,
-            **settings,
-        )
-
-    def prompt_ids(self, prompt, max_new_tokens):
-        """The token ids a prompt starts from: its tokens, cut from the left
-        (with a warning on stderr) to leave `max_new_tokens` of the context
-        and at most context - 1 ids; the start token alone for an empty
-        prompt. A prompt that starts with the start token keeps it first
-        (Llama 3's tokenizer puts it there, and a prompt of ids may): the
-        model never saw a text without it."""
-        if not isinstance(prompt, str):
-            raise InputTypeError(f"A prompt must be a string. Received: {prompt!r}")
-        # At most context - 1, as the SavedModel and the device runtime keep
-        # (the generator needs a free column), with no new tokens too.
-        keep = min(self.context - max_new_tokens, self.context - 1)
-        ids = self.tokenizer.tokenize([prompt])[0].numpy().tolist()
-        if len(ids) > keep:
-            pinned = ids[0] == self.tokenizer.start_id
-            kept = (
-                f"its start token and last {keep - 1}" if pinned else f"its last {keep}"
-            )
-            print(
-                f"warning: the prompt has {len(ids)} tokens; kept {kept} (the "
-                f"context is {self.context} tokens, {max_new_tokens} of them for "
-                "new tokens)",
-                file=sys.stderr,
-                flush=True,
-            )
-            ids = ids[:1] + ids[len(ids) - keep + 1 :] if pinned else ids[-keep:]
-        return ids or [self.tokenizer.start_id]
 
     # -- scores ------------------------------------------------------------------
 

@@ -145,6 +145,12 @@ class Tokenizer(keras.layers.Layer):
         self._tokenizer = tokenizer
 
     @property
+    def ready(self):
+        """Whether the layer holds its tokenizer (a layer made from a config
+        alone gets it from the saved model's assets)."""
+        return self._tokenizer is not None
+
+    @property
     def tokenizer(self):
         """The product's tokenizer the layer runs."""
         if self._tokenizer is None:

@@ -1,0 +1,83 @@
+"""`StringTranslator` translates as `tfformer.load(run)` does, scores on
+strings as on training's examples, and writes runs the product reads."""
+
+import os
+
+import numpy as np
+import pytest
+
+import tfformer
+from tfformer.training import pipeline
+from tfformer.training.losses import MaskedSparseCategoricalCrossentropy
+from tfformer.training.string_models import StringTranslator
+
+RUN = os.path.join(
+    os.path.dirname(__file__), "..", "..", "data", "legacy_runs", "translation_run"
+)
+SOURCES = [
+    "one",
+    "twenty-one",
+    "five hundred and six",
+    "",
+    "nine nine nine nine nine nine nine",
+]
+TARGETS = ["eins", "einundzwanzig", "fünfhundertsechs", "", "neun"]
+
+
+@pytest.fixture(scope="module")
+def run_and_model():
+    return tfformer.load(RUN), StringTranslator.from_run(RUN)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_translate_is_the_runs_predictor(run_and_model, search):
+    predictor, model = run_and_model
+    assert model.translate(SOURCES, search=search) == predictor.translate(
+        SOURCES, search=search
+    )
+
+
+def test_evaluate_on_pairs_is_the_loss_on_trainings_examples(run_and_model):
+    predictor, model = run_and_model
+    length = model.preprocessor.sequence_length
+    examples = pipeline.seq2seq_examples(
+        predictor.tokenizers["source"].tokenize(SOURCES),
+        predictor.tokenizers["target"].tokenize(TARGETS),
+        start_id=2,
+        end_id=3,
+        max_length=length,
+    )
+    inputs = {
+        k: v.to_tensor(shape=[None, length]) for k, v in examples.features.items()
+    }
+    logits = model.model(inputs, training=False)
+    want = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(
+        examples.labels.to_tensor(shape=[None, length]), logits
+    )
+    model.compile()
+    got = model.evaluate((SOURCES, TARGETS), batch_size=8, return_dict=True, verbose=0)
+    np.testing.assert_allclose(got["loss"], float(want), rtol=1e-5)
+    # y as the targets is the same as x = (sources, targets).
+    again = model.evaluate(SOURCES, TARGETS, batch_size=8, return_dict=True, verbose=0)
+    np.testing.assert_allclose(again["loss"], got["loss"], rtol=1e-6)
+
+
+def test_fit_and_save_run(run_and_model, tmp_path):
+    _, model = run_and_model
+    model = StringTranslator.from_run(RUN)
+    history = model.fit((SOURCES * 4, TARGETS * 4), batch_size=4, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    out = model.save_run(str(tmp_path / "run"))
+    assert tfformer.load(out).translate(SOURCES, search="greedy") == model.translate(
+        SOURCES, search="greedy"
+    )
+
+
+def test_bad_pairs_are_named(run_and_model):
+    _, model = run_and_model
+    with pytest.raises(
+        ValueError, match=r"targets must be as many as sources \(2\)\. Received: 1"
+    ):
+        model.fit((["a", "b"], ["x"]))
+    with pytest.raises(TypeError, match=r"x \(sources\) must be a list of strings"):
+        model.fit(([1], ["x"]))

@@ -1,0 +1,240 @@
+"""`StringClassifier`: a text classifier on strings."""
+
+import keras
+import numpy as np
+
+from tfformer.errors import InputError, InputTypeError
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.manifest import TextClassificationManifest
+from tfformer.training.preprocessors import Tokenizer
+from tfformer.training.preprocessors.tasks import TextClassifierPreprocessor
+from tfformer.training.string_models.base import (
+    StringModel,
+    checked_precision,
+    data_section,
+    rebuilt,
+    scope_of,
+    string_list,
+    tokenizer_entries,
+)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class StringClassifier(StringModel):
+    """A text classifier on strings (see `StringModel`).
+
+    `fit(x, y)`: `x` a list of texts, or of `(text_a, text_b)` pairs for a
+    pair classifier; `y` labels, as class names (`labels`) or class ids.
+
+    Args:
+        model: a `tfformer.models.TextClassifier`.
+        preprocessor: a `TextClassifierPreprocessor`.
+        labels: the class names in class-id order.
+    """
+
+    def __init__(self, model, preprocessor, labels, **kwargs):
+        labels = [str(label) for label in labels]
+        if len(labels) != model.num_classes:
+            raise InputError(
+                f"labels must name the model's {model.num_classes} classes. "
+                f"Received: {labels}"
+            )
+        self.labels = labels
+        super().__init__(model, preprocessor, **kwargs)
+
+    @classmethod
+    def from_run(
+        cls,
+        path,
+        *,
+        labels=None,
+        sequence_length=None,
+        dropout=None,
+        strategy=None,
+        precision="float32",
+    ):
+        """The classifier of a text-classification run (its labels), or a new
+        head for `labels` on the encoder of a masked-LM or
+        sentence-embedding run (a converted BERT or MiniLM).
+
+        Args:
+            path: the run directory.
+            labels: class names (a new head); None for a classifier run.
+            sequence_length: inputs are cut and padded to it (default: the
+                run's `max_length`).
+            dropout: the encoder's dropout (default: the run's; a new head's
+                is 0.1 when the run's is 0).
+            strategy: a `tf.distribute.Strategy` to build the model under.
+            precision: "float32", "mixed_bfloat16" or "mixed_float16".
+        """
+        from tfformer.models import bert_classifier
+        from tfformer.training.tasks.text_classification import copy_encoder_weights
+
+        checked_precision(precision)
+        directory = RunDirectory(path)
+        manifest = directory.manifest
+        if manifest.task not in (
+            "text_classification",
+            "masked_lm",
+            "sentence_embedding",
+        ):
+            raise InputError(
+                "path must be a text_classification, masked_lm or "
+                f"sentence_embedding run. Received: a {manifest.task} run ({path})"
+            )
+        length = manifest.max_length if sequence_length is None else sequence_length
+        if (
+            isinstance(length, bool)
+            or not isinstance(length, int)
+            or not 3 <= length <= manifest.max_length
+        ):
+            raise InputError(
+                f"sequence_length must be an int in [3, {manifest.max_length}] (the "
+                f"run's max_length). Received: {sequence_length!r}"
+            )
+        source = directory.load_model()
+        changes = {} if dropout is None else {"dropout": dropout}
+        pairs = False
+        with scope_of(strategy):
+            tokenizer = Tokenizer.from_run(path, "text")
+            if manifest.task == "text_classification":
+                if labels is not None and list(labels) != list(manifest.labels):
+                    raise InputError(
+                        f"labels must be None or the run's {list(manifest.labels)} "
+                        f"for a classifier run. Received: {list(labels)}"
+                    )
+                labels, pairs = list(manifest.labels), manifest.pairs
+                model = rebuilt(source, precision, **changes)
+            else:
+                labels = string_list(labels if labels is not None else (), "labels")
+                if len(labels) < 2 or len(set(labels)) != len(labels):
+                    raise InputError(
+                        "labels must name 2 or more distinct classes for a new "
+                        f"head. Received: {labels}"
+                    )
+                if dropout is None and source.backbone.get_config()["dropout"] == 0:
+                    changes = {"dropout": 0.1}
+                encoder_config = {
+                    **source.backbone.get_config(),
+                    **changes,
+                    "dtype": precision,
+                }
+                encoder = type(source.backbone).from_config(encoder_config)
+                copy_encoder_weights(source, encoder)
+                model = bert_classifier(
+                    encoder, len(labels), dropout=encoder_config["dropout"]
+                )
+            preprocessor = TextClassifierPreprocessor(tokenizer, length, pairs=pairs)
+            return cls(model, preprocessor, labels, dtype=precision)
+
+    def tokenizers(self):
+        return {"text": self.preprocessor.tokenizer}
+
+    def vocabulary_sizes(self):
+        return {"text": self.model.backbone.get_config()["vocabulary_size"]}
+
+    def default_loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    def checked_examples(self, x, y, sample_weight):
+        pairs = self.preprocessor.pairs
+        if pairs:
+            if isinstance(x, str) or not isinstance(x, list | tuple):
+                raise InputTypeError(
+                    "x must be a list of (text_a, text_b) pairs. Received: "
+                    f"{type(x).__name__}"
+                )
+            for item in x:
+                if not isinstance(item, tuple | list) or len(item) != 2:
+                    raise InputError(
+                        "x must be a list of (text_a, text_b) pairs for this "
+                        f"classifier of sentence pairs. Received: an item {item!r:.60}"
+                    )
+            firsts = string_list([a for a, _ in x], "x (text_a)")
+            seconds = string_list([b for _, b in x], "x (text_b)")
+            texts, count = (firsts, seconds), len(firsts)
+        else:
+            texts = string_list(x, "x")
+            count = len(texts)
+        if y is not None:
+            y = self.label_ids(y, count)
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, "float32")
+            if sample_weight.shape != (count,):
+                raise InputError(
+                    f"sample_weight must hold one weight per input ({count}). "
+                    f"Received: shape {sample_weight.shape}"
+                )
+        return texts, y, sample_weight, count
+
+    def label_ids(self, y, count):
+        """`y` (class names or ids) as int32 class ids, checked."""
+        if isinstance(y, str):
+            raise InputTypeError("y must be a list of labels, not one string.")
+        values = (
+            list(np.asarray(y).tolist()) if not isinstance(y, list | tuple) else list(y)
+        )
+        if len(values) != count:
+            raise InputError(
+                f"y must hold one label per input ({count}). Received: {len(values)}"
+            )
+        index = {label: i for i, label in enumerate(self.labels)}
+        ids = []
+        for value in values:
+            if isinstance(value, str) and value in index:
+                ids.append(index[value])
+            elif (
+                isinstance(value, int | np.integer)
+                and not isinstance(value, bool)
+                and 0 <= value < len(self.labels)
+            ):
+                ids.append(int(value))
+            else:
+                raise InputError(
+                    f"y must hold class names {self.labels} or ids in [0, "
+                    f"{len(self.labels)}). Received: {value!r}"
+                )
+        return np.asarray(ids, "int32")
+
+    def cut_count(self, x):
+        tokenizer = self.preprocessor.tokenizer
+        if self.preprocessor.pairs:
+            a = tokenizer(x[0]).row_lengths().numpy()
+            b = tokenizer(x[1]).row_lengths().numpy()
+            return int(np.sum(a + b > self.preprocessor.sequence_length - 3))
+        lengths = tokenizer(x).row_lengths().numpy()
+        return int(np.sum(lengths > self.preprocessor.sequence_length - 2))
+
+    def probabilities(self, texts, batch_size=32):
+        """`(len(texts), classes)` softmax probabilities."""
+        logits = self.predict(texts, batch_size=batch_size, verbose=0)
+        return keras.ops.convert_to_numpy(
+            keras.ops.softmax(logits.astype("float32"), axis=-1)
+        )
+
+    def classify(self, texts, batch_size=32):
+        """(the most probable label of each text, the probabilities), as
+        `tfformer.load(run).classify` gives them."""
+        probabilities = self.probabilities(texts, batch_size)
+        return [self.labels[i] for i in probabilities.argmax(-1)], probabilities
+
+    def get_config(self):
+        return {**super().get_config(), "labels": self.labels}
+
+    def run_files(self):
+        tokenizer = self.preprocessor.tokenizer
+        length = self.preprocessor.sequence_length
+        manifest = TextClassificationManifest(
+            tokenizers=tokenizer_entries({"text": tokenizer}),
+            max_length=length,
+            labels=tuple(self.labels),
+            pairs=self.preprocessor.pairs,
+        )
+        config = {
+            "task": "text_classification",
+            "data": data_section(tokenizer, length),
+        }
+        return manifest, config

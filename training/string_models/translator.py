@@ -1,0 +1,134 @@
+"""`StringTranslator`: an encoder-decoder on strings."""
+
+import keras
+import numpy as np
+
+from tfformer.errors import InputError
+from tfformer.runs.directory import RunDirectory
+from tfformer.runs.manifest import TranslationManifest
+from tfformer.training.preprocessors import Tokenizer
+from tfformer.training.preprocessors.tasks import Seq2SeqPreprocessor
+from tfformer.training.string_models.base import (
+    StringModel,
+    checked_precision,
+    data_section,
+    rebuilt,
+    scope_of,
+    string_list,
+    tokenizer_entries,
+)
+from tfformer.training.string_models.causal_lm import StringCausalLM
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class StringTranslator(StringModel):
+    """An encoder-decoder on strings (see `StringModel`): `fit(x=(sources,
+    targets))`; `translate` as `tfformer.load(run).translate`.
+
+    Args:
+        model: a `tfformer.models.Seq2SeqLM`.
+        preprocessor: a `Seq2SeqPreprocessor`.
+    """
+
+    default_learning_rate = 2e-5
+
+    @classmethod
+    def from_run(cls, path, *, dropout=None, strategy=None, precision="float32"):
+        """The model of a translation run, with its two tokenizers."""
+        checked_precision(precision)
+        directory = RunDirectory(path)
+        manifest = directory.manifest
+        if manifest.task != "translation":
+            raise InputError(
+                "path must be a translation run. "
+                f"Received: a {manifest.task} run ({path})"
+            )
+        source = directory.load_model()
+        changes = {} if dropout is None else {"dropout": dropout}
+        with scope_of(strategy):
+            preprocessor = Seq2SeqPreprocessor(
+                Tokenizer.from_run(path, "source"),
+                Tokenizer.from_run(path, "target"),
+                manifest.max_length,
+            )
+            model = rebuilt(source, precision, **changes)
+            return cls(model, preprocessor, dtype=precision)
+
+    def tokenizers(self):
+        return {
+            "source": self.preprocessor.source_tokenizer,
+            "target": self.preprocessor.target_tokenizer,
+        }
+
+    def vocabulary_sizes(self):
+        config = self.model.backbone.get_config()
+        return {
+            "source": config["encoder_vocabulary_size"],
+            "target": config["decoder_vocabulary_size"],
+        }
+
+    def default_loss(self):
+        return StringCausalLM.default_loss(self)
+
+    def default_metrics(self):
+        return StringCausalLM.default_metrics(self)
+
+    def checked_examples(self, x, y, sample_weight):
+        if isinstance(x, tuple) and len(x) == 2 and y is None:
+            x, y = x
+        sources = string_list(x, "x (sources)")
+        if y is not None:
+            y = string_list(y, "y (targets)")
+            if len(y) != len(sources):
+                raise InputError(
+                    f"targets must be as many as sources ({len(sources)}). "
+                    f"Received: {len(y)}"
+                )
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, "float32")
+        return sources, y, sample_weight, len(sources)
+
+    def cut_count(self, x):
+        lengths = self.preprocessor.source_tokenizer(x).row_lengths().numpy()
+        return int(np.sum(lengths > self.preprocessor.sequence_length))
+
+    def translator(
+        self, search="beam", beam_width=4, length_penalty=0.6, batch_size=32
+    ):
+        from tfformer.training.tasks.translation import Translator
+
+        length = self.preprocessor.sequence_length
+        return Translator(
+            self.model,
+            self.preprocessor.source_tokenizer.tokenizer,
+            self.preprocessor.target_tokenizer.tokenizer,
+            source_length=length,
+            max_length=length,
+            search=search,
+            beam_width=beam_width,
+            length_penalty=length_penalty,
+            batch_size=batch_size,
+        )
+
+    def translate(self, texts, **decoding):
+        """Translations of `texts` (a list of str), as
+        `tfformer.load(run).translate` gives them (`search`, `beam_width`,
+        `length_penalty`, `batch_size`)."""
+        return self.translator(**decoding).translate(string_list(texts, "texts"))
+
+    def run_files(self):
+        layers = self.tokenizers()
+        length = self.preprocessor.sequence_length
+        manifest = TranslationManifest(
+            tokenizers=tokenizer_entries(layers), max_length=length
+        )
+        source = data_section(layers["source"], length)
+        config = {
+            "task": "translation",
+            "data": {
+                "tokenizer": source["tokenizer"],
+                "lower_case": source["lower_case"],
+                "max_length": length,
+            },
+        }
+        return manifest, config
