@@ -111,6 +111,7 @@ class Predictor:
             for role in self.manifest.tokenizers
         }
         self.config = training_config(directory)
+        self.checkpoint = checkpoint
         self.model = directory.load_model(checkpoint)
 
     @property
@@ -130,6 +131,30 @@ class Predictor:
         test split or the data `options` name; `limit`: the first N
         examples only; `progress`: called with progress messages."""
         raise NotImplementedError
+
+    def string_model(self, **options):
+        """This run as a Keras model that takes strings
+        (`tfformer.training.string_models`): `fit`, `evaluate` and `predict`
+        on raw text, saved with its preprocessor. `options` are its
+        `from_run` keywords (`labels` for a new head on an encoder run,
+        `strategy`, `precision`, `dropout`, ...)."""
+        from tfformer.training import string_models
+
+        kinds = {
+            "text_classification": string_models.StringClassifier,
+            "masked_lm": string_models.StringClassifier,
+            "sentence_embedding": string_models.StringClassifier,
+            "causal_lm": string_models.StringCausalLM,
+            "translation": string_models.StringTranslator,
+        }
+        if self.task not in kinds:
+            raise InputError(
+                f"A {self.task} run has no model on strings (it reads "
+                f"{'images' if self.task == 'image_classification' else 'ids'})."
+            )
+        return kinds[self.task].from_run(
+            self.directory.path, checkpoint=self.checkpoint, **options
+        )
 
     def describe(self, result):
         """One result of `predict` as `tfformer-predict` prints it (a line,

@@ -220,10 +220,10 @@ class StringModel(keras.Model):
             data = data.batch(batch_size)
         data = data.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
         if not isinstance(x, tf.data.Dataset):
-            data = self.rebatched(data, x, batch_size)
+            data = self.rebatched(data, x, batch_size, shuffle, seed)
         return data.prefetch(tf.data.AUTOTUNE)
 
-    def rebatched(self, data, x, batch_size):
+    def rebatched(self, data, x, batch_size, shuffle, seed):
         """`data` (preprocessed batches of the checked `x`) as `fit` reads
         it: as it is, unless a subclass's preprocessor changes the rows."""
         return data

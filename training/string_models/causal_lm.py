@@ -41,7 +41,15 @@ class StringCausalLM(TextGeneration, StringModel):
         super().__init__(model, preprocessor, **kwargs)
 
     @classmethod
-    def from_run(cls, path, *, dropout=None, strategy=None, precision="float32"):
+    def from_run(
+        cls,
+        path,
+        *,
+        checkpoint="model.keras",
+        dropout=None,
+        strategy=None,
+        precision="float32",
+    ):
         """The decoder of a causal-LM run, with its tokenizer and context."""
         checked_precision(precision)
         directory = RunDirectory(path)
@@ -51,7 +59,7 @@ class StringCausalLM(TextGeneration, StringModel):
                 "path must be a causal_lm run. "
                 f"Received: a {manifest.task} run ({path})"
             )
-        source = directory.load_model()
+        source = directory.load_model(checkpoint)
         changes = {} if dropout is None else {"dropout": dropout}
         with scope_of(strategy):
             tokenizer = Tokenizer.from_run(path, "text")
@@ -101,15 +109,20 @@ class StringCausalLM(TextGeneration, StringModel):
         texts = string_list(x, "x")
         return texts, None, None, len(texts)
 
-    def rebatched(self, data, x, batch_size):
-        # A text gives as many windows as it needs: batches of windows, as
-        # many as Keras is told (it cannot count them through `unbatch`).
+    def rebatched(self, data, x, batch_size, shuffle, seed):
+        # A text gives as many windows as it needs: batches of windows
+        # (shuffled across texts, as training shuffles its windows), as many
+        # as Keras is told (it cannot count them through `unbatch`).
         packer = self.preprocessor.packer
         added = (packer.start_id is not None) + (packer.end_id is not None)
         lengths = self.preprocessor.tokenizer(x).row_lengths().numpy() + added
         windows = int(np.sum(np.maximum(lengths - 2, -1) // self.context + 1))
         batches = -(-windows // batch_size)
-        data = data.unbatch().batch(batch_size)
+        data = data.unbatch()
+        if shuffle:
+            buffer = min(windows, 100_000)
+            data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        data = data.batch(batch_size)
         return data.apply(tf.data.experimental.assert_cardinality(batches))
 
     def get_config(self):

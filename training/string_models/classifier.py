@@ -47,6 +47,7 @@ class StringClassifier(StringModel):
         cls,
         path,
         *,
+        checkpoint="model.keras",
         labels=None,
         sequence_length=None,
         dropout=None,
@@ -59,6 +60,7 @@ class StringClassifier(StringModel):
 
         Args:
             path: the run directory.
+            checkpoint: "model.keras" (final) or "best.keras".
             labels: class names (a new head); None for a classifier run.
             sequence_length: inputs are cut and padded to it (default: the
                 run's `max_length`).
@@ -92,7 +94,7 @@ class StringClassifier(StringModel):
                 f"sequence_length must be an int in [3, {manifest.max_length}] (the "
                 f"run's max_length). Received: {sequence_length!r}"
             )
-        source = directory.load_model()
+        source = directory.load_model(checkpoint)
         changes = {} if dropout is None else {"dropout": dropout}
         pairs = False
         with scope_of(strategy):

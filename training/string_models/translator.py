@@ -33,7 +33,15 @@ class StringTranslator(StringModel):
     default_learning_rate = 2e-5
 
     @classmethod
-    def from_run(cls, path, *, dropout=None, strategy=None, precision="float32"):
+    def from_run(
+        cls,
+        path,
+        *,
+        checkpoint="model.keras",
+        dropout=None,
+        strategy=None,
+        precision="float32",
+    ):
         """The model of a translation run, with its two tokenizers."""
         checked_precision(precision)
         directory = RunDirectory(path)
@@ -43,7 +51,7 @@ class StringTranslator(StringModel):
                 "path must be a translation run. "
                 f"Received: a {manifest.task} run ({path})"
             )
-        source = directory.load_model()
+        source = directory.load_model(checkpoint)
         changes = {} if dropout is None else {"dropout": dropout}
         with scope_of(strategy):
             preprocessor = Seq2SeqPreprocessor(

@@ -197,3 +197,28 @@ def test_bad_input_names_the_argument(run_and_model, tmp_path):
         match=r"y and sample_weight must be None when x is a tf\.data\.Dataset",
     ):
         model.fit(tf.data.Dataset.from_tensor_slices(["a"]), [0])
+
+
+def test_a_loaded_run_gives_its_string_model():
+    from tfformer.training.string_models import StringCausalLM, StringTranslator
+
+    predictor = tfformer.load(CLASSIFIER)
+    model = predictor.string_model()
+    assert isinstance(model, StringClassifier)
+    np.testing.assert_allclose(
+        model.classify(TEXTS)[1], predictor.classify(TEXTS)[1], atol=1e-6
+    )
+    head = tfformer.load(ENCODER).string_model(labels=["a", "b", "c"])
+    assert head.labels == ["a", "b", "c"] and head.model.num_classes == 3
+    assert isinstance(
+        tfformer.load(os.path.join(RUNS, "causal_lm_run")).string_model(),
+        StringCausalLM,
+    )
+    assert isinstance(
+        tfformer.load(os.path.join(RUNS, "translation_run")).string_model(),
+        StringTranslator,
+    )
+    with pytest.raises(
+        ValueError, match="image_classification run has no model on strings"
+    ):
+        tfformer.load(os.path.join(RUNS, "vit_converted")).string_model()
