@@ -12,6 +12,7 @@ import shlex
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfformer
@@ -70,56 +71,63 @@ def test_the_minilm_walk_through(tmp_path, monkeypatch):
     python, bash = page_blocks()
     run = tiny_minilm(tmp_path)
     data = tmp_path / "rt-polarity."
-    for name, word in (("neg", "bad"), ("pos", "good")):
+    # Words of the tiny vocabulary, a sentence per class.
+    for name, line in (
+        ("neg", "a man is eating food ."),
+        ("pos", "the dog is riding ."),
+    ):
         with gzip.open(f"{data}{name}.gz", "wt", encoding="utf-8") as f:
-            f.write("".join(f"a {word} film , take {i} .\n" for i in range(40)))
+            f.write(f"{line}\n" * 40)
     monkeypatch.chdir(tmp_path)
     namespace = {}
     exec(replaced(python[0], RUN=run, DATA=str(data)), namespace)
     classifier, scores = namespace["classifier"], namespace["scores"]
-    assert 0.0 <= scores["accuracy"] <= 1.0
-    texts = ["a good film", "a bad film", "take 3"]
-    labels, probabilities = classifier.classify(texts)
-    assert set(labels) <= {"negative", "positive"}
-    restored = keras.saving.load_model("polarity_minilm.keras")
-    np.testing.assert_allclose(restored.classify(texts)[1], probabilities, atol=1e-6)
+    # The page's evaluate is the saved run's predictor, scored by hand.
+    test = namespace["test"]
     loaded = tfformer.load("runs/polarity_minilm_keras")
     assert loaded.labels == ["negative", "positive"]
+    predicted = loaded.classify([t for t, _ in test])[0]
+    accuracy = np.mean([p == y for p, (_, y) in zip(predicted, test, strict=True)])
+    assert len(test) == 8 and scores["accuracy"] == pytest.approx(accuracy)
+    texts = ["a man is eating food", "the dog is riding a horse", "bread"]
+    probabilities = classifier.classify(texts)[1]
     np.testing.assert_allclose(loaded.classify(texts)[1], probabilities, atol=1e-6)
+    restored = keras.saving.load_model("polarity_minilm.keras")
+    np.testing.assert_allclose(restored.classify(texts)[1], probabilities, atol=1e-6)
     run_commands(bash[0])
-    served = tf.saved_model.load(
-        max(str(p) for p in (tmp_path / "serving" / "polarity_keras").iterdir())
-    )
+    (version,) = (tmp_path / "serving" / "polarity_keras").iterdir()
+    served = tf.saved_model.load(str(version))
     got = served.signatures["classify"](text=tf.constant(texts))["probabilities"]
     np.testing.assert_allclose(got, probabilities, atol=1e-5)
-    assert any(
-        p.suffix == ".tflite"
-        for p in (tmp_path / "device" / "polarity_keras").iterdir()
-    )
+    device = tmp_path / "device" / "polarity_keras"
+    assert any(p.suffix == ".tflite" for p in device.iterdir())
 
 
 def test_the_gpt_walk_through(tmp_path, monkeypatch):
     python, bash = page_blocks()
+    line = "ROMEO: what light through yonder window breaks?\n"
     text = tmp_path / "input.txt.gz"
     with gzip.open(text, "wt", encoding="utf-8") as f:
-        f.write("ROMEO: what light through yonder window breaks?\n" * 40)
-    monkeypatch.chdir(tmp_path)
-    namespace = {}
+        f.write(line * 40)
     # The 10-minute GPT's stand-in: a tiny GPT on bytes, context 128.
-    line = "ROMEO: what light through yonder window breaks?\n"
     (tmp_path / "gpt").mkdir()
     run = train_tiny_gpt(tmp_path / "gpt", line * 400, context=128, epochs=1)
-    code = replaced(python[1], RUN=run, TEXT=str(text))
-    exec(code, namespace)
-    writer = namespace["writer"]
-    continued = writer.generate(["ROMEO:"], max_new_tokens=8)
-    assert continued[0].startswith("ROMEO:")
-    assert (
-        tfformer.load("runs/shakespeare_keras").generate(["ROMEO:"], max_new_tokens=8)
-        == continued
-    )
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(replaced(python[1], RUN=run, TEXT=str(text)), namespace)
+    continued = namespace["writer"].generate(["ROMEO:"], max_new_tokens=8)
+    loaded = tfformer.load("runs/shakespeare_keras")
+    assert loaded.generate(["ROMEO:"], max_new_tokens=8) == continued
     run_commands(bash[1])
-    assert any(
-        p.suffix == ".tflite"
-        for p in (tmp_path / "device" / "shakespeare_keras").iterdir()
+    (version,) = (tmp_path / "serving" / "shakespeare_keras").iterdir()
+    served = tf.saved_model.load(str(version)).signatures["generate"](
+        prompt=tf.constant(["ROMEO:"]),
+        max_new_tokens=tf.constant([8]),
+        temperature=tf.ones([1]),
+        top_k=tf.ones([1], tf.int32),
+        top_p=tf.ones([1]),
+        seed=tf.zeros([1], tf.int32),
     )
+    assert "ROMEO:" + served["text"].numpy()[0].decode() == continued[0]
+    device = tmp_path / "device" / "shakespeare_keras"
+    assert any(p.suffix == ".tflite" for p in device.iterdir())

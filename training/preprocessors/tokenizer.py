@@ -5,7 +5,7 @@ byte-level BPE, SentencePiece and token-id tokenizers, and the WordPiece of
 `tfformer.training.text.wordpiece`) eagerly, inside `tf.data.Dataset.map`
 and inside a traced `tf.function`, so the ids are the ones training and the
 exports use. TensorFlow directly, as those tokenizers are: text
-preprocessing runs in `tf.data`, whatever Keras's backend.
+preprocessing is `tf.data` code (tested with Keras's TensorFlow backend).
 
 Saved with a model (`.keras`), the layer's config holds the run manifest's
 entry for the tokenizer (its kind, casing and a converted vocabulary's

@@ -67,11 +67,18 @@ def scope_of(strategy):
 
 
 def checked_precision(precision):
-    if precision not in PRECISIONS:
+    if precision is not None and precision not in PRECISIONS:
         raise InputError(
-            f"precision must be one of {PRECISIONS}. Received: {precision!r}"
+            f"precision must be None (the run's) or one of {PRECISIONS}. "
+            f"Received: {precision!r}"
         )
     return precision
+
+
+def run_precision(source, precision):
+    """`precision`, or for None the dtype policy the run's model was saved
+    under (what `tfformer.load` predicts with)."""
+    return source.backbone.dtype_policy.name if precision is None else precision
 
 
 @contextlib.contextmanager
@@ -119,6 +126,9 @@ class StringModel(keras.Model):
         super().__init__(**kwargs)
         self.model = model
         self.preprocessor = preprocessor
+        # True inside `fit`: Keras then calls `evaluate` on the validation
+        # data this model already preprocessed.
+        self.fitting = False
         self.check_vocabularies()
 
     # -- what subclasses give ----------------------------------------------------
@@ -143,9 +153,10 @@ class StringModel(keras.Model):
         examples there are."""
         raise NotImplementedError
 
-    def cut_count(self, x):
-        """How many of the checked `x` are longer than the model reads."""
-        return 0
+    def cut_counts(self, x, y):
+        """{argument: how many of the checked `x` (or `y`) are longer than
+        the model reads}."""
+        return {}
 
     # -- Keras ---------------------------------------------------------------
 
@@ -186,7 +197,11 @@ class StringModel(keras.Model):
         self, x, y=None, sample_weight=None, *, batch_size=32, shuffle=False, seed=None
     ):
         """The `tf.data.Dataset` `fit` reads: `x` (strings, as the task
-        takes them, or a dataset of them) batched and preprocessed."""
+        takes them) batched and preprocessed; or `x` a `tf.data.Dataset` of
+        batches of what the preprocessor takes (strings, and class ids or
+        targets), preprocessed (and, for a causal LM, its windows batched
+        by `batch_size`)."""
+        self.check_vocabularies()
         if (
             isinstance(batch_size, bool)
             or not isinstance(batch_size, int)
@@ -204,14 +219,16 @@ class StringModel(keras.Model):
             data = x
         else:
             x, y, sample_weight, count = self.checked_examples(x, y, sample_weight)
-            cut = self.cut_count(x)
-            if cut:
-                warnings.warn(
-                    f"x: {cut} of {count} inputs are longer than the model "
-                    f"reads ({self.preprocessor.sequence_length} tokens) and are "
-                    "cut as training cuts them.",
-                    stacklevel=3,
-                )
+            if count == 0:
+                raise InputError("x must hold at least one input. Received: none")
+            for name, cut in self.cut_counts(x, y).items():
+                if cut:
+                    warnings.warn(
+                        f"{name}: {cut} of {count} are longer than the model "
+                        f"reads ({self.preprocessor.sequence_length} tokens) and "
+                        "are cut as training cuts them.",
+                        stacklevel=3,
+                    )
             data = tf.data.Dataset.from_tensor_slices(
                 keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
             )
@@ -219,13 +236,13 @@ class StringModel(keras.Model):
                 data = data.shuffle(count, seed=seed, reshuffle_each_iteration=True)
             data = data.batch(batch_size)
         data = data.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE)
-        if not isinstance(x, tf.data.Dataset):
-            data = self.rebatched(data, x, batch_size, shuffle, seed)
+        data = self.rebatched(data, x, batch_size, shuffle, seed)
         return data.prefetch(tf.data.AUTOTUNE)
 
     def rebatched(self, data, x, batch_size, shuffle, seed):
-        """`data` (preprocessed batches of the checked `x`) as `fit` reads
-        it: as it is, unless a subclass's preprocessor changes the rows."""
+        """`data` (preprocessed batches of the checked `x`, or of a dataset
+        `x`) as `fit` reads it: as it is, unless a subclass's preprocessor
+        changes the rows."""
         return data
 
     def fit(
@@ -255,24 +272,33 @@ class StringModel(keras.Model):
                 *self.unpacked(validation_data, "validation_data"),
                 batch_size=batch_size,
             )
-        # Shuffled above (Keras leaves a dataset's order alone).
-        return super().fit(
-            data,
-            epochs=epochs,
-            validation_data=validation_data,
-            shuffle=False,
-            **kwargs,
-        )
+        self.fitting = True
+        try:
+            # Shuffled above (Keras leaves a dataset's order alone).
+            return super().fit(
+                data,
+                epochs=epochs,
+                validation_data=validation_data,
+                shuffle=False,
+                **kwargs,
+            )
+        finally:
+            self.fitting = False
 
     def evaluate(self, x=None, y=None, batch_size=32, *, sample_weight=None, **kwargs):
         """Keras's `evaluate` on strings (as `fit` takes them)."""
+        if self.fitting:  # Keras, on the validation data `fit` prepared
+            return super().evaluate(
+                x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs
+            )
         if not self.compiled:
             self.compile()
         data = self.dataset(x, y, sample_weight, batch_size=batch_size)
         return super().evaluate(data, **kwargs)
 
     def predict(self, x, batch_size=32, **kwargs):
-        """The model's outputs (logits) for the strings `x`."""
+        """The model's outputs (logits) for the strings `x` (one row per
+        input; a causal LM's, one per window)."""
         data = self.dataset(x, batch_size=batch_size)
         return super().predict(data, **kwargs)
 

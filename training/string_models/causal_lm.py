@@ -15,6 +15,7 @@ from tfformer.training.string_models.base import (
     checked_precision,
     data_section,
     rebuilt,
+    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -25,7 +26,8 @@ from tfformer.training.string_models.base import (
 class StringCausalLM(TextGeneration, StringModel):
     """A causal LM on strings (see `StringModel`): `fit(x=texts)` trains on
     the next token of every window of each text (a text longer than the
-    context gives several windows, as training cuts its corpus);
+    context gives several windows, cut as training cuts its corpus, and
+    its last, shorter one padded where training drops it);
     `generate` and `stream` continue prompts as `tfformer.load(run)` does.
 
     Args:
@@ -48,7 +50,7 @@ class StringCausalLM(TextGeneration, StringModel):
         checkpoint="model.keras",
         dropout=None,
         strategy=None,
-        precision="float32",
+        precision=None,
     ):
         """The decoder of a causal-LM run, with its tokenizer and context."""
         checked_precision(precision)
@@ -60,11 +62,13 @@ class StringCausalLM(TextGeneration, StringModel):
                 f"Received: a {manifest.task} run ({path})"
             )
         source = directory.load_model(checkpoint)
+        precision = run_precision(source, precision)
         changes = {} if dropout is None else {"dropout": dropout}
+        # The preprocessor is tf.data code, outside the strategy's scope.
+        tokenizer = Tokenizer.from_run(path, "text")
+        preprocessor = CausalLMPreprocessor(tokenizer, manifest.max_length)
         with scope_of(strategy):
-            tokenizer = Tokenizer.from_run(path, "text")
             model = rebuilt(source, precision, **changes)
-            preprocessor = CausalLMPreprocessor(tokenizer, manifest.max_length)
             return cls(
                 model, preprocessor, manifest.ends(tokenizer.end_id), dtype=precision
             )
@@ -113,10 +117,17 @@ class StringCausalLM(TextGeneration, StringModel):
         # A text gives as many windows as it needs: batches of windows
         # (shuffled across texts, as training shuffles its windows), as many
         # as Keras is told (it cannot count them through `unbatch`).
+        if isinstance(x, tf.data.Dataset):
+            return data.unbatch().batch(batch_size)
         packer = self.preprocessor.packer
         added = (packer.start_id is not None) + (packer.end_id is not None)
         lengths = self.preprocessor.tokenizer(x).row_lengths().numpy() + added
         windows = int(np.sum(np.maximum(lengths - 2, -1) // self.context + 1))
+        if windows == 0:
+            raise InputError(
+                "x must hold a text of 2 or more tokens (a window needs an "
+                f"input and its label). Received: {len(x)} shorter texts"
+            )
         batches = -(-windows // batch_size)
         data = data.unbatch()
         if shuffle:
@@ -124,6 +135,12 @@ class StringCausalLM(TextGeneration, StringModel):
             data = data.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
         data = data.batch(batch_size)
         return data.apply(tf.data.experimental.assert_cardinality(batches))
+
+    def unpacked(self, data, name):
+        # A causal LM's validation data is texts alone.
+        if isinstance(data, list):
+            return (data, None, None)
+        return super().unpacked(data, name)
 
     def get_config(self):
         return {**super().get_config(), "end_ids": self.stop_ids}

@@ -13,6 +13,7 @@ from tfformer.training.string_models.base import (
     checked_precision,
     data_section,
     rebuilt,
+    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -52,7 +53,7 @@ class StringClassifier(StringModel):
         sequence_length=None,
         dropout=None,
         strategy=None,
-        precision="float32",
+        precision=None,
     ):
         """The classifier of a text-classification run (its labels), or a new
         head for `labels` on the encoder of a masked-LM or
@@ -67,7 +68,8 @@ class StringClassifier(StringModel):
             dropout: the encoder's dropout (default: the run's; a new head's
                 is 0.1 when the run's is 0).
             strategy: a `tf.distribute.Strategy` to build the model under.
-            precision: "float32", "mixed_bfloat16" or "mixed_float16".
+            precision: "float32", "mixed_bfloat16" or "mixed_float16"; None:
+                the policy the run's model was saved under.
         """
         from tfformer.models import bert_classifier
         from tfformer.training.tasks.text_classification import copy_encoder_weights
@@ -95,27 +97,32 @@ class StringClassifier(StringModel):
                 f"run's max_length). Received: {sequence_length!r}"
             )
         source = directory.load_model(checkpoint)
+        precision = run_precision(source, precision)
         changes = {} if dropout is None else {"dropout": dropout}
         pairs = False
+        if manifest.task == "text_classification":
+            if labels is not None and list(labels) != list(manifest.labels):
+                raise InputError(
+                    f"labels must be None or the run's {list(manifest.labels)} "
+                    f"for a classifier run. Received: {list(labels)}"
+                )
+            labels, pairs = list(manifest.labels), manifest.pairs
+        else:
+            labels = string_list(labels if labels is not None else (), "labels")
+            if len(labels) < 2 or len(set(labels)) != len(labels):
+                raise InputError(
+                    "labels must name 2 or more distinct classes for a new "
+                    f"head. Received: {labels}"
+                )
+            if dropout is None and source.backbone.get_config()["dropout"] == 0:
+                changes = {"dropout": 0.1}
+        # The preprocessor is tf.data code, outside the strategy's scope.
+        tokenizer = Tokenizer.from_run(path, "text")
+        preprocessor = TextClassifierPreprocessor(tokenizer, length, pairs=pairs)
         with scope_of(strategy):
-            tokenizer = Tokenizer.from_run(path, "text")
             if manifest.task == "text_classification":
-                if labels is not None and list(labels) != list(manifest.labels):
-                    raise InputError(
-                        f"labels must be None or the run's {list(manifest.labels)} "
-                        f"for a classifier run. Received: {list(labels)}"
-                    )
-                labels, pairs = list(manifest.labels), manifest.pairs
                 model = rebuilt(source, precision, **changes)
             else:
-                labels = string_list(labels if labels is not None else (), "labels")
-                if len(labels) < 2 or len(set(labels)) != len(labels):
-                    raise InputError(
-                        "labels must name 2 or more distinct classes for a new "
-                        f"head. Received: {labels}"
-                    )
-                if dropout is None and source.backbone.get_config()["dropout"] == 0:
-                    changes = {"dropout": 0.1}
                 encoder_config = {
                     **source.backbone.get_config(),
                     **changes,
@@ -126,7 +133,6 @@ class StringClassifier(StringModel):
                 model = bert_classifier(
                     encoder, len(labels), dropout=encoder_config["dropout"]
                 )
-            preprocessor = TextClassifierPreprocessor(tokenizer, length, pairs=pairs)
             return cls(model, preprocessor, labels, dtype=precision)
 
     def tokenizers(self):
@@ -142,21 +148,8 @@ class StringClassifier(StringModel):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
 
     def checked_examples(self, x, y, sample_weight):
-        pairs = self.preprocessor.pairs
-        if pairs:
-            if isinstance(x, str) or not isinstance(x, list | tuple):
-                raise InputTypeError(
-                    "x must be a list of (text_a, text_b) pairs. Received: "
-                    f"{type(x).__name__}"
-                )
-            for item in x:
-                if not isinstance(item, tuple | list) or len(item) != 2:
-                    raise InputError(
-                        "x must be a list of (text_a, text_b) pairs for this "
-                        f"classifier of sentence pairs. Received: an item {item!r:.60}"
-                    )
-            firsts = string_list([a for a, _ in x], "x (text_a)")
-            seconds = string_list([b for _, b in x], "x (text_b)")
+        if self.preprocessor.pairs:
+            firsts, seconds = self.checked_pairs(x)
             texts, count = (firsts, seconds), len(firsts)
         else:
             texts = string_list(x, "x")
@@ -171,6 +164,39 @@ class StringClassifier(StringModel):
                     f"Received: shape {sample_weight.shape}"
                 )
         return texts, y, sample_weight, count
+
+    def checked_pairs(self, x):
+        """(texts_a, texts_b) of `x`: a tuple of the two lists (Keras's
+        structure, as the preprocessor takes it) or a list of (a, b) pairs."""
+        if isinstance(x, tuple):
+            if len(x) != 2:
+                raise InputError(
+                    "x must be (texts_a, texts_b) or a list of (text_a, text_b) "
+                    f"pairs. Received: a tuple of {len(x)}"
+                )
+            firsts = string_list(x[0], "x[0] (texts_a)")
+            seconds = string_list(x[1], "x[1] (texts_b)")
+            if len(firsts) != len(seconds):
+                raise InputError(
+                    f"x[1] (texts_b) must be as many as x[0] ({len(firsts)}). "
+                    f"Received: {len(seconds)}"
+                )
+            return firsts, seconds
+        if isinstance(x, str) or not isinstance(x, list):
+            raise InputTypeError(
+                "x must be (texts_a, texts_b) or a list of (text_a, text_b) "
+                f"pairs. Received: {type(x).__name__}"
+            )
+        for item in x:
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise InputError(
+                    "x must be a list of (text_a, text_b) pairs for this "
+                    f"classifier of sentence pairs. Received: an item {item!r:.60}"
+                )
+        return (
+            string_list([a for a, _ in x], "x (text_a)"),
+            string_list([b for _, b in x], "x (text_b)"),
+        )
 
     def label_ids(self, y, count):
         """`y` (class names or ids) as int32 class ids, checked."""
@@ -201,14 +227,14 @@ class StringClassifier(StringModel):
                 )
         return np.asarray(ids, "int32")
 
-    def cut_count(self, x):
+    def cut_counts(self, x, y):
         tokenizer = self.preprocessor.tokenizer
+        length = self.preprocessor.sequence_length
         if self.preprocessor.pairs:
             a = tokenizer(x[0]).row_lengths().numpy()
             b = tokenizer(x[1]).row_lengths().numpy()
-            return int(np.sum(a + b > self.preprocessor.sequence_length - 3))
-        lengths = tokenizer(x).row_lengths().numpy()
-        return int(np.sum(lengths > self.preprocessor.sequence_length - 2))
+            return {"x": int(np.sum(a + b > length - 3))}
+        return {"x": int(np.sum(tokenizer(x).row_lengths().numpy() > length - 2))}
 
     def probabilities(self, texts, batch_size=32):
         """`(len(texts), classes)` softmax probabilities."""

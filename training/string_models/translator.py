@@ -13,6 +13,7 @@ from tfformer.training.string_models.base import (
     checked_precision,
     data_section,
     rebuilt,
+    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -40,7 +41,7 @@ class StringTranslator(StringModel):
         checkpoint="model.keras",
         dropout=None,
         strategy=None,
-        precision="float32",
+        precision=None,
     ):
         """The model of a translation run, with its two tokenizers."""
         checked_precision(precision)
@@ -52,13 +53,15 @@ class StringTranslator(StringModel):
                 f"Received: a {manifest.task} run ({path})"
             )
         source = directory.load_model(checkpoint)
+        precision = run_precision(source, precision)
         changes = {} if dropout is None else {"dropout": dropout}
+        # The preprocessor is tf.data code, outside the strategy's scope.
+        preprocessor = Seq2SeqPreprocessor(
+            Tokenizer.from_run(path, "source"),
+            Tokenizer.from_run(path, "target"),
+            manifest.max_length,
+        )
         with scope_of(strategy):
-            preprocessor = Seq2SeqPreprocessor(
-                Tokenizer.from_run(path, "source"),
-                Tokenizer.from_run(path, "target"),
-                manifest.max_length,
-            )
             model = rebuilt(source, precision, **changes)
             return cls(model, preprocessor, dtype=precision)
 
@@ -94,11 +97,34 @@ class StringTranslator(StringModel):
                 )
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, "float32")
+            if y is None or sample_weight.shape != (len(sources),):
+                raise InputError(
+                    "sample_weight must hold one weight per pair "
+                    f"({len(sources)}), with targets. Received: shape "
+                    f"{sample_weight.shape}"
+                )
         return sources, y, sample_weight, len(sources)
 
-    def cut_count(self, x):
-        lengths = self.preprocessor.source_tokenizer(x).row_lengths().numpy()
-        return int(np.sum(lengths > self.preprocessor.sequence_length))
+    def cut_counts(self, x, y):
+        length = self.preprocessor.sequence_length
+        source = self.preprocessor.source_tokenizer(x).row_lengths().numpy()
+        counts = {"x (sources)": int(np.sum(source > length))}
+        if y is not None:
+            target = self.preprocessor.target_tokenizer(y).row_lengths().numpy()
+            counts["y (targets)"] = int(np.sum(target > length - 1))
+        return counts
+
+    def predict(self, x, batch_size=32, **kwargs):
+        """The teacher-forced logits of `(sources, targets)` pairs (what the
+        decoder predicts after each target prefix); `translate(sources)`
+        decodes new sentences."""
+        if not (isinstance(x, tuple) and len(x) == 2):
+            raise InputError(
+                "x must be (sources, targets) for predict (the teacher-forced "
+                "logits); translate(sources) translates sources alone. "
+                f"Received: {type(x).__name__}"
+            )
+        return super().predict(x, batch_size=batch_size, **kwargs)
 
     def translator(
         self, search="beam", beam_width=4, length_penalty=0.6, batch_size=32

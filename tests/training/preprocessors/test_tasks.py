@@ -9,17 +9,14 @@ import pytest
 import tensorflow as tf
 
 from tests.training.preprocessors.test_tokenizer import round_trip
-from tfformer.training.preprocessors import (
-    BertPacker,
-    CausalLMPacker,
-    Seq2SeqPacker,
-    Tokenizer,
-)
+from tfformer.training import pipeline
+from tfformer.training.preprocessors import Tokenizer
 from tfformer.training.preprocessors.tasks import (
     CausalLMPreprocessor,
     Seq2SeqPreprocessor,
     TextClassifierPreprocessor,
 )
+from tfformer.training.tasks.text_classification import padded_inputs
 
 RUN = os.path.join(
     os.path.dirname(__file__), "..", "..", "data", "legacy_runs", "translation_run"
@@ -41,12 +38,27 @@ def assert_same(got, want):
     )
 
 
-def test_seq2seq_pairs_every_way_are_the_packers(tokenizers):
+def seq2seq_want(source, target, length):
+    """Training's examples (`pipeline.seq2seq_examples`), padded, with
+    weights 1 on labels."""
+    examples = pipeline.seq2seq_examples(
+        source.tokenizer.tokenize(SOURCES),
+        target.tokenizer.tokenize(TARGETS),
+        start_id=target.start_id,
+        end_id=target.end_id,
+        max_length=length,
+    )
+    labels = examples.labels.to_tensor(shape=[None, length])
+    inputs = {
+        k: v.to_tensor(shape=[None, length]) for k, v in examples.features.items()
+    }
+    return inputs, labels, tf.cast(labels != 0, tf.float32)
+
+
+def test_seq2seq_pairs_every_way_are_trainings_examples(tokenizers):
     source, target = tokenizers
     pre = Seq2SeqPreprocessor(source, target, 8)
-    want = Seq2SeqPacker(8, target.start_id, target.end_id)(
-        (source(SOURCES), target(TARGETS))
-    )
+    want = seq2seq_want(source, target, 8)
     assert_same(pre((SOURCES, TARGETS)), want)
     assert_same(pre(SOURCES, TARGETS), want)
     dataset = tf.data.Dataset.from_tensor_slices((SOURCES, TARGETS)).batch(4).map(pre)
@@ -55,19 +67,19 @@ def test_seq2seq_pairs_every_way_are_the_packers(tokenizers):
     # Sample weights scale each pair's label weights.
     weighted = pre(SOURCES, TARGETS, sample_weight=[1.0, 0.0, 2.0, 1.0])
     np.testing.assert_array_equal(weighted[2], want[2] * np.array([[1], [0], [2], [1]]))
-    with pytest.raises(
-        ValueError, match=r"x must be sources, or a pair .* Received: a tuple of 3"
-    ):
+    with pytest.raises(ValueError, match=r"x must be sources, or a pair .* tuple of 3"):
         pre((SOURCES, TARGETS, TARGETS))
 
 
-def test_classifier_texts_and_pairs_are_the_packers(tokenizers):
+def test_classifier_texts_and_pairs_are_trainings_inputs(tokenizers):
     text, _ = tokenizers
     single = TextClassifierPreprocessor(text, 8)
     pairs = TextClassifierPreprocessor(text, 8, pairs=True)
-    packer = BertPacker(8, text.start_id, text.end_id)
-    assert_same(single(SOURCES), packer(text(SOURCES)))
-    want = packer((text(SOURCES), text(TARGETS)))
+    ids, segments = padded_inputs(text.tokenizer, SOURCES, 8, width=8)
+    assert_same(single(SOURCES), {"token_ids": ids, "segment_ids": segments})
+    both = list(zip(SOURCES, TARGETS, strict=True))
+    ids, segments = padded_inputs(text.tokenizer, both, 8, width=8)
+    want = {"token_ids": ids, "segment_ids": segments}
     assert_same(pairs((SOURCES, TARGETS)), want)
     labels = np.array([0, 1, 1, 0])
     assert_same(pairs((SOURCES, TARGETS), labels), (want, labels))
@@ -77,14 +89,30 @@ def test_classifier_texts_and_pairs_are_the_packers(tokenizers):
         pairs(SOURCES)
 
 
-def test_causal_lm_windows_are_the_packers_and_take_no_labels(tokenizers):
+def test_causal_lm_windows_are_trainings_and_take_no_labels(tokenizers):
     text, _ = tokenizers
-    pre = CausalLMPreprocessor(text, 4, end_id=text.end_id)
-    assert_same(pre(SOURCES), CausalLMPacker(4, None, text.end_id)(text(SOURCES)))
+    stream = " ".join(SOURCES * 6)
+    ids = text.tokenizer.tokenize([stream])[0].numpy()
+    examples = pipeline.language_model_examples(ids, sequence_length=4)
+    full = len(examples.lengths)
+    inputs, labels, _ = CausalLMPreprocessor(text, 4)([stream])
+    np.testing.assert_array_equal(
+        inputs["token_ids"][:full], examples.features["token_ids"].to_tensor()
+    )
+    np.testing.assert_array_equal(labels[:full], examples.labels.to_tensor())
+    # With an end id, each text's labels end with it.
+    _, labels, weights = CausalLMPreprocessor(text, 4, end_id=text.end_id)(
+        ["one", "two"]
+    )
+    last = [
+        row[w > 0][-1]
+        for row, w in zip(np.asarray(labels), np.asarray(weights), strict=True)
+    ]
+    assert last == [text.end_id] * len(last)
     with pytest.raises(
         ValueError, match="y and sample_weight must be None for a causal LM"
     ):
-        pre(SOURCES, [1, 2, 3, 4])
+        CausalLMPreprocessor(text, 4)(SOURCES, [1, 2, 3, 4])
 
 
 def test_saved_with_a_model_and_read_back(tokenizers, tmp_path):

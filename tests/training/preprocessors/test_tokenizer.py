@@ -138,6 +138,18 @@ def bpe_kind():
     return ours, lambda text: [i + 1 for i in hf.encode(text).ids]
 
 
+def llama3_bpe_kind():
+    """A byte-level BPE with Llama 3's pre-tokenizer (Qwen's is the same
+    kind), trained by Hugging Face's `tokenizers`."""
+    from tests.tfformer.preprocessing.test_bpe_tokenizer import (
+        llama3_ours,
+        llama3_style_hf,
+    )
+
+    hf = llama3_style_hf()
+    return llama3_ours(hf), lambda text: hf.encode(text).ids
+
+
 def sentencepiece_kind():
     """Llama 2's SentencePiece settings, trained by `sentencepiece`."""
     from tests.tfformer.preprocessing.test_sentencepiece_tokenizer import pair_of
@@ -154,6 +166,7 @@ KINDS = {
     "byte": byte_kind,
     "wordpiece": minilm_wordpiece_kind,
     "bpe": bpe_kind,
+    "llama3_bpe": llama3_bpe_kind,
     "sentencepiece": sentencepiece_kind,
     "ids": ids_kind,
 }

@@ -112,3 +112,16 @@ def test_labels_are_refused(run_and_model):
         model.fit(["abc"], ["d"])
     with pytest.raises(ValueError, match="path must be a causal_lm run"):
         StringCausalLM.from_run(os.path.join(os.path.dirname(RUN), "translation_run"))
+
+
+def test_validation_texts_short_texts_and_datasets(run_and_model):
+    model = StringCausalLM.from_run(RUN)
+    texts = ["abcdefghijklmnopqrstuvwxyz" * 3] * 4
+    history = model.fit(texts, batch_size=4, validation_data=texts[:2], verbose=0)
+    assert np.isfinite(history.history["val_loss"][0])
+    with pytest.raises(ValueError, match="x must hold a text of 2 or more tokens"):
+        model.fit(["a", ""])
+    # A dataset of batched texts: its windows are batched by batch_size.
+    data = tf.data.Dataset.from_tensor_slices(texts).batch(2)
+    rows = [len(b[1]) for b in model.dataset(data, batch_size=3)]
+    assert rows == [3, 3, 3, 3, 3, 3, 2]  # 4 texts x 5 windows = 20

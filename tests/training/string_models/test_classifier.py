@@ -55,7 +55,9 @@ def test_evaluate_on_strings_is_the_loss_on_trainings_ids(run_and_model):
     )
     accuracy = np.mean(np.argmax(logits, -1) == labels)
     model.compile()
-    with pytest.warns(UserWarning, match=r"x: 1 of 6 inputs are longer"):
+    with pytest.warns(
+        UserWarning, match=r"x: 1 of 6 are longer than the model reads \(12 tokens\)"
+    ):
         got = model.evaluate(TEXTS, labels, batch_size=4, return_dict=True, verbose=0)
     np.testing.assert_allclose(got["loss"], float(loss), rtol=1e-5)
     np.testing.assert_allclose(got["accuracy"], accuracy)
@@ -72,7 +74,7 @@ def test_a_fit_step_on_strings_is_a_step_on_trainings_ids():
     all texts at once: the same weights as the same step on ids that
     training's `padded_inputs` packs."""
     strings = StringClassifier.from_run(ENCODER, labels=["neg", "pos"], dropout=0.0)
-    ids_model = keras.models.clone_model(strings.model)
+    ids_model = type(strings.model).from_config(strings.model.get_config())
     ids_model.set_weights(strings.model.get_weights())
     head_before = strings.model.weights[-2].numpy().copy()
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -180,7 +182,9 @@ def test_bad_input_names_the_argument(run_and_model, tmp_path):
         StringClassifier.from_run(CLASSIFIER, sequence_length=64)
     with pytest.raises(ValueError, match="path must be a text_classification"):
         StringClassifier.from_run(os.path.join(RUNS, "translation_run"))
-    with pytest.raises(ValueError, match="precision must be one of"):
+    with pytest.raises(
+        ValueError, match=r"precision must be None \(the run's\) or one of"
+    ):
         StringClassifier.from_run(CLASSIFIER, precision="bfloat16")
     big = Tokenizer(
         WordPieceTokenizer(
@@ -222,3 +226,60 @@ def test_a_loaded_run_gives_its_string_model():
         ValueError, match="image_classification run has no model on strings"
     ):
         tfformer.load(os.path.join(RUNS, "vit_converted")).string_model()
+
+
+def test_pairs_come_as_two_lists_or_a_list_of_pairs(run_and_model):
+    """A classifier of pairs (the run's model under a pair preprocessor):
+    both spellings of x give the logits of training's pair packing."""
+    _, model = run_and_model
+    tokenizer = model.preprocessor.tokenizer
+    pairs = StringClassifier(
+        model.model, TextClassifierPreprocessor(tokenizer, 12, pairs=True), model.labels
+    )
+    firsts, seconds = TEXTS, TEXTS[::-1]
+    ids, segments = padded_inputs(
+        tokenizer.tokenizer, list(zip(firsts, seconds, strict=True)), 12, width=12
+    )
+    want = model.model({"token_ids": ids, "segment_ids": segments}, training=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        columns = pairs.predict((firsts, seconds), verbose=0)
+        rows = pairs.predict(list(zip(firsts, seconds, strict=True)), verbose=0)
+    np.testing.assert_allclose(columns, want, atol=1e-5)
+    np.testing.assert_allclose(rows, want, atol=1e-5)
+    with pytest.raises(ValueError, match=r"x\[1\] \(texts_b\) must be as many as"):
+        pairs.predict((firsts, seconds[:2]))
+    with pytest.raises(ValueError, match="x must hold at least one input"):
+        model.predict([])
+
+
+def test_precision_defaults_to_the_runs_and_mixed_float16_scales_the_loss(tmp_path):
+    bfloat16 = StringClassifier.from_run(CLASSIFIER, precision="mixed_bfloat16")
+    saved = bfloat16.save_run(str(tmp_path / "bf16"))
+    again = StringClassifier.from_run(saved)
+    assert again.model.backbone.compute_dtype == "bfloat16"
+    assert StringClassifier.from_run(CLASSIFIER).model.backbone.compute_dtype == (
+        "float32"
+    )
+    half = StringClassifier.from_run(CLASSIFIER, precision="mixed_float16")
+    half.compile()
+    assert isinstance(half.optimizer, keras.optimizers.LossScaleOptimizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        history = half.fit(TEXTS, [0, 1, 1, 0, 1, 0], batch_size=3, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_the_optimizer_state_survives_the_keras_file(tmp_path):
+    model = StringClassifier.from_run(CLASSIFIER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(TEXTS, [0, 1, 1, 0, 1, 0], batch_size=2, epochs=2, verbose=0)
+    path = str(tmp_path / "fitted.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert int(restored.optimizer.iterations) == int(model.optimizer.iterations) == 6
+    for a, b in zip(
+        restored.optimizer.variables, model.optimizer.variables, strict=True
+    ):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), err_msg=a.path)

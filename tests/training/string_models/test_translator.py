@@ -62,13 +62,38 @@ def test_evaluate_on_pairs_is_the_loss_on_trainings_examples(run_and_model):
     np.testing.assert_allclose(again["loss"], got["loss"], rtol=1e-6)
 
 
-def test_fit_and_save_run(run_and_model, tmp_path):
-    _, model = run_and_model
-    model = StringTranslator.from_run(RUN)
-    history = model.fit((SOURCES * 4, TARGETS * 4), batch_size=4, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
-    out = model.save_run(str(tmp_path / "run"))
-    assert tfformer.load(out).translate(SOURCES, search="greedy") == model.translate(
+def test_a_fit_step_on_pairs_is_a_step_on_trainings_examples(run_and_model, tmp_path):
+    import keras
+
+    predictor, _ = run_and_model
+    strings = StringTranslator.from_run(RUN, dropout=0.0)
+    ids_model = type(strings.model).from_config(strings.model.get_config())
+    ids_model.set_weights(strings.model.get_weights())
+    before = [w.numpy().copy() for w in strings.model.weights]
+    loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    strings.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
+    ids_model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
+    strings.fit((SOURCES, TARGETS), batch_size=len(SOURCES), verbose=0)
+    length = strings.preprocessor.sequence_length
+    examples = pipeline.seq2seq_examples(
+        predictor.tokenizers["source"].tokenize(SOURCES),
+        predictor.tokenizers["target"].tokenize(TARGETS),
+        start_id=2,
+        end_id=3,
+        max_length=length,
+    )
+    inputs = {
+        k: v.to_tensor(shape=[None, length]) for k, v in examples.features.items()
+    }
+    labels = examples.labels.to_tensor(shape=[None, length])
+    ids_model.fit(inputs, labels, batch_size=len(SOURCES), verbose=0)
+    moved = 0
+    for a, b, old in zip(strings.model.weights, ids_model.weights, before, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.path)
+        moved += not np.allclose(a.numpy(), old)
+    assert moved > len(before) // 2
+    out = strings.save_run(str(tmp_path / "run"))
+    assert tfformer.load(out).translate(SOURCES, search="greedy") == strings.translate(
         SOURCES, search="greedy"
     )
 
@@ -81,3 +106,24 @@ def test_bad_pairs_are_named(run_and_model):
         model.fit((["a", "b"], ["x"]))
     with pytest.raises(TypeError, match=r"x \(sources\) must be a list of strings"):
         model.fit(([1], ["x"]))
+
+
+def test_keras_file_predict_and_weights(run_and_model, tmp_path):
+    import keras
+
+    _, model = run_and_model
+    path = str(tmp_path / "translator.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert restored.translate(SOURCES, search="greedy") == model.translate(
+        SOURCES, search="greedy"
+    )
+    logits = model.predict((SOURCES, TARGETS), verbose=0)
+    length = model.preprocessor.sequence_length
+    assert logits.shape[:2] == (len(SOURCES), length)
+    with pytest.raises(ValueError, match=r"x must be \(sources, targets\) for predict"):
+        model.predict(SOURCES)
+    with pytest.raises(
+        ValueError, match=r"sample_weight must hold one weight per pair"
+    ):
+        model.fit((SOURCES, TARGETS), sample_weight=[1.0])
