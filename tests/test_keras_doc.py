@@ -108,7 +108,7 @@ def test_the_gpt_walk_through(tmp_path, monkeypatch):
     line = "ROMEO: what light through yonder window breaks?\n"
     text = tmp_path / "input.txt.gz"
     with gzip.open(text, "wt", encoding="utf-8") as f:
-        f.write(line * 40)
+        f.write(line * 200)
     # The 10-minute GPT's stand-in: a tiny GPT on bytes, context 128.
     (tmp_path / "gpt").mkdir()
     run = train_tiny_gpt(tmp_path / "gpt", line * 400, context=128, epochs=1)

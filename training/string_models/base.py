@@ -75,6 +75,14 @@ def checked_precision(precision):
     return precision
 
 
+def run_label_smoothing(directory):
+    """The label smoothing the run trained with (`config.json`'s
+    `train.label_smoothing`; 0 for a converted checkpoint, which records
+    no training)."""
+    train = directory.read_config().get("train") or {}
+    return float(train.get("label_smoothing", 0.0))
+
+
 def run_precision(source, precision):
     """`precision`, or for None the dtype policy the run's model was saved
     under (what `tfformer.load` predicts with)."""
@@ -122,10 +130,12 @@ class StringModel(keras.Model):
     # defaults; pass `compile(optimizer=...)` for another).
     default_learning_rate = 5e-5
 
-    def __init__(self, model, preprocessor, **kwargs):
+    def __init__(self, model, preprocessor, label_smoothing=0.0, **kwargs):
         super().__init__(**kwargs)
         self.model = model
         self.preprocessor = preprocessor
+        # The default loss's (token tasks): the run's `train.label_smoothing`.
+        self.label_smoothing = float(label_smoothing)
         # True inside `fit`: Keras then calls `evaluate` on the validation
         # data this model already preprocessed.
         self.fitting = False
@@ -321,6 +331,7 @@ class StringModel(keras.Model):
     def get_config(self):
         return {
             **super().get_config(),
+            "label_smoothing": self.label_smoothing,
             "model": keras.saving.serialize_keras_object(self.model),
             "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
         }

@@ -15,6 +15,7 @@ from tfformer.training.string_models.base import (
     checked_precision,
     data_section,
     rebuilt,
+    run_label_smoothing,
     run_precision,
     scope_of,
     string_list,
@@ -70,7 +71,11 @@ class StringCausalLM(TextGeneration, StringModel):
         with scope_of(strategy):
             model = rebuilt(source, precision, **changes)
             return cls(
-                model, preprocessor, manifest.ends(tokenizer.end_id), dtype=precision
+                model,
+                preprocessor,
+                manifest.ends(tokenizer.end_id),
+                dtype=precision,
+                label_smoothing=run_label_smoothing(directory),
             )
 
     @property
@@ -92,12 +97,9 @@ class StringCausalLM(TextGeneration, StringModel):
         return {"text": self.model.backbone.get_config()["vocabulary_size"]}
 
     def default_loss(self):
-        from tfformer.training.config import TrainConfig
         from tfformer.training.losses import MaskedSparseCategoricalCrossentropy
 
-        return MaskedSparseCategoricalCrossentropy(
-            label_smoothing=TrainConfig().label_smoothing
-        )
+        return MaskedSparseCategoricalCrossentropy(label_smoothing=self.label_smoothing)
 
     def default_metrics(self):
         from tfformer.training.metrics import MaskedAccuracy
@@ -154,4 +156,5 @@ class StringCausalLM(TextGeneration, StringModel):
             end_ids=None if ends is None else (tokenizer.end_id, *ends),
         )
         config = {"task": "causal_lm", "data": data_section(tokenizer, self.context)}
+        config["train"] = {"label_smoothing": self.label_smoothing}
         return manifest, config

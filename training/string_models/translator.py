@@ -13,6 +13,7 @@ from tfformer.training.string_models.base import (
     checked_precision,
     data_section,
     rebuilt,
+    run_label_smoothing,
     run_precision,
     scope_of,
     string_list,
@@ -63,7 +64,12 @@ class StringTranslator(StringModel):
         )
         with scope_of(strategy):
             model = rebuilt(source, precision, **changes)
-            return cls(model, preprocessor, dtype=precision)
+            return cls(
+                model,
+                preprocessor,
+                dtype=precision,
+                label_smoothing=run_label_smoothing(directory),
+            )
 
     def tokenizers(self):
         return {
@@ -165,4 +171,5 @@ class StringTranslator(StringModel):
                 "max_length": length,
             },
         }
+        config["train"] = {"label_smoothing": self.label_smoothing}
         return manifest, config

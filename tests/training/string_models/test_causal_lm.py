@@ -125,3 +125,15 @@ def test_validation_texts_short_texts_and_datasets(run_and_model):
     data = tf.data.Dataset.from_tensor_slices(texts).batch(2)
     rows = [len(b[1]) for b in model.dataset(data, batch_size=3)]
     assert rows == [3, 3, 3, 3, 3, 3, 2]  # 4 texts x 5 windows = 20
+
+
+def test_the_default_loss_smooths_labels_as_the_run_trained():
+    """The trained run's config says 0.1; a converted checkpoint's records
+    no training: 0."""
+    assert StringCausalLM.from_run(RUN).label_smoothing == 0.1
+    converted = StringCausalLM.from_run(
+        os.path.join(os.path.dirname(RUN), "gpt2_converted")
+    )
+    assert converted.label_smoothing == 0.0
+    converted.compile()
+    assert converted.loss.label_smoothing == 0.0
