@@ -75,6 +75,22 @@ def checked_precision(precision):
     return precision
 
 
+def opened_run(path, tasks, checkpoint, precision):
+    """(RunDirectory, manifest, the saved task model, the precision to
+    build under) of the run at `path`, one of `tasks` (ValueError naming
+    `path` or `precision` otherwise)."""
+    checked_precision(precision)
+    directory = RunDirectory(path)
+    manifest = directory.manifest
+    if manifest.task not in tasks:
+        raise InputError(
+            f"path must be a {' or '.join(tasks)} run. "
+            f"Received: a {manifest.task} run ({path})"
+        )
+    source = directory.load_model(checkpoint)
+    return directory, manifest, source, run_precision(source, precision)
+
+
 def run_label_smoothing(directory):
     """The label smoothing the run trained with (`config.json`'s
     `train.label_smoothing`; 0 for a converted checkpoint, which records

@@ -5,18 +5,16 @@ import numpy as np
 import tensorflow as tf
 
 from tfformer.errors import InputError
-from tfformer.runs.directory import RunDirectory
 from tfformer.runs.manifest import CausalLMManifest
 from tfformer.training.predictors.causal_lm import TextGeneration
 from tfformer.training.preprocessors import Tokenizer
 from tfformer.training.preprocessors.tasks import CausalLMPreprocessor
 from tfformer.training.string_models.base import (
     StringModel,
-    checked_precision,
     data_section,
+    opened_run,
     rebuilt,
     run_label_smoothing,
-    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -54,16 +52,9 @@ class StringCausalLM(TextGeneration, StringModel):
         precision=None,
     ):
         """The decoder of a causal-LM run, with its tokenizer and context."""
-        checked_precision(precision)
-        directory = RunDirectory(path)
-        manifest = directory.manifest
-        if manifest.task != "causal_lm":
-            raise InputError(
-                "path must be a causal_lm run. "
-                f"Received: a {manifest.task} run ({path})"
-            )
-        source = directory.load_model(checkpoint)
-        precision = run_precision(source, precision)
+        directory, manifest, source, precision = opened_run(
+            path, ("causal_lm",), checkpoint, precision
+        )
         changes = {} if dropout is None else {"dropout": dropout}
         # The preprocessor is tf.data code, outside the strategy's scope.
         tokenizer = Tokenizer.from_run(path, "text")

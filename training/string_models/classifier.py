@@ -4,16 +4,14 @@ import keras
 import numpy as np
 
 from tfformer.errors import InputError, InputTypeError
-from tfformer.runs.directory import RunDirectory
 from tfformer.runs.manifest import TextClassificationManifest
 from tfformer.training.preprocessors import Tokenizer
 from tfformer.training.preprocessors.tasks import TextClassifierPreprocessor
 from tfformer.training.string_models.base import (
     StringModel,
-    checked_precision,
     data_section,
+    opened_run,
     rebuilt,
-    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -74,18 +72,8 @@ class StringClassifier(StringModel):
         from tfformer.models import bert_classifier
         from tfformer.training.tasks.text_classification import copy_encoder_weights
 
-        checked_precision(precision)
-        directory = RunDirectory(path)
-        manifest = directory.manifest
-        if manifest.task not in (
-            "text_classification",
-            "masked_lm",
-            "sentence_embedding",
-        ):
-            raise InputError(
-                "path must be a text_classification, masked_lm or "
-                f"sentence_embedding run. Received: a {manifest.task} run ({path})"
-            )
+        tasks = ("text_classification", "masked_lm", "sentence_embedding")
+        _, manifest, source, precision = opened_run(path, tasks, checkpoint, precision)
         length = manifest.max_length if sequence_length is None else sequence_length
         if (
             isinstance(length, bool)
@@ -96,8 +84,6 @@ class StringClassifier(StringModel):
                 f"sequence_length must be an int in [3, {manifest.max_length}] (the "
                 f"run's max_length). Received: {sequence_length!r}"
             )
-        source = directory.load_model(checkpoint)
-        precision = run_precision(source, precision)
         changes = {} if dropout is None else {"dropout": dropout}
         pairs = False
         if manifest.task == "text_classification":

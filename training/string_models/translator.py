@@ -4,17 +4,15 @@ import keras
 import numpy as np
 
 from tfformer.errors import InputError
-from tfformer.runs.directory import RunDirectory
 from tfformer.runs.manifest import TranslationManifest
 from tfformer.training.preprocessors import Tokenizer
 from tfformer.training.preprocessors.tasks import Seq2SeqPreprocessor
 from tfformer.training.string_models.base import (
     StringModel,
-    checked_precision,
     data_section,
+    opened_run,
     rebuilt,
     run_label_smoothing,
-    run_precision,
     scope_of,
     string_list,
     tokenizer_entries,
@@ -45,16 +43,9 @@ class StringTranslator(StringModel):
         precision=None,
     ):
         """The model of a translation run, with its two tokenizers."""
-        checked_precision(precision)
-        directory = RunDirectory(path)
-        manifest = directory.manifest
-        if manifest.task != "translation":
-            raise InputError(
-                "path must be a translation run. "
-                f"Received: a {manifest.task} run ({path})"
-            )
-        source = directory.load_model(checkpoint)
-        precision = run_precision(source, precision)
+        directory, manifest, source, precision = opened_run(
+            path, ("translation",), checkpoint, precision
+        )
         changes = {} if dropout is None else {"dropout": dropout}
         # The preprocessor is tf.data code, outside the strategy's scope.
         preprocessor = Seq2SeqPreprocessor(
