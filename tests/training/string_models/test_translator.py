@@ -37,9 +37,9 @@ def test_translate_is_the_runs_predictor(run_and_model, search):
     )
 
 
-def test_evaluate_on_pairs_is_the_loss_on_trainings_examples(run_and_model):
-    predictor, model = run_and_model
-    length = model.preprocessor.sequence_length
+def trainings_examples(predictor, length):
+    """(inputs, labels) of SOURCES and TARGETS as training builds them
+    (`pipeline.seq2seq_examples`), padded to `length`."""
     examples = pipeline.seq2seq_examples(
         predictor.tokenizers["source"].tokenize(SOURCES),
         predictor.tokenizers["target"].tokenize(TARGETS),
@@ -50,10 +50,14 @@ def test_evaluate_on_pairs_is_the_loss_on_trainings_examples(run_and_model):
     inputs = {
         k: v.to_tensor(shape=[None, length]) for k, v in examples.features.items()
     }
+    return inputs, examples.labels.to_tensor(shape=[None, length])
+
+
+def test_evaluate_on_pairs_is_the_loss_on_trainings_examples(run_and_model):
+    predictor, model = run_and_model
+    inputs, labels = trainings_examples(predictor, model.preprocessor.sequence_length)
     logits = model.model(inputs, training=False)
-    want = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(
-        examples.labels.to_tensor(shape=[None, length]), logits
-    )
+    want = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)(labels, logits)
     model.compile()
     got = model.evaluate((SOURCES, TARGETS), batch_size=8, return_dict=True, verbose=0)
     np.testing.assert_allclose(got["loss"], float(want), rtol=1e-5)
@@ -74,18 +78,7 @@ def test_a_fit_step_on_pairs_is_a_step_on_trainings_examples(run_and_model, tmp_
     strings.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
     ids_model.compile(optimizer=keras.optimizers.SGD(0.5), loss=loss)
     strings.fit((SOURCES, TARGETS), batch_size=len(SOURCES), verbose=0)
-    length = strings.preprocessor.sequence_length
-    examples = pipeline.seq2seq_examples(
-        predictor.tokenizers["source"].tokenize(SOURCES),
-        predictor.tokenizers["target"].tokenize(TARGETS),
-        start_id=2,
-        end_id=3,
-        max_length=length,
-    )
-    inputs = {
-        k: v.to_tensor(shape=[None, length]) for k, v in examples.features.items()
-    }
-    labels = examples.labels.to_tensor(shape=[None, length])
+    inputs, labels = trainings_examples(predictor, strings.preprocessor.sequence_length)
     ids_model.fit(inputs, labels, batch_size=len(SOURCES), verbose=0)
     moved = 0
     for a, b, old in zip(strings.model.weights, ids_model.weights, before, strict=True):
