@@ -107,6 +107,18 @@ class Packer(keras.layers.Layer):
             inputs = converted[0]
         return super().__call__(inputs, *args, **kwargs)
 
+    def split_pair(self, inputs, what):
+        """(first ids, second ids or None) of `inputs`: one batch of ids, or
+        a pair of them (`what` names the forms in the error)."""
+        if not isinstance(inputs, list | tuple):
+            return inputs, None
+        if len(inputs) != 2:
+            raise InputError(
+                f"{type(self).__name__} takes {what}. "
+                f"Received: a {type(inputs).__name__} of {len(inputs)}"
+            )
+        return inputs
+
     def get_config(self):
         return {
             **super().get_config(),
@@ -139,13 +151,11 @@ class BertPacker(Packer):
         super().__init__(sequence_length, start_id, end_id, **kwargs)
 
     def call(self, inputs):
-        pair = isinstance(inputs, list | tuple)
-        if pair and len(inputs) != 2:
-            raise InputError(
-                "BertPacker takes the ids of texts, or a pair (ids_a, ids_b). "
-                f"Received: a {type(inputs).__name__} of {len(inputs)}"
-            )
-        first, single = ragged_ids(inputs[0] if pair else inputs, "inputs")
+        first, second = self.split_pair(
+            inputs, "the ids of texts, or a pair (ids_a, ids_b)"
+        )
+        pair = second is not None
+        first, single = ragged_ids(first, "inputs")
         rows = first.nrows(out_type=tf.int32)
         start = tf.fill([rows, 1], self.start_id)
         end = tf.fill([rows, 1], self.end_id)
@@ -154,7 +164,7 @@ class BertPacker(Packer):
             pieces = [start, first[:, : self.sequence_length - 2], end]
             segments = [tf.zeros_like(p) for p in pieces]
         else:
-            second, _ = ragged_ids(inputs[1], "inputs[1]")
+            second, _ = ragged_ids(second, "inputs[1]")
             tf.debugging.assert_equal(
                 second.nrows(out_type=tf.int32),
                 rows,
@@ -196,18 +206,15 @@ class Seq2SeqPacker(Packer):
         super().__init__(sequence_length, start_id, end_id, **kwargs)
 
     def call(self, inputs):
-        pair = isinstance(inputs, list | tuple)
-        if pair and len(inputs) != 2:
-            raise InputError(
-                "Seq2SeqPacker takes source ids, or (source_ids, target_ids). "
-                f"Received: a {type(inputs).__name__} of {len(inputs)}"
-            )
-        source, single = ragged_ids(inputs[0] if pair else inputs, "source_ids")
+        source, target = self.split_pair(
+            inputs, "source ids, or (source_ids, target_ids)"
+        )
+        source, single = ragged_ids(source, "source_ids")
         length = self.sequence_length
         encoder = padded(source[:, :length], length, single)
-        if not pair:
+        if target is None:
             return {"encoder_token_ids": encoder}
-        target, _ = ragged_ids(inputs[1], "target_ids")
+        target, _ = ragged_ids(target, "target_ids")
         tf.debugging.assert_equal(
             target.nrows(),
             source.nrows(),
