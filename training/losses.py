@@ -101,3 +101,57 @@ class NextSentenceLoss(MaskedSparseCategoricalCrossentropy):
 
     def call(self, y_true, y_pred):
         return super().call(y_true, with_padding_class(y_pred))
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class DistillationLoss(keras.losses.Loss):
+    """Knowledge distillation's loss (Hinton et al., 2015) per example:
+
+        w * T^2 * KL(softmax(t / T) || softmax(s / T))
+            + (1 - w) * -log softmax(s)[y]
+
+    for student logits `s` (`y_pred`), and `y_true` rows of the class id
+    `y` (-1: none, which drops the second term) followed by the teacher's
+    logits `t`. T^2 keeps the soft term's gradients at the hard term's
+    scale as T grows. The batch's value is the mean over its examples
+    (sample weights apply, as for any Keras loss).
+
+    Args:
+        temperature: T > 0.
+        teacher_weight: w in [0, 1].
+    """
+
+    def __init__(
+        self, temperature=2.0, teacher_weight=0.5, name="distillation", **kwargs
+    ):
+        if not temperature > 0:
+            raise InputError(f"temperature must be > 0. Received: {temperature!r}")
+        if not 0.0 <= teacher_weight <= 1.0:
+            raise InputError(
+                f"teacher_weight must be in [0, 1]. Received: {teacher_weight!r}"
+            )
+        super().__init__(name=name, **kwargs)
+        self.temperature = float(temperature)
+        self.teacher_weight = float(teacher_weight)
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "float32")
+        y_pred = ops.cast(y_pred, "float32")
+        label, teacher = y_true[:, 0], y_true[:, 1:]
+        t = self.temperature
+        theirs = ops.log_softmax(teacher / t, axis=-1)
+        ours = ops.log_softmax(y_pred / t, axis=-1)
+        soft = ops.sum(ops.exp(theirs) * (theirs - ours), axis=-1) * (t * t)
+        ids = ops.expand_dims(ops.cast(ops.maximum(label, 0.0), "int32"), -1)
+        log_probs = ops.log_softmax(y_pred, axis=-1)
+        hard = -ops.squeeze(ops.take_along_axis(log_probs, ids, axis=-1), -1)
+        hard = ops.where(label >= 0, hard, ops.zeros_like(hard))
+        w = self.teacher_weight
+        return w * soft + (1.0 - w) * hard
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "temperature": self.temperature,
+            "teacher_weight": self.teacher_weight,
+        }

@@ -59,3 +59,39 @@ class NextSentenceAccuracy(MaskedAccuracy):
         from tfformer.training.losses import with_padding_class
 
         super().update_state(y_true, with_padding_class(y_pred), sample_weight)
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class LabelledAccuracy(keras.metrics.Mean):
+    """Accuracy against distillation targets (`DistillationLoss`'s `y_true`:
+    the class id, -1 for none, then the teacher's logits) over the examples
+    that have a class id."""
+
+    def __init__(self, name="accuracy", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        label = ops.cast(y_true[:, 0], "int32")
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        weight = ops.cast(ops.greater_equal(label, 0), self.dtype)
+        if sample_weight is not None:
+            weight = weight * ops.cast(ops.reshape(sample_weight, (-1,)), self.dtype)
+        super().update_state(
+            ops.cast(ops.equal(predicted, label), self.dtype), sample_weight=weight
+        )
+
+
+@keras.saving.register_keras_serializable(package="tfformer")
+class TeacherAgreement(keras.metrics.Mean):
+    """Share of examples whose arg-max class is the teacher's (distillation
+    targets, as `LabelledAccuracy` reads them), labelled or not."""
+
+    def __init__(self, name="teacher_agreement", dtype=None):
+        super().__init__(name=name, dtype=dtype)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        theirs = ops.argmax(y_true[:, 1:], axis=-1)
+        agree = ops.cast(ops.equal(ops.argmax(y_pred, axis=-1), theirs), self.dtype)
+        if sample_weight is not None:
+            sample_weight = ops.reshape(sample_weight, (-1,))
+        super().update_state(agree, sample_weight=sample_weight)

@@ -116,7 +116,8 @@ def classification_examples(token_ids, labels, *, start_id, end_id, max_length):
 def rows_examples(features, labels):
     """Classification examples from lists of id rows: `features` maps input
     names to lists of int lists (the same lengths row by row), `labels` are
-    class ids."""
+    class ids (int32), or one float row per example (float32; a
+    distillation run's targets)."""
     names = list(features)
     lengths = np.array([len(row) for row in features[names[0]]], np.int64)
     for name in names[1:]:
@@ -130,7 +131,9 @@ def rows_examples(features, labels):
         )
         for name, rows in features.items()
     }
-    return Examples(ragged, tf.constant(labels, tf.int32), lengths)
+    labels = np.asarray(labels)
+    dtype = tf.float32 if labels.ndim > 1 else tf.int32
+    return Examples(ragged, tf.constant(labels, dtype), lengths)
 
 
 def bucket_index(lengths, bucket_lengths):
@@ -255,7 +258,8 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
         length = tf.gather(lengths, bucket)
 
         def pad(x):
-            if x.shape.rank == 0:
+            # A row of static length (a label vector) is not a sequence.
+            if x.shape.rank == 0 or x.shape[0] is not None:
                 return x
             return tf.pad(x, [[0, length - tf.shape(x, out_type=tf.int64)[0]]])
 
@@ -279,9 +283,13 @@ def _bucketed(dataset, bucket_lengths, batch_size, *, drop_remainder, transform=
     )
     if not drop_remainder:
         dataset = dataset.map(_pad_rows(batch_size))
-    if all(spec.shape.rank > 1 for spec in tf.nest.flatten(dataset.element_spec[1])):
+    if all(
+        spec.shape.rank > 1 and not spec.dtype.is_floating
+        for spec in tf.nest.flatten(dataset.element_spec[1])
+    ):
         # Sequence labels (a tensor, or a dict of them for a model with
-        # several outputs) mark padding with id 0 and need no sample weights.
+        # several outputs) mark padding with id 0 and need no sample weights;
+        # float target rows (distillation's) keep them.
         dataset = dataset.map(_drop_last)
     return dataset
 

@@ -70,6 +70,40 @@ class TextClassificationPredictor(Predictor):
             out.append(ops.convert_to_numpy(ops.softmax(logits, axis=-1)))
         return np.concatenate(out) if out else np.zeros((0, len(self.labels)))
 
+    def logits(self, texts, batch_size=128, progress=None):
+        """`(len(texts), classes)` float32 logits of the model for `texts`
+        (as `probabilities` takes them), in the order given. Texts are
+        batched by length, each batch padded to its longest row rounded up
+        to a multiple of 16 tokens: far fewer padding tokens than
+        `probabilities`' fixed width, for long lists (a distillation
+        teacher's). `progress` (a print-like function) hears about every
+        tenth of the texts."""
+        from tfformer.training.tasks.text_classification import encode_texts
+
+        texts = self._checked(texts)
+        length = self.manifest.max_length
+        rows, segments = encode_texts(self.tokenizers["text"], texts, length)
+        order = np.argsort([len(row) for row in rows], kind="stable")
+        out = np.zeros((len(texts), len(self.labels)), np.float32)
+        reported = 0
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            width = max(len(rows[i]) for i in chosen)
+            width = min(-(-width // 16) * 16, length)
+            ids = np.zeros((len(chosen), width), "int32")
+            segment_ids = np.zeros((len(chosen), width), "int32")
+            for row, i in enumerate(chosen):
+                ids[row, : len(rows[i])] = rows[i]
+                segment_ids[row, : len(rows[i])] = segments[i]
+            out[chosen] = self.model.predict_on_batch(
+                {"token_ids": ids, "segment_ids": segment_ids}
+            )
+            done = start + len(chosen)
+            if progress and done * 10 // len(texts) > reported:
+                reported = done * 10 // len(texts)
+                progress(f"Teacher logits: {done}/{len(texts)} texts")
+        return out
+
     def classify(self, texts):
         """(the most probable label of each text, a list of str; the
         `probabilities` array)."""

@@ -13,6 +13,7 @@ import dataclasses
 import os
 
 from tfformer.errors import InputError
+from tfformer.training.distillation import check_distillation
 from tfformer.training.tasks.base import (
     INITIAL_RUN_KEYS,
     ModelConfig,
@@ -51,6 +52,26 @@ class ClassificationData(TextDataConfig):
     class_names: tuple[str, ...] = ()
     # Share of the examples held out for validation, and as many for test.
     holdout_fraction: float = 0.1
+    # Knowledge distillation (`tfformer.training.distillation`): a finished
+    # text_classification run (same class names, same input kind) whose
+    # logits this run's model learns besides the labels. None: labels only.
+    teacher: str | None = None
+    # The softmax temperature T of the teacher's soft labels and the
+    # student's, and the weight w of the soft labels' term per sentence
+    # (1 - w: the true label's; a sentence without one has the soft term
+    # only, so in a batch of mostly unlabelled sentences the labels weigh
+    # less than 1 - w of the loss).
+    teacher_temperature: float = 2.0
+    teacher_weight: float = 0.5
+    # Perturbed copies of each training sentence for the teacher to label.
+    teacher_augment_copies: int = 0
+    # Unlabelled text files (one sentence per line, plain or .gz) for the
+    # teacher to label; held-out sentences are left out.
+    teacher_text_paths: tuple[str, ...] = ()
+    # A directory keeping the teacher's logits under a fingerprint of the
+    # teacher and the texts, for runs that would label the same texts again
+    # (the seeds of a sweep). None: no cache.
+    teacher_cache: str | None = None
 
 
 @dataclasses.dataclass
@@ -159,6 +180,7 @@ class TextClassificationTask(TrainingTask):
                 f"classes. Received: {list(d.class_names)}"
             )
         check_holdout_fraction(d)
+        check_distillation(d)
 
     def raw_splits(self, data_config):
         from tfformer.training.sources.text_files import (
@@ -247,22 +269,36 @@ class TextClassificationTask(TrainingTask):
             tokenizer = learn_or_load(
                 data_config, sentences, directory, "text", progress
             )
+        labels = tuple(label_names(data_config))
+        splits, targets = self.distillation_targets(data_config, raw, labels, progress)
         examples = {}
-        for split, items in raw.items():
+        for split, items in splits.items():
             rows, segments = encode_texts(
                 tokenizer, [text for text, _ in items], data_config.max_length
             )
             examples[split] = pipeline.rows_examples(
                 {"token_ids": rows, "segment_ids": segments},
-                [label for _, label in items],
+                [label for _, label in items] if targets is None else targets[split],
             )
         return PreparedData(
-            {"text": tokenizer},
-            examples,
-            raw,
-            bucket_lengths(data_config),
-            labels=tuple(label_names(data_config)),
+            {"text": tokenizer}, examples, raw, bucket_lengths(data_config), labels
         )
+
+    def distillation_targets(self, data_config, raw, labels, progress):
+        """(`raw`, None) without `data.teacher`; else (the splits with the
+        teacher's extra sentences, `distillation.distillation_items`;
+        {split: its `distillation.teacher_targets` rows})."""
+        from tfformer.training import distillation
+
+        if data_config.teacher is None:
+            return raw, None
+        train = raw["train"]
+        pairs = bool(train) and isinstance(train[0][0], tuple)
+        teacher = distillation.teacher(data_config, labels, pairs)
+        distillation.check_teacher_split(teacher, raw, data_config.lower_case)
+        items = distillation.distillation_items(data_config, raw, progress)
+        cache = data_config.teacher_cache
+        return items, distillation.cached_targets(teacher, items, cache, progress)
 
     def save_heldout(self, data, run):
         rows = []
@@ -321,6 +357,15 @@ class TextClassificationTask(TrainingTask):
     def compile_arguments(self, config):
         import keras
 
+        d = config.data
+        if d.teacher is not None:
+            from tfformer.training.losses import DistillationLoss
+            from tfformer.training.metrics import LabelledAccuracy, TeacherAgreement
+
+            return {
+                "loss": DistillationLoss(d.teacher_temperature, d.teacher_weight),
+                "weighted_metrics": [LabelledAccuracy(), TeacherAgreement()],
+            }
         return {
             "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             # Weights mark the padding rows of the last evaluation batches.
