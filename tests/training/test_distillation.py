@@ -11,13 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from tests.training.tiny import (
-    BAD,
-    CLASSIFIER_MAX_LENGTH,
-    GOOD,
-    TINY_MODEL,
-    cue_sentences,
-)
+from tests.training.tiny import BAD, GOOD, cue_sentences, tiny_classifier_overrides
 from tfformer.errors import InputError
 from tfformer.training import distillation
 from tfformer.training.losses import DistillationLoss
@@ -194,25 +188,13 @@ def test_float_targets_are_batched_unpadded_with_sample_weights():
 
 
 def student_overrides(root, student, teacher, *extra):
+    """The tiny classifier's overrides on the true class files, taught by
+    `teacher`, writing to `student`."""
     return [
-        *TINY_MODEL,
-        "task=text_classification",
-        "model.preset=bert_tiny",
-        "data.vocabulary_size=80",
-        f"data.max_length={CLASSIFIER_MAX_LENGTH}",
-        "data.bucket_lengths=[16]",
-        "data.holdout_fraction=0.2",
+        *tiny_classifier_overrides(student),
         f"data.class_paths={root}/neg.txt,{root}/pos.txt",
         "data.class_names=negative,positive",
         f"data.teacher={teacher}",
-        "train.batch_size=8",
-        "train.steps_per_epoch=8",
-        "train.epochs=6",
-        "train.warmup_steps=10",
-        "train.learning_rate_scale=0.3",
-        "train.verbose=0",
-        "train.label_smoothing=0.0",
-        f"train.output_dir={student}",
         *extra,
     ]
 

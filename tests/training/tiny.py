@@ -125,6 +125,28 @@ def cue_sentences(rng, cue_words, count):
     ]
 
 
+def tiny_classifier_overrides(run):
+    """The tiny classifier's config overrides (`train_tiny_classifier`),
+    data files aside, writing to `run`."""
+    return [
+        *TINY_MODEL,
+        "task=text_classification",
+        "model.preset=bert_tiny",
+        "data.vocabulary_size=80",
+        f"data.max_length={CLASSIFIER_MAX_LENGTH}",
+        "data.bucket_lengths=[16]",
+        "data.holdout_fraction=0.2",
+        "train.batch_size=8",
+        "train.steps_per_epoch=8",
+        "train.epochs=6",
+        "train.warmup_steps=10",
+        "train.learning_rate_scale=0.3",
+        "train.verbose=0",
+        "train.label_smoothing=0.0",
+        f"train.output_dir={run}",
+    ]
+
+
 def train_tiny_classifier(root, run=None, *, pairs=False):
     """Trains a one-layer BERT classifier into `run` (default `root/run`) on
     sentences written to `root`: negative and positive sentences (two class
@@ -143,23 +165,7 @@ def train_tiny_classifier(root, run=None, *, pairs=False):
 
     rng = np.random.default_rng(0)
     run = root / "run" if run is None else run
-    overrides = [
-        *TINY_MODEL,
-        "task=text_classification",
-        "model.preset=bert_tiny",
-        "data.vocabulary_size=80",
-        f"data.max_length={CLASSIFIER_MAX_LENGTH}",
-        "data.bucket_lengths=[16]",
-        "data.holdout_fraction=0.2",
-        "train.batch_size=8",
-        "train.steps_per_epoch=8",
-        "train.epochs=6",
-        "train.warmup_steps=10",
-        "train.learning_rate_scale=0.3",
-        "train.verbose=0",
-        "train.label_smoothing=0.0",
-        f"train.output_dir={run}",
-    ]
+    overrides = tiny_classifier_overrides(run)
     if pairs:
         lines = []
         for label in rng.integers(0, 3, 240):
