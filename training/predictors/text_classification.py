@@ -78,7 +78,10 @@ class TextClassificationPredictor(Predictor):
         `probabilities`' fixed width, for long lists (a distillation
         teacher's). `progress` (a print-like function) hears about every
         tenth of the texts."""
-        from tfformer.training.tasks.text_classification import encode_texts
+        from tfformer.training.tasks.text_classification import (
+            encode_texts,
+            padded_rows,
+        )
 
         texts = self._checked(texts)
         length = self.manifest.max_length
@@ -90,11 +93,9 @@ class TextClassificationPredictor(Predictor):
             chosen = order[start : start + batch_size]
             width = max(len(rows[i]) for i in chosen)
             width = min(-(-width // 16) * 16, length)
-            ids = np.zeros((len(chosen), width), "int32")
-            segment_ids = np.zeros((len(chosen), width), "int32")
-            for row, i in enumerate(chosen):
-                ids[row, : len(rows[i])] = rows[i]
-                segment_ids[row, : len(rows[i])] = segments[i]
+            ids, segment_ids = padded_rows(
+                [rows[i] for i in chosen], [segments[i] for i in chosen], width
+            )
             out[chosen] = self.model.predict_on_batch(
                 {"token_ids": ids, "segment_ids": segment_ids}
             )

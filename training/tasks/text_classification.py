@@ -125,9 +125,14 @@ def encode_texts(tokenizer, texts, max_length):
 def padded_inputs(tokenizer, texts, max_length, width=None):
     """`encode_texts` as `(token_ids, segment_ids)` int32 arrays, 0-padded to
     `width` columns (None: the longest row)."""
+    return padded_rows(*encode_texts(tokenizer, texts, max_length), width)
+
+
+def padded_rows(rows, segments, width=None):
+    """Token-id rows and their segment ids as `(token_ids, segment_ids)`
+    int32 arrays, 0-padded to `width` columns (None: the longest row)."""
     import numpy as np
 
-    rows, segments = encode_texts(tokenizer, texts, max_length)
     width = width or max((len(r) for r in rows), default=0)
     ids = np.zeros((len(rows), width), "int32")
     segment_ids = np.zeros((len(rows), width), "int32")
