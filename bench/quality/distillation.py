@@ -9,8 +9,9 @@ turn, each `polarity_distill.yaml` with a 10-minute training budget:
 - "distilled": the config as written: the student starts from the
   masked-LM pre-training run `--pretrained` (`polarity_mlm.yaml`: a 4-layer,
   128-wide encoder and its vocabulary) and learns the teacher's logits on
-  the training sentences, 5 perturbed copies of each and the Multi30k
-  English captions, with the labels;
+  the training sentences, 20 perturbed copies of each and the Multi30k
+  English captions, with the labels (`--set` changes the config, as for
+  the 5-copy rows of `distillation.json`);
 - "labels": the same student on the labels alone (`data.teacher=null`);
 - "scratch_distilled", "scratch": a 4-layer, 256-wide student from random
   weights, on its own vocabulary, with and without the teacher.
