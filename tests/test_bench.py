@@ -260,3 +260,21 @@ def test_the_derived_t_test_equals_students_closed_forms():
     result = paired_t([0.51, 0.62, 0.73], [0.50, 0.60, 0.70])
     assert result["gains_points"] == pytest.approx([1, 2, 3])
     assert result["t"] == pytest.approx(2 * math.sqrt(3))
+
+
+def test_the_cct_shares_are_the_hand_counts():
+    """CCT-4/3x2 at 32x32: convolutions 32^2 27 64 and 16^2 576 128
+    multiply-accumulates; 64 tokens through 4 blocks of width 128 (MLP 128):
+    64 (4 128^2 + 2 128^2) + 2 64^2 128 each."""
+    from bench.quality.cifar10_budget import model_shares
+    from tfformer.models import from_preset
+
+    model = from_preset("cct_4_3x2", image_size=32, num_classes=10)
+    shares = model_shares(model, 32)
+    tokenizer, blocks = shares["tokenizer"], shares["encoder_blocks"]
+    assert tokenizer["parameters"] == 27 * 64 + 576 * 128
+    assert tokenizer["macs"] == 32 * 32 * 27 * 64 + 16 * 16 * 576 * 128
+    assert blocks["macs"] == 4 * (64 * 6 * 128 * 128 + 2 * 64 * 64 * 128)
+    assert shares["rest"]["macs"] == 128 * 64 + 128 * 10
+    assert sum(s["parameters"] for s in shares.values()) == model.count_params()
+    assert abs(sum(s["mac_share"] for s in shares.values()) - 1) < 1e-12

@@ -1,7 +1,8 @@
 """CIFAR-10 test accuracy after a wall-clock budget: tfformer's ViT against
 keras-hub's `ViTBackbone` (library against library), the keras.io "Image
-classification with Vision Transformer" recipe (what users do today) and a
-small CNN (the question a user asks).
+classification with Vision Transformer" recipe (what users do today), a
+small CNN (the question a user asks) and tfformer's CCT (the Transformer
+that answers it).
 
 Contenders (run one after another, never alongside other work: 2 cores):
 - `tfformer`: `tfformer-train` with `training/configs/cifar10_vit.json`
@@ -28,6 +29,9 @@ Contenders (run one after another, never alongside other work: 2 cores):
   only change: the epochs stop at the budget. Keras's default compile
   (`jit_compile="auto"`, which Keras resolves to no XLA on a CPU-only
   machine).
+- `cct`: `tfformer-train` with `training/configs/cifar10_cct.json`, the
+  `tfformer` contender's pipeline, optimizer and schedule with the
+  `cct_4_3x2` model (convolution tokenizer, attention pooling).
 - `cnn`: six 3x3 convolutions with batch norm (32, 32, 64, 64, 128, 128,
   max-pooling after each pair), global average pooling and a linear head,
   on tfformer's pipeline, optimizer and schedule.
@@ -38,12 +42,19 @@ training images held out for all but `keras_io`, whose `validation_split`
 takes the last 10 %) is not counted out of the budget: the budget is the
 whole training invocation.
 
-The tfformer run is kept in ~/.cache/tfformer/cifar10_vit_<minutes>min
-(for `tfformer-evaluate` and `bench/exports/image_export.py`).
+The tfformer and cct runs are kept in
+~/.cache/tfformer/cifar10_{vit,cct}_<minutes>min[_seed<n>] (for
+`tfformer-evaluate` and `bench/exports/image_export.py`).
+
+`--seeds 0,1,2` runs every contender once per seed (`train.seed`: the
+initial weights and any dropout; the held-out split, batch order and
+augmentation draws stay `data.seed`'s), contenders alternating within a
+seed; seed 0's results are keyed by the contender's name, the others' by
+`<name>_seed<n>`.
 
 Usage:
   python -m bench.quality.cifar10_budget --minutes 30 [--contenders tfformer,keras_hub]
-      [--clock budget|probe]
+      [--clock budget|probe] [--seeds 0,1,2]
       [--output bench/results/cifar10_budget_30min.json] [--earlier-minutes 30]
 
 `--earlier-minutes` (keras_io only) scores the recipe at a shorter budget
@@ -74,8 +85,9 @@ from tfformer.training.tasks.image_classification import channel_statistics
 from tfformer.training.trainer import build_dataset, compile_model, learning_rate, train
 
 CONFIG = os.path.join("training", "configs", "cifar10_vit.json")
+CCT_CONFIG = os.path.join("training", "configs", "cifar10_cct.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tfformer")
-CONTENDERS = ("tfformer", "keras_hub", "keras_io", "cnn")
+CONTENDERS = ("tfformer", "keras_hub", "keras_io", "cnn", "cct")
 # About 45 s of each budget go to decoding, compiling and validation.
 OVERHEAD_SECONDS = 45
 
@@ -138,6 +150,51 @@ def small_cnn(config, data):
     x = keras.layers.GlobalAveragePooling2D()(x)
     logits = keras.layers.Dense(data.num_classes, name="head")(x)
     return keras.Model(images, logits, name="small_cnn")
+
+
+def model_shares(model, image_size):
+    """Parameters and multiply-accumulates per image of a tfformer image
+    classifier, split into its tokenizer (the patch projection, or the
+    convolutions: H W 9 c_in c_out each, at the resolution they run at),
+    its encoder blocks (T (4 d^2 + 2 d f) for the projections and MLP, 2 T^2
+    d for the attention scores and their mix) and the rest (positions,
+    norms, pooling, head)."""
+    backbone = model.backbone
+    d, f = backbone.hidden_dim, backbone.intermediate_dim
+    tokenizer = backbone.image_tokenizer
+    if backbone.tokenizer == "patch":
+        layers, size = [tokenizer.projection], image_size // backbone.patch_size
+        macs = [size * size * int(np.prod(tokenizer.projection.kernel.shape))]
+    else:
+        layers, macs, size = tokenizer.convolutions, [], image_size
+        for convolution in layers:
+            macs.append(size * size * int(np.prod(convolution.kernel.shape)))
+            size //= 2
+    tokens = size * size + (1 if backbone.class_token else 0)
+    block_macs = tokens * (4 * d * d + 2 * d * f) + 2 * tokens * tokens * d
+    parts = {
+        "tokenizer": (sum(layer.count_params() for layer in layers), sum(macs)),
+        "encoder_blocks": (
+            sum(block.count_params() for block in backbone.encoder_blocks),
+            backbone.num_layers * block_macs,
+        ),
+    }
+    total = model.count_params()
+    rest = total - sum(p for p, _ in parts.values())
+    parts["rest"] = (
+        rest,
+        d * (tokens if model.pooling == "attention" else 0) + d * model.num_classes,
+    )
+    all_macs = sum(m for _, m in parts.values())
+    return {
+        name: {
+            "parameters": p,
+            "parameter_share": p / total,
+            "macs": m,
+            "mac_share": m / all_macs,
+        }
+        for name, (p, m) in parts.items()
+    }
 
 
 def run_on_our_pipeline(build, config, data, minutes, clock):
@@ -395,6 +452,8 @@ def main():
         help="what the cosine of our-pipeline contenders decays over: the "
         "budget's wall clock, or the steps a throughput probe predicts",
     )
+    p.add_argument("--cct-config", default=CCT_CONFIG)
+    p.add_argument("--seeds", default="0", help="comma-separated train.seed values")
     p.add_argument(
         "--earlier-minutes",
         type=float,
@@ -424,18 +483,29 @@ def main():
     on_pipeline = load_config(args.config, clocked)
     test_pixels = data.examples["test"].features["images"]
     test_labels = data.examples["test"].labels
-    for name in names:
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    for seed, name in [(seed, name) for seed in seeds for name in names]:
         keras.backend.clear_session()
         began = time.perf_counter()
-        if name == "tfformer":
+        suffix = f"_seed{seed}" if seed else ""
+        if name in ("tfformer", "cct"):
+            config_path = args.config if name == "tfformer" else args.cct_config
             # Kept for bench/exports/image_export.py and tfformer-evaluate.
-            out = os.path.join(CACHE, f"cifar10_vit_{args.minutes:g}min")
+            model_name = "vit" if name == "tfformer" else "cct"
+            out = os.path.join(
+                CACHE, f"cifar10_{model_name}_{args.minutes:g}min{suffix}"
+            )
             if os.path.exists(out):
                 shutil.rmtree(out)
-            with_budget = [f"train.output_dir={out}", *clocked, "train.verbose=2"]
+            with_budget = [
+                f"train.output_dir={out}",
+                *clocked,
+                "train.verbose=2",
+                f"train.seed={seed}",
+            ]
             speed = steps = None
             if args.clock == "probe":
-                probe = load_config(args.config, with_budget)
+                probe = load_config(config_path, with_budget)
                 keras.utils.set_random_seed(0)
                 speed = images_per_second(probe, data)
                 keras.backend.clear_session()
@@ -446,7 +516,7 @@ def main():
                     probe.train.warmup_steps + 100,
                 )
                 with_budget.append(f"train.schedule_steps={steps}")
-            config = load_config(args.config, with_budget)
+            config = load_config(config_path, with_budget)
             result = train(config, progress=print)
             model = result.model
             with open(os.path.join(out, "metrics.json"), encoding="utf-8") as f:
@@ -458,6 +528,7 @@ def main():
                 "schedule_clock": args.clock,
                 "steps": int(result.metrics["global_step"]),
                 "parameters": int(model.count_params()),
+                "shares": model_shares(model, config.data.image_size),
             }
         elif name == "keras_io":
             model, details = keras_io_recipe(
@@ -465,13 +536,17 @@ def main():
             )
         else:
             build = keras_hub_vit if name == "keras_hub" else small_cnn
-            model, details = run_on_our_pipeline(
-                build, on_pipeline, data, args.minutes, args.clock
+            seeded = dataclasses.replace(
+                on_pipeline, train=dataclasses.replace(on_pipeline.train, seed=seed)
             )
+            model, details = run_on_our_pipeline(
+                build, seeded, data, args.minutes, args.clock
+            )
+        details["seed"] = seed
         details["wall_seconds"] = time.perf_counter() - began
         details["test_accuracy"] = test_accuracy(model, test_pixels, test_labels)
-        results["contenders"][name] = details
-        print(name, json.dumps(details), flush=True)
+        results["contenders"][name + suffix] = details
+        print(name + suffix, json.dumps(details), flush=True)
         common.write_result(output, results)
         plot(results, output[: -len(".json")] + ".png")
     print(f"Wrote {output} and its curves (.png)")

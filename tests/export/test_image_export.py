@@ -32,21 +32,15 @@ from ..training.test_image_data import huge_png
 SIZE = 16
 
 
-@pytest.fixture(scope="module")
-def case(tmp_path_factory):
+def trained_export(root, model_overrides):
     """(run dir, loaded run, SavedModel path, loaded SavedModel, test files)."""
-    root = tmp_path_factory.mktemp("image_export")
     colour_images(root / "data", np.random.default_rng(3))
     config = load_config(
         overrides=[
             "task=image_classification",
             f"data.image_dir={root / 'data'}",
             f"data.image_size={SIZE}",
-            "model.patch_size=4",
-            "model.num_layers=2",
-            "model.hidden_dim=32",
-            "model.num_heads=2",
-            "model.intermediate_dim=64",
+            *model_overrides,
             "train.batch_size=16",
             "train.epochs=2",
             "train.steps_per_epoch=10",
@@ -71,6 +65,42 @@ def case(tmp_path_factory):
     return run_dir, loaded, path, tf.saved_model.load(path), files
 
 
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    """A ViT run and its SavedModel (`trained_export`)."""
+    return trained_export(
+        tmp_path_factory.mktemp("image_export"),
+        [
+            "model.patch_size=4",
+            "model.num_layers=2",
+            "model.hidden_dim=32",
+            "model.num_heads=2",
+            "model.intermediate_dim=64",
+        ],
+    )
+
+
+@pytest.fixture(scope="module")
+def cct_case(tmp_path_factory):
+    """A CCT run (convolution tokenizer, attention pooling) and its
+    SavedModel."""
+    return trained_export(
+        tmp_path_factory.mktemp("cct_export"),
+        [
+            "model.preset=cct_4_3x2",
+            "model.tokenizer_channels=8",
+            "model.num_layers=1",
+            "model.hidden_dim=16",
+            "model.intermediate_dim=16",
+        ],
+    )
+
+
+def model_case(model):
+    """The fixture of a parametrized test's model: "vit" or "cct"."""
+    return {"vit": "case", "cct": "cct_case"}[model]
+
+
 # One traced call per model: eager Keras calls took 40 ms each, 21 s of the
 # fuzz test's 1,000 examples (its count under TFFORMER_FUZZ=full).
 _INFERENCE = {}
@@ -89,8 +119,9 @@ def file_pixels(files):
     return np.stack([decode_pixels(tf.io.read_file(f), SIZE).numpy() for f in files])
 
 
-def test_classify_equals_keras_on_every_test_image(case):
-    _, loaded, _, served, files = case
+@pytest.mark.parametrize("model", ["vit", "cct"])
+def test_classify_equals_keras_on_every_test_image(request, model):
+    _, loaded, _, served, files = request.getfixturevalue(model_case(model))
     data = [open(f, "rb").read() for f in files]
     out = served.signatures["classify"](image_bytes=tf.constant(data))
     expected = keras_probabilities(loaded, file_pixels(files))
@@ -231,8 +262,9 @@ def runtime(out, path):
         sys.path.remove(out)
 
 
-def test_tflite_float32_equals_keras_on_every_test_image(case, tmp_path):
-    run_dir, loaded, _, _, files = case
+@pytest.mark.parametrize("model", ["vit", "cct"])
+def test_tflite_float32_equals_keras_on_every_test_image(request, model, tmp_path):
+    run_dir, loaded, _, _, files = request.getfixturevalue(model_case(model))
     out = str(tmp_path / "device")
     path = export_tflite(run_dir, out, progress=lambda *_: None)
     assert sorted(os.listdir(out)) == [
@@ -264,8 +296,9 @@ def test_tflite_float32_equals_keras_on_every_test_image(case, tmp_path):
 
 
 @pytest.mark.integration
-def test_quantized_variants_and_integer_only(case, tmp_path):
-    run_dir, loaded, _, _, files = case
+@pytest.mark.parametrize("model", ["vit", "cct"])
+def test_quantized_variants_and_integer_only(request, model, tmp_path):
+    run_dir, loaded, _, _, files = request.getfixturevalue(model_case(model))
     pixels = file_pixels(files)
     expected = keras_probabilities(loaded, pixels).argmax(-1)
     calibration = files[::3]

@@ -24,6 +24,11 @@ from tfformer.training.evaluation.attention_rollout import (
     vit_attention,
 )
 from tfformer.training.predictors.image_classification import spread_over_classes
+from tfformer.training.tasks import get_task
+from tfformer.training.tasks.image_classification import (
+    initialized_vit,
+    resized_positions,
+)
 from tfformer.training.trainer import train
 
 COLOURS = ("blue", "green", "red")
@@ -177,7 +182,7 @@ def test_attention_scores_of_a_block_match_numpy():
     images = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype("float32")
     tokens = np.asarray(model.backbone.patch_embedding(images))
     block = model.backbone.encoder_blocks[0]
-    (weights,) = vit_attention(model, images)
+    (weights,), _ = vit_attention(model, images)
     np.testing.assert_allclose(
         np.asarray(block(tokens)),
         np.asarray(block(tokens, return_attention_scores=True)[0]),
@@ -229,6 +234,46 @@ def test_rollout_against_hand_computed_products():
     np.testing.assert_allclose(maps.reshape(3, 4), want, atol=1e-5)
 
 
+def test_rollout_of_a_cct_weighs_the_rows_by_the_pooling_weights():
+    """Without a class token the map is w^T R: the rollout's rows weighed by
+    the attention pooling's softmax over the final (normalized) tokens, all
+    computed in NumPy from the model's weights."""
+    model = vit(
+        8,
+        3,
+        tokenizer="convolution",
+        tokenizer_layers=1,
+        tokenizer_channels=4,
+        num_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+    )
+    images = np.random.default_rng(3).normal(size=(3, 8, 8, 3)).astype("float32")
+    maps = attention_rollout(model, images)
+    assert maps.shape == (3, 4, 4)
+    x = np.asarray(model.backbone.image_tokenizer(images))
+    everywhere = np.ones((3, 16), bool)
+    result = np.broadcast_to(np.eye(16), (3, 16, 16))
+    for block in model.backbone.encoder_blocks:
+        normed = ref.layer_norm(x, *norm_weights(block.self_attention_norm))
+        weights = reference_attention(block.self_attention, normed, normed)[1]
+        mixed = 0.5 * weights.mean(1) + 0.5 * np.eye(16)
+        result = (mixed / mixed.sum(-1, keepdims=True)) @ result
+        x = reference_encoder_block(block, x, everywhere)
+    x = ref.layer_norm(x, *norm_weights(model.backbone.encoder_norm))
+    score = model.pooling_layer.score
+    scores = x @ np.asarray(score.kernel)[:, 0] + np.asarray(score.bias)[0]
+    w = np.exp(scores - scores.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    want = np.einsum("bt,bts->bs", w, result)
+    want /= want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(maps.reshape(3, 16), want, atol=1e-5)
+    # The weights matter: uniform rows give another map.
+    uniform = result.mean(1) / result.mean(1).sum(-1, keepdims=True)
+    assert not np.allclose(want, uniform, atol=1e-4)
+
+
 def test_the_plotted_images_take_the_classes_in_turn():
     truth = np.array([2, 2, 0, 2, 1, 0])
     assert spread_over_classes(truth, 5).tolist() == [2, 4, 0, 5, 1]
@@ -246,3 +291,121 @@ def test_evaluate_refuses_a_changed_test_folder(trained, capsys):
     finally:
         extra.unlink()
     assert evaluate_cli.main(["--checkpoint", str(root / "run"), "--limit", "3"]) == 0
+
+
+@pytest.fixture(scope="module")
+def trained_cct(tmp_path_factory):
+    """A CCT (convolution tokenizer, attention pooling) on the colours."""
+    root = tmp_path_factory.mktemp("cct")
+    colour_images(root / "data", np.random.default_rng(4))
+    config = load_config(
+        overrides=[
+            "task=image_classification",
+            f"data.image_dir={root / 'data'}",
+            "data.image_size=16",
+            "model.preset=cct_4_3x2",
+            "model.tokenizer_channels=8",
+            "model.num_layers=1",
+            "model.hidden_dim=16",
+            "model.intermediate_dim=16",
+            "train.batch_size=16",
+            "train.epochs=2",
+            "train.steps_per_epoch=10",
+            "train.optimizer=adamw",
+            "train.schedule=cosine",
+            "train.learning_rate=0.003",
+            "train.warmup_steps=5",
+            "train.verbose=0",
+            NO_XLA,
+            f"train.output_dir={root / 'run'}",
+        ]
+    )
+    return root, train(config, progress=lambda *_: None)
+
+
+def test_a_cct_learns_the_colours_and_draws_its_rollout(trained_cct, capsys):
+    root, result = trained_cct
+    assert result.metrics["test_accuracy"] > 0.9
+    backbone = result.model.backbone
+    assert backbone.tokenizer == "convolution" and backbone.token_stride == 4
+    assert result.model.pooling == "attention"
+    plot = root / "rollout.png"
+    code = evaluate_cli.main(
+        ["--checkpoint", str(root / "run"), "--attention-plot", str(plot)]
+    )
+    assert code == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert scores["accuracy"] == pytest.approx(result.metrics["test_accuracy"])
+    assert open(scores["attention_plot"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_cct_run_starts_another_at_a_larger_image_size(trained_cct):
+    """`model.init_from` a CCT: every weight but the head is the source's,
+    the position table (no class token) resized bicubically 4x4 -> 8x8."""
+    root, result = trained_cct
+    config = load_config(
+        overrides=[
+            "task=image_classification",
+            f"data.image_dir={root / 'data'}",
+            "data.image_size=32",
+            f"model.init_from={root / 'run'}",
+            f"train.output_dir={root / 'larger'}",
+        ]
+    )
+    model = initialized_vit(config, 3)
+    mine, their = model.backbone, result.model.backbone
+    assert mine.tokenizer == "convolution" and model.pooling == "attention"
+    for layer, theirs in (
+        (model.pooling_layer, result.model.pooling_layer),
+        (mine.encoder_norm, their.encoder_norm),
+        *zip(mine.encoder_blocks, their.encoder_blocks, strict=True),
+        *zip(
+            mine.image_tokenizer.convolutions,
+            their.image_tokenizer.convolutions,
+            strict=True,
+        ),
+    ):
+        for a, b in zip(layer.get_weights(), theirs.get_weights(), strict=True):
+            np.testing.assert_array_equal(a, b)
+    table = np.asarray(their.image_tokenizer.position_embeddings)
+    np.testing.assert_allclose(
+        mine.image_tokenizer.position_embeddings,
+        resized_positions(table, 4, 8, class_token=False),
+        rtol=1e-6,
+    )
+    assert model(np.zeros((1, 32, 32, 3), "float32")).shape == (1, 3)
+    bad = load_config(
+        overrides=[
+            "task=image_classification",
+            f"data.image_dir={root / 'data'}",
+            "data.image_size=18",
+            f"model.init_from={root / 'run'}",
+        ]
+    )
+    with pytest.raises(ValueError, match="tokens are 4 pixels apart"):
+        initialized_vit(bad, 3)
+
+
+def test_tokenizer_keys_are_checked():
+    def sizes(*overrides):
+        config = load_config(overrides=["task=image_classification", *overrides])
+        task = get_task("image_classification")
+        return task.model_sizes(config.model)
+
+    assert sizes("model.preset=cct_4_3x2")["tokenizer"] == "convolution"
+    patch = sizes(
+        "model.preset=cct_4_3x2", "model.tokenizer=patch", "model.patch_size=4"
+    )
+    assert patch["tokenizer"] == "patch" and patch["patch_size"] == 4
+    for overrides, message in (
+        (["model.tokenizer=conv"], "model.tokenizer must be one of"),
+        (["model.preset=cct_4_3x2", "model.patch_size=4"], "model.patch_size applies"),
+        (
+            ["model.preset=cct_4_3x2", "model.pooling=class_token"],
+            "needs model.tokenizer=patch",
+        ),
+        (["model.pooling=mean"], "model.pooling must be one of"),
+        (["model.tokenizer_layers=0"], "model.tokenizer_layers"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            sizes(*overrides)

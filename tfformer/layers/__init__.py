@@ -1,6 +1,8 @@
 """Keras 3 layers of the Transformer; backend-neutral (`keras.ops` only)."""
 
 from tfformer.layers.attention_mask import causal_mask, merge_attention_masks
+from tfformer.layers.attention_pooling import AttentionPooling
+from tfformer.layers.convolutional_tokenizer import ConvolutionalTokenizer
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import FeedForward
 from tfformer.layers.layer_normalization import LayerNormalization
@@ -17,6 +19,8 @@ from tfformer.layers.transformer_decoder_block import TransformerDecoderBlock
 from tfformer.layers.transformer_encoder_block import TransformerEncoderBlock
 
 __all__ = [
+    "AttentionPooling",
+    "ConvolutionalTokenizer",
     "Dropout",
     "FeedForward",
     "LayerNormalization",

@@ -82,10 +82,14 @@ def bert_embedder(encoder, *, pooling="mean", normalize=True, name="bert_embedde
     return SentenceEmbedder(encoder, pooling=pooling, normalize=normalize, name=name)
 
 
-def vit(image_size, num_classes, *, name="vit", **backbone_arguments):
-    """`ImageClassifier(ViTBackbone(...), num_classes)`: a ViT image
+def vit(image_size, num_classes, *, pooling=None, name="vit", **backbone_arguments):
+    """`ImageClassifier(ViTBackbone(...), num_classes, pooling)`: a ViT image
     classifier. The keyword arguments are `ViTBackbone`'s (defaults:
-    ViT-B/16; `pixel_mean`/`pixel_std` make it take raw pixels)."""
+    ViT-B/16; `tokenizer="convolution"` makes it a CCT;
+    `pixel_mean`/`pixel_std` make it take raw pixels)."""
     return ImageClassifier(
-        ViTBackbone(image_size, **backbone_arguments), num_classes, name=name
+        ViTBackbone(image_size, **backbone_arguments),
+        num_classes,
+        pooling=pooling,
+        name=name,
     )

@@ -1,8 +1,10 @@
-"""The Vision Transformer (Dosovitskiy et al. 2021), without its head."""
+"""The Vision Transformer (Dosovitskiy et al. 2021), without its head, and
+its compact convolutional form (CCT, Hassani et al. 2021)."""
 
 import keras
 
 from tfformer.errors import InputError
+from tfformer.layers.convolutional_tokenizer import ConvolutionalTokenizer
 from tfformer.layers.dropout import Dropout
 from tfformer.layers.feed_forward import get_activation
 from tfformer.layers.layer_normalization import LayerNormalization
@@ -10,6 +12,8 @@ from tfformer.layers.patch_embedding import PatchEmbedding
 from tfformer.layers.validation import check_positive_int
 from tfformer.models.backbone import Backbone
 from tfformer.models.common import encoder_stack
+
+TOKENIZERS = ("patch", "convolution")
 
 
 def _channel_values(name, values, num_channels):
@@ -24,14 +28,24 @@ def _channel_values(name, values, num_channels):
 
 @keras.saving.register_keras_serializable(package="tfformer")
 class ViTBackbone(Backbone):
-    """A ViT encoder: patches become tokens (`PatchEmbedding`, with a class
-    token and learned positions), pre-norm GELU encoder blocks follow, and
-    a final LayerNorm.
+    """A ViT encoder: the image becomes tokens, pre-norm GELU encoder blocks
+    follow, and a final LayerNorm.
 
-    `(batch, image_size, image_size, num_channels)` float images in,
-    `(batch, 1 + patches, hidden_dim)` out (token 0 is the class token).
-    `ImageClassifier` adds the head on the class token. Defaults are
-    ViT-B/16.
+    Two tokenizers:
+    - "patch" (ViT): non-overlapping `patch_size` patches, linearly
+      embedded (`PatchEmbedding`), with a class token in front and learned
+      positions. Out: `(batch, 1 + patches, hidden_dim)`, token 0 the
+      class token.
+    - "convolution" (CCT): `tokenizer_layers` 3x3 convolutions, each with
+      ReLU and a stride-2 max-pool (`ConvolutionalTokenizer`), learned
+      positions and no class token. Out: `(batch, H W / 4 **
+      tokenizer_layers, hidden_dim)`. Convolutions bring the locality a
+      small data set cannot teach attention; `ImageClassifier` pools these
+      tokens with `AttentionPooling` (CCT's sequence pooling).
+
+    `(batch, image_size, image_size, num_channels)` float images in.
+    Defaults are ViT-B/16; `cct_4_3x2` is CCT-4/3x2 (0.48 M parameters at
+    CIFAR-10's 10 classes).
 
     With `pixel_mean` and `pixel_std` the backbone takes raw pixel values
     (0 to 255, as decoded) and normalizes them itself, (x - mean) / std per
@@ -40,7 +54,13 @@ class ViTBackbone(Backbone):
 
     Args:
         image_size: int or (height, width).
-        patch_size: square patch side; must divide the image size.
+        patch_size: square patch side of the "patch" tokenizer; must divide
+            the image size. None: 16.
+        tokenizer: "patch" or "convolution".
+        tokenizer_layers: convolution + pool layers of the "convolution"
+            tokenizer; `2 ** tokenizer_layers` must divide the image size.
+        tokenizer_channels: filters of its convolutions before the last
+            (the last has `hidden_dim`).
         num_channels: image channels.
         num_layers, hidden_dim, num_heads, intermediate_dim: sizes.
         dropout: dropout rate.
@@ -54,7 +74,9 @@ class ViTBackbone(Backbone):
         dtype: dtype policy of every layer (None: the global policy).
 
     Attributes:
-        pixel_normalization (None without statistics), patch_embedding,
+        pixel_normalization (None without statistics), image_tokenizer (the
+        `PatchEmbedding` or `ConvolutionalTokenizer`), patch_embedding (the
+        `PatchEmbedding`; None with the convolution tokenizer),
         encoder_blocks (a list of `TransformerEncoderBlock`), encoder_norm.
     """
 
@@ -74,13 +96,27 @@ class ViTBackbone(Backbone):
             num_heads=12,
             intermediate_dim=3072,
         ),
+        # CCT-4/3x2 (Hassani et al. 2021, table 1): 2 convolution layers,
+        # 4 blocks of width 128, 2 heads, MLP ratio 1.
+        "cct_4_3x2": dict(
+            tokenizer="convolution",
+            tokenizer_layers=2,
+            tokenizer_channels=64,
+            num_layers=4,
+            hidden_dim=128,
+            num_heads=2,
+            intermediate_dim=128,
+        ),
     }
 
     def __init__(
         self,
         image_size,
         *,
-        patch_size=16,
+        patch_size=None,
+        tokenizer="patch",
+        tokenizer_layers=2,
+        tokenizer_channels=64,
         num_channels=3,
         num_layers=12,
         hidden_dim=768,
@@ -103,6 +139,19 @@ class ViTBackbone(Backbone):
         check_positive_int("image_size", height)
         check_positive_int("image_size", width)
         check_positive_int("num_layers", num_layers)
+        if tokenizer not in TOKENIZERS:
+            raise InputError(
+                f"tokenizer must be one of {TOKENIZERS}. Received: "
+                f"tokenizer={tokenizer!r}"
+            )
+        if tokenizer == "convolution" and patch_size is not None:
+            raise InputError(
+                "patch_size applies to tokenizer='patch'; the convolution "
+                "tokenizer's token grid is set by tokenizer_layers. Received: "
+                f"patch_size={patch_size}"
+            )
+        if tokenizer == "patch" and patch_size is None:
+            patch_size = 16
         if (pixel_mean is None) != (pixel_std is None):
             raise InputError(
                 "Give both pixel_mean and pixel_std, or neither. Received: "
@@ -126,10 +175,19 @@ class ViTBackbone(Backbone):
                 name="pixel_normalization",
             )
             x = pixel_normalization(x)
-        patch_embedding = PatchEmbedding(
-            patch_size, hidden_dim, dtype=policy, name="patch_embedding"
-        )
-        x = patch_embedding(x)
+        if tokenizer == "patch":
+            image_tokenizer = PatchEmbedding(
+                patch_size, hidden_dim, dtype=policy, name="patch_embedding"
+            )
+        else:
+            image_tokenizer = ConvolutionalTokenizer(
+                hidden_dim,
+                tokenizer_layers,
+                tokenizer_channels,
+                dtype=policy,
+                name="convolutional_tokenizer",
+            )
+        x = image_tokenizer(x)
         x = Dropout(dropout, dtype=policy, name="embedding_dropout")(x)
         x, blocks = encoder_stack(
             x,
@@ -151,11 +209,15 @@ class ViTBackbone(Backbone):
 
         # === Handles and config ===
         self.pixel_normalization = pixel_normalization
-        self.patch_embedding = patch_embedding
+        self.image_tokenizer = image_tokenizer
+        self.patch_embedding = image_tokenizer if tokenizer == "patch" else None
         self.encoder_blocks = blocks
         self.encoder_norm = encoder_norm
         self.image_size = image_size if isinstance(image_size, int) else [height, width]
         self.patch_size = patch_size
+        self.tokenizer = tokenizer
+        self.tokenizer_layers = tokenizer_layers
+        self.tokenizer_channels = tokenizer_channels
         self.num_channels = num_channels
         self.num_layers = num_layers
         self.hidden_dim = hidden_dim
@@ -168,12 +230,27 @@ class ViTBackbone(Backbone):
         self.pixel_mean = pixel_mean
         self.pixel_std = pixel_std
 
+    @property
+    def class_token(self):
+        """Whether token 0 is a class token (the patch tokenizer's)."""
+        return self.tokenizer == "patch"
+
+    @property
+    def token_stride(self):
+        """Pixels per token along each side of the image."""
+        if self.tokenizer == "patch":
+            return self.patch_size
+        return 2**self.tokenizer_layers
+
     def get_config(self):
         config = super().get_config()
         config.update(
             {
                 "image_size": self.image_size,
                 "patch_size": self.patch_size,
+                "tokenizer": self.tokenizer,
+                "tokenizer_layers": self.tokenizer_layers,
+                "tokenizer_channels": self.tokenizer_channels,
                 "num_channels": self.num_channels,
                 "num_layers": self.num_layers,
                 "hidden_dim": self.hidden_dim,

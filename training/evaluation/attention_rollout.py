@@ -1,10 +1,12 @@
-"""Attention rollout (Abnar & Zuidema 2020) of a ViT: where the class token's
-prediction draws from, as heat maps over the image.
+"""Attention rollout (Abnar & Zuidema 2020) of a ViT: where the prediction
+draws from, as heat maps over the image.
 
 Each layer's attention, averaged over heads, is mixed with the identity for
 the residual connection and renormalized, Ã = (A + I) / 2 (rows sum to 1);
-the product Ã_L ... Ã_1 says how much each input token flows into each
-output token, and the class token's row over the patches is the map.
+the product R = Ã_L ... Ã_1 says how much each input token flows into each
+output token. A classifier on the class token reads its row of R over the
+patches; one on `AttentionPooling` reads the pooled vector z = w^T x_L, so
+its map is w^T R, the rows weighed by the pooling weights w.
 """
 
 import numpy as np
@@ -37,18 +39,19 @@ def vit_attention(model, images):
 
     Returns:
         A list, one `(batch, heads, tokens, tokens)` numpy array per encoder
-        block; token 0 is the class token.
+        block (token 0 is the class token when the backbone has one), then
+        the encoder's output `(batch, tokens, hidden_dim)`.
     """
     backbone = vit_backbone(model)
     x = ops.convert_to_tensor(images)
     if backbone.pixel_normalization is not None:
         x = backbone.pixel_normalization(x)
-    x = backbone.patch_embedding(x)
+    x = backbone.image_tokenizer(x)
     maps = []
     for block in backbone.encoder_blocks:
         x, scores = block(x, training=False, return_attention_scores=True)
         maps.append(ops.convert_to_numpy(scores))
-    return maps
+    return maps, backbone.encoder_norm(x)
 
 
 def rollout(attention):
@@ -65,13 +68,27 @@ def rollout(attention):
 
 
 def attention_rollout(model, images):
-    """Rollout maps `(batch, H / patch, W / patch)` of the class token over
-    the patches, each scaled to sum to 1."""
-    patch = vit_backbone(model).patch_size
-    height, width = images.shape[1] // patch, images.shape[2] // patch
-    cls = rollout(vit_attention(model, images))[:, 0, 1:]
-    cls = cls / cls.sum(axis=-1, keepdims=True)
-    return cls.reshape(-1, height, width)
+    """Rollout maps `(batch, H / stride, W / stride)` over the image tokens
+    (stride: the backbone's `token_stride`), each scaled to sum to 1: the
+    class token's row, or for a classifier with `AttentionPooling` (or a
+    backbone without a class token) the rows weighed by its pooling
+    weights (uniform for a bare backbone)."""
+    backbone = vit_backbone(model)
+    stride = backbone.token_stride
+    height, width = images.shape[1] // stride, images.shape[2] // stride
+    attention, outputs = vit_attention(model, images)
+    flow = rollout(attention)
+    first = 1 if backbone.class_token else 0
+    pooling = getattr(model, "pooling_layer", None)
+    if pooling is not None:
+        weights = ops.convert_to_numpy(pooling.weights_of(outputs[:, first:]))
+        maps = np.einsum("bt,bts->bs", weights, flow[:, first:, first:])
+    elif backbone.class_token:
+        maps = flow[:, 0, 1:]
+    else:
+        maps = flow.mean(axis=1)
+    maps = maps / maps.sum(axis=-1, keepdims=True)
+    return maps.reshape(-1, height, width)
 
 
 def plot_rollout(images, maps, truths, predictions, path, *, title=""):

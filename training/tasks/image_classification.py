@@ -64,9 +64,19 @@ class ImageData:
 
 @dataclasses.dataclass
 class ImageModel(ModelConfig):
-    """`ModelConfig` plus the ViT's patch size and the run to start from."""
+    """`ModelConfig` plus the ViT's tokenizer, its pooling and the run to
+    start from. None: the preset's."""
 
     patch_size: int | None = None
+    # "patch" (ViT: patch_size patches and a class token) or "convolution"
+    # (CCT: tokenizer_layers 3x3 convolutions with ReLU and a stride-2
+    # max-pool, tokenizer_channels filters before the last; no class token).
+    tokenizer: str | None = None
+    tokenizer_layers: int | None = None
+    tokenizer_channels: int | None = None
+    # What the head reads: "class_token" or "attention" (CCT's sequence
+    # pooling); None: the class token when there is one.
+    pooling: str | None = None
     # An image_classification run directory (trained, or a converted
     # Hugging Face ViT): the classifier starts from its weights, sizes and
     # pixel normalization, with a new head for this data's classes; a
@@ -76,8 +86,9 @@ class ImageModel(ModelConfig):
 
 
 # Model keys that come from model.init_from and must stay unset (or equal
-# its values): the text tasks' and the patch size.
-INITIAL_VIT_KEYS = (*INITIAL_RUN_KEYS, "patch_size")
+# its values): the text tasks' and the tokenizer's.
+TOKENIZER_KEYS = ("patch_size", "tokenizer", "tokenizer_layers", "tokenizer_channels")
+INITIAL_VIT_KEYS = (*INITIAL_RUN_KEYS, *TOKENIZER_KEYS, "pooling")
 
 
 def one_source_message(d):
@@ -150,18 +161,57 @@ class ImageClassificationTask(TrainingTask):
         if config.model.init_from is not None:
             return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)
-        patch = sizes["patch_size"]
-        if d.image_size % patch:
+        if sizes.get("tokenizer", "patch") == "patch":
+            key, stride = "model.patch_size", sizes.get("patch_size", 16)
+        else:
+            key = "model.tokenizer_layers"
+            stride = 2 ** sizes.get("tokenizer_layers", 2)
+        if d.image_size % stride:
             raise InputError(
                 f"data.image_size ({d.image_size}) must be a multiple of the "
-                f"patch size. Received: model.patch_size={patch}"
+                f"token grid's stride ({stride} pixels, from {key}). Received: "
+                f"{key}={sizes.get(key.split('.')[1])}"
             )
 
     def model_sizes(self, model_config):
         sizes = super().model_sizes(model_config)
-        if model_config.patch_size is not None:
-            check_positive("model.patch_size", model_config.patch_size)
-            sizes["patch_size"] = model_config.patch_size
+        m = model_config
+        for key in ("patch_size", "tokenizer_layers", "tokenizer_channels"):
+            if getattr(m, key) is not None:
+                check_positive(f"model.{key}", getattr(m, key))
+                sizes[key] = getattr(m, key)
+        if m.tokenizer is not None:
+            from tfformer.models.vit_backbone import TOKENIZERS
+
+            if m.tokenizer not in TOKENIZERS:
+                raise InputError(
+                    f"model.tokenizer must be one of {TOKENIZERS}. Received: "
+                    f"model.tokenizer={m.tokenizer!r}"
+                )
+            sizes["tokenizer"] = m.tokenizer
+        if sizes.get("tokenizer") == "convolution":
+            if m.patch_size is not None:
+                raise InputError(
+                    "model.patch_size applies to model.tokenizer=patch. "
+                    f"Received: model.patch_size={m.patch_size} with "
+                    "model.tokenizer=convolution"
+                )
+            sizes.pop("patch_size", None)
+        if m.pooling is not None:
+            from tfformer.models.image_classifier import POOLINGS
+
+            if m.pooling not in POOLINGS:
+                raise InputError(
+                    f"model.pooling must be one of {POOLINGS}. Received: "
+                    f"model.pooling={m.pooling!r}"
+                )
+            if m.pooling == "class_token" and sizes.get("tokenizer") == "convolution":
+                raise InputError(
+                    "model.pooling=class_token needs model.tokenizer=patch (the "
+                    "convolution tokenizer has no class token). Received: "
+                    "model.tokenizer=convolution"
+                )
+            sizes["pooling"] = m.pooling
         return sizes
 
     # -- data --------------------------------------------------------------------
@@ -248,8 +298,8 @@ class ImageClassificationTask(TrainingTask):
             theirs, size = settings["image_size"], config.data.image_size
             progress(
                 f"Model: from {config.model.init_from} ({settings['num_layers']} "
-                f"layers, width {settings['hidden_dim']}, patch "
-                f"{settings['patch_size']}), a new {len(names)}-class head"
+                f"layers, width {settings['hidden_dim']}, "
+                f"{tokenizer_words(settings)}), a new {len(names)}-class head"
                 + (
                     f"; position table resized from {theirs}x{theirs} to "
                     f"{size}x{size} images"
@@ -349,6 +399,9 @@ def vit_settings(model):
     config = backbone.get_config()
     keys = (
         "patch_size",
+        "tokenizer",
+        "tokenizer_layers",
+        "tokenizer_channels",
         "num_layers",
         "hidden_dim",
         "num_heads",
@@ -359,10 +412,26 @@ def vit_settings(model):
         "image_size",
     )
     settings = {key: config[key] for key in keys}
+    settings["pooling"] = model.pooling
     if config["pixel_mean"] is not None:
         settings["pixel_mean"] = list(config["pixel_mean"])
         settings["pixel_std"] = list(config["pixel_std"])
     return settings
+
+
+def tokenizer_words(settings):
+    """The tokenizer of `vit_settings` in words: "patch 16" or "2
+    convolution layers"."""
+    if settings["tokenizer"] == "patch":
+        return f"patch {settings['patch_size']}"
+    return f"{settings['tokenizer_layers']} convolution layers"
+
+
+def token_stride(settings):
+    """Pixels per token along each side, of `vit_settings`."""
+    if settings["tokenizer"] == "patch":
+        return settings["patch_size"]
+    return 2 ** settings["tokenizer_layers"]
 
 
 def cubic_resize_matrix(old, new, a=-0.75):
@@ -389,18 +458,20 @@ def cubic_resize_matrix(old, new, a=-0.75):
     return weights
 
 
-def resized_positions(table, grid, new_grid):
+def resized_positions(table, grid, new_grid, class_token=True):
     """A (1, 1 + grid², d) position table for a new_grid x new_grid patch grid:
     the class token's row kept, the patch rows resized bicubically as an
-    image, as Hugging Face's ViT `interpolate_pos_encoding` does."""
+    image, as Hugging Face's ViT `interpolate_pos_encoding` does. Without
+    `class_token` the table is (1, grid², d), every row a token's."""
     import numpy as np
 
     d = table.shape[-1]
-    patches = table[0, 1:].reshape(grid, grid, d).astype("float64")
+    first = 1 if class_token else 0
+    patches = table[0, first:].reshape(grid, grid, d).astype("float64")
     weights = cubic_resize_matrix(grid, new_grid)
     rows = np.einsum("ai,bj,ijd->abd", weights, weights, patches)
     rows = rows.reshape(1, new_grid * new_grid, d)
-    return np.concatenate([table[:, :1], rows], axis=1).astype(table.dtype)
+    return np.concatenate([table[:, :first], rows], axis=1).astype(table.dtype)
 
 
 # The last model.init_from read: {(path, mtime): (model, settings)}.
@@ -433,11 +504,16 @@ def initial_vit(config):
         _INITIAL_VITS[key] = (source, vit_settings(source))
     source, settings = _INITIAL_VITS[key]
     check_initial_settings(where, config.model, INITIAL_VIT_KEYS, settings)
-    patch, size = settings["patch_size"], config.data.image_size
-    if size % patch:
+    stride, size = token_stride(settings), config.data.image_size
+    if size % stride:
+        spacing = (
+            f"its patch size is {stride}"
+            if settings["tokenizer"] == "patch"
+            else f"its tokens are {stride} pixels apart ({tokenizer_words(settings)})"
+        )
         raise InputError(
-            f"{where}: its patch size is {patch}; data.image_size must be a "
-            f"multiple of it. Received: data.image_size={size}"
+            f"{where}: {spacing}; data.image_size must be a multiple of it. "
+            f"Received: data.image_size={size}"
         )
     return source, dict(settings)
 
@@ -452,7 +528,7 @@ def initialized_vit(config, num_classes):
 
     source, settings = initial_vit(config)
     theirs, size = settings.pop("image_size"), config.data.image_size
-    patch = settings["patch_size"]
+    stride = token_stride(settings)
     dropout = config.model.dropout if config.model.dropout is not None else 0.0
     settings["activation_dropout"] = initial_hidden_dropout(
         config.model, settings["activation_dropout"]
@@ -465,16 +541,20 @@ def initialized_vit(config, num_classes):
     ]
     if mine.pixel_normalization is not None:
         pairs.append((mine.pixel_normalization, their.pixel_normalization))
+    if model.pooling_layer is not None:
+        pairs.append((model.pooling_layer, source.pooling_layer))
     for layer, source_layer in pairs:
         layer.set_weights(source_layer.get_weights())
-    values = their.patch_embedding.get_weights()
+    values = their.image_tokenizer.get_weights()
     if size != theirs:
-        embedding = mine.patch_embedding
+        embedding = mine.image_tokenizer
         i = [w.path for w in embedding.weights].index(
             embedding.position_embeddings.path
         )
-        values[i] = resized_positions(values[i], theirs // patch, size // patch)
-    mine.patch_embedding.set_weights(values)
+        values[i] = resized_positions(
+            values[i], theirs // stride, size // stride, mine.class_token
+        )
+    mine.image_tokenizer.set_weights(values)
     return model
 
 
