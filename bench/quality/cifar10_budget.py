@@ -54,7 +54,7 @@ seed; seed 0's results are keyed by the contender's name, the others' by
 
 Usage:
   python -m bench.quality.cifar10_budget --minutes 30 [--contenders tfformer,keras_hub]
-      [--clock budget|probe] [--seeds 0,1,2]
+      [--clock budget|probe] [--seeds 0,1,2] [--set KEY=VALUE ...]
       [--output bench/results/cifar10_budget_30min.json] [--earlier-minutes 30]
 
 `--earlier-minutes` (keras_io only) scores the recipe at a shorter budget
@@ -453,6 +453,13 @@ def main():
         "budget's wall clock, or the steps a throughput probe predicts",
     )
     p.add_argument("--cct-config", default=CCT_CONFIG)
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides of the tfformer and cct contenders' configs",
+    )
     p.add_argument("--seeds", default="0", help="comma-separated train.seed values")
     p.add_argument(
         "--earlier-minutes",
@@ -502,6 +509,7 @@ def main():
                 *clocked,
                 "train.verbose=2",
                 f"train.seed={seed}",
+                *args.set,
             ]
             speed = steps = None
             if args.clock == "probe":
