@@ -49,8 +49,10 @@ The tfformer and cct runs are kept in
 `--seeds 0,1,2` runs every contender once per seed (`train.seed`: the
 initial weights and any dropout; the held-out split, batch order and
 augmentation draws stay `data.seed`'s), contenders alternating within a
-seed; seed 0's results are keyed by the contender's name, the others' by
-`<name>_seed<n>`.
+seed (`keras_io` takes none: it runs for seed 0 only); seed 0's
+results are keyed by the contender's name, the others' by `<name>_seed<n>`.
+`--set` overrides the tfformer and cct configs (not the budget, its clock,
+the seed or the output folder).
 
 Usage:
   python -m bench.quality.cifar10_budget --minutes 30 [--contenders tfformer,keras_hub]
@@ -181,9 +183,10 @@ def model_shares(model, image_size):
     }
     total = model.count_params()
     rest = total - sum(p for p, _ in parts.values())
+    # Attention pooling: T d for the scores, T d for the weighted sum.
     parts["rest"] = (
         rest,
-        d * (tokens if model.pooling == "attention" else 0) + d * model.num_classes,
+        2 * d * (tokens if model.pooling == "attention" else 0) + d * model.num_classes,
     )
     all_macs = sum(m for _, m in parts.values())
     return {
@@ -504,12 +507,14 @@ def main():
             )
             if os.path.exists(out):
                 shutil.rmtree(out)
+            # The bench's own overrides come last: --set cannot move the
+            # budget, its clock, the seed or where the run is kept.
             with_budget = [
+                *args.set,
                 f"train.output_dir={out}",
                 *clocked,
                 "train.verbose=2",
                 f"train.seed={seed}",
-                *args.set,
             ]
             speed = steps = None
             if args.clock == "probe":
@@ -539,6 +544,8 @@ def main():
                 "shares": model_shares(model, config.data.image_size),
             }
         elif name == "keras_io":
+            if seed:
+                continue  # the recipe takes no seed: it runs once, with seed 0's
             model, details = keras_io_recipe(
                 data, args.minutes, (test_pixels, test_labels), args.earlier_minutes
             )

@@ -367,10 +367,13 @@ def test_a_cct_run_starts_another_at_a_larger_image_size(trained_cct):
     ):
         for a, b in zip(layer.get_weights(), theirs.get_weights(), strict=True):
             np.testing.assert_array_equal(a, b)
+    # The class-token form (checked against Hugging Face's in
+    # convert/huggingface/test_vit.py) with a row put in front and dropped.
     table = np.asarray(their.image_tokenizer.position_embeddings)
+    padded = np.concatenate([np.zeros_like(table[:, :1]), table], axis=1)
     np.testing.assert_allclose(
         mine.image_tokenizer.position_embeddings,
-        resized_positions(table, 4, 8, class_token=False),
+        resized_positions(padded, 4, 8)[:, 1:],
         rtol=1e-6,
     )
     assert model(np.zeros((1, 32, 32, 3), "float32")).shape == (1, 3)

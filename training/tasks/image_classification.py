@@ -162,15 +162,17 @@ class ImageClassificationTask(TrainingTask):
             return  # the sizes are the initial run's (checked at train time)
         sizes = self.model_sizes(config.model)
         if sizes.get("tokenizer", "patch") == "patch":
-            key, stride = "model.patch_size", sizes.get("patch_size", 16)
+            stride = sizes.get("patch_size", 16)
+            what, received = "the patch size", f"model.patch_size={stride}"
         else:
-            key = "model.tokenizer_layers"
-            stride = 2 ** sizes.get("tokenizer_layers", 2)
+            layers = sizes.get("tokenizer_layers", 2)
+            stride = 2**layers
+            what = f"2 ** model.tokenizer_layers = {stride}"
+            received = f"model.tokenizer_layers={layers}"
         if d.image_size % stride:
             raise InputError(
-                f"data.image_size ({d.image_size}) must be a multiple of the "
-                f"token grid's stride ({stride} pixels, from {key}). Received: "
-                f"{key}={sizes.get(key.split('.')[1])}"
+                f"data.image_size ({d.image_size}) must be a multiple of "
+                f"{what}. Received: {received}"
             )
 
     def model_sizes(self, model_config):
