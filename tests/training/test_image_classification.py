@@ -194,6 +194,22 @@ def test_attention_scores_of_a_block_match_numpy():
         np.testing.assert_allclose(weights[b], np.squeeze(want), atol=1e-5)
 
 
+def numpy_rollout(model, images):
+    """(rollout R, the last block's output) of a ViT's blocks and attention
+    computed in NumPy from its tokens."""
+    x = np.asarray(model.backbone.image_tokenizer(images))
+    batch, tokens = x.shape[:2]
+    everywhere = np.ones((batch, tokens), bool)
+    result = np.broadcast_to(np.eye(tokens), (batch, tokens, tokens))
+    for block in model.backbone.encoder_blocks:
+        normed = ref.layer_norm(x, *norm_weights(block.self_attention_norm))
+        weights = reference_attention(block.self_attention, normed, normed)[1]
+        mixed = 0.5 * weights.mean(1) + 0.5 * np.eye(tokens)
+        result = (mixed / mixed.sum(-1, keepdims=True)) @ result
+        x = reference_encoder_block(block, x, everywhere)
+    return result, x
+
+
 def test_rollout_against_hand_computed_products():
     eye = np.eye(3)
     first = np.array([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0], [0.2, 0.2, 0.6]])
@@ -220,15 +236,7 @@ def test_rollout_against_hand_computed_products():
     images = np.random.default_rng(2).normal(size=(3, 8, 8, 3)).astype("float32")
     maps = attention_rollout(model, images)
     assert maps.shape == (3, 2, 2)
-    x = np.asarray(model.backbone.patch_embedding(images))
-    everywhere = np.ones((3, 5), bool)
-    result = np.broadcast_to(np.eye(5), (3, 5, 5))
-    for block in model.backbone.encoder_blocks:
-        normed = ref.layer_norm(x, *norm_weights(block.self_attention_norm))
-        weights = reference_attention(block.self_attention, normed, normed)[1]
-        mixed = 0.5 * weights.mean(1) + 0.5 * np.eye(5)
-        result = (mixed / mixed.sum(-1, keepdims=True)) @ result
-        x = reference_encoder_block(block, x, everywhere)
+    result, _ = numpy_rollout(model, images)
     want = result[:, 0, 1:] / result[:, 0, 1:].sum(-1, keepdims=True)
     # Patch order: row-major over the 2 x 2 grid.
     np.testing.assert_allclose(maps.reshape(3, 4), want, atol=1e-5)
@@ -252,15 +260,7 @@ def test_rollout_of_a_cct_weighs_the_rows_by_the_pooling_weights():
     images = np.random.default_rng(3).normal(size=(3, 8, 8, 3)).astype("float32")
     maps = attention_rollout(model, images)
     assert maps.shape == (3, 4, 4)
-    x = np.asarray(model.backbone.image_tokenizer(images))
-    everywhere = np.ones((3, 16), bool)
-    result = np.broadcast_to(np.eye(16), (3, 16, 16))
-    for block in model.backbone.encoder_blocks:
-        normed = ref.layer_norm(x, *norm_weights(block.self_attention_norm))
-        weights = reference_attention(block.self_attention, normed, normed)[1]
-        mixed = 0.5 * weights.mean(1) + 0.5 * np.eye(16)
-        result = (mixed / mixed.sum(-1, keepdims=True)) @ result
-        x = reference_encoder_block(block, x, everywhere)
+    result, x = numpy_rollout(model, images)
     x = ref.layer_norm(x, *norm_weights(model.backbone.encoder_norm))
     score = model.pooling_layer.score
     scores = x @ np.asarray(score.kernel)[:, 0] + np.asarray(score.bias)[0]
