@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 import tfformer
 from tests.fuzzing import BATCH, fuzz_settings
 from tests.testing import run_python
-from tests.training.tiny import NO_XLA
 from tfformer.export.flatbuffer import FLOAT_TYPES, ops, read_model, signature_types
 from tfformer.export.saved_model import export_saved_model
 from tfformer.export.tflite import export_tflite
@@ -26,7 +25,11 @@ from tfformer.preprocessing.images import decode_pixels
 from tfformer.training.config import load_config
 from tfformer.training.trainer import train
 
-from ..training.test_image_classification import COLOURS, colour_images
+from ..training.test_image_classification import (
+    COLOURS,
+    TINY_TRAINING,
+    colour_images,
+)
 from ..training.test_image_data import huge_png
 
 SIZE = 16
@@ -41,15 +44,7 @@ def trained_export(root, model_overrides):
             f"data.image_dir={root / 'data'}",
             f"data.image_size={SIZE}",
             *model_overrides,
-            "train.batch_size=16",
-            "train.epochs=2",
-            "train.steps_per_epoch=10",
-            "train.optimizer=adamw",
-            "train.schedule=cosine",
-            "train.learning_rate=0.003",
-            "train.warmup_steps=5",
-            "train.verbose=0",
-            NO_XLA,
+            *TINY_TRAINING,
             f"train.output_dir={root / 'run'}",
         ]
     )

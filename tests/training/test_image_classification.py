@@ -32,6 +32,19 @@ from tfformer.training.tasks.image_classification import (
 from tfformer.training.trainer import train
 
 COLOURS = ("blue", "green", "red")
+# Two epochs of 10 steps, enough for the colours (the `trained` fixture
+# takes 3).
+TINY_TRAINING = [
+    "train.batch_size=16",
+    "train.epochs=2",
+    "train.steps_per_epoch=10",
+    "train.optimizer=adamw",
+    "train.schedule=cosine",
+    "train.learning_rate=0.003",
+    "train.warmup_steps=5",
+    "train.verbose=0",
+    NO_XLA,
+]
 
 
 def colour_images(root, rng):
@@ -308,15 +321,7 @@ def trained_cct(tmp_path_factory):
             "model.num_layers=1",
             "model.hidden_dim=16",
             "model.intermediate_dim=16",
-            "train.batch_size=16",
-            "train.epochs=2",
-            "train.steps_per_epoch=10",
-            "train.optimizer=adamw",
-            "train.schedule=cosine",
-            "train.learning_rate=0.003",
-            "train.warmup_steps=5",
-            "train.verbose=0",
-            NO_XLA,
+            *TINY_TRAINING,
             f"train.output_dir={root / 'run'}",
         ]
     )

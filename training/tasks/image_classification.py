@@ -429,13 +429,6 @@ def tokenizer_words(settings):
     return f"{settings['tokenizer_layers']} convolution layers"
 
 
-def token_stride(settings):
-    """Pixels per token along each side, of `vit_settings`."""
-    if settings["tokenizer"] == "patch":
-        return settings["patch_size"]
-    return 2 ** settings["tokenizer_layers"]
-
-
 def cubic_resize_matrix(old, new, a=-0.75):
     """(new, old) weights of 1-D bicubic resizing as PyTorch's
     `interpolate(mode="bicubic", align_corners=False)` (Keys' kernel with
@@ -506,7 +499,7 @@ def initial_vit(config):
         _INITIAL_VITS[key] = (source, vit_settings(source))
     source, settings = _INITIAL_VITS[key]
     check_initial_settings(where, config.model, INITIAL_VIT_KEYS, settings)
-    stride, size = token_stride(settings), config.data.image_size
+    stride, size = source.backbone.token_stride, config.data.image_size
     if size % stride:
         spacing = (
             f"its patch size is {stride}"
@@ -530,13 +523,13 @@ def initialized_vit(config, num_classes):
 
     source, settings = initial_vit(config)
     theirs, size = settings.pop("image_size"), config.data.image_size
-    stride = token_stride(settings)
     dropout = config.model.dropout if config.model.dropout is not None else 0.0
     settings["activation_dropout"] = initial_hidden_dropout(
         config.model, settings["activation_dropout"]
     )
     model = vit(size, num_classes, dropout=dropout, **settings)
     mine, their = model.backbone, source.backbone
+    stride = their.token_stride
     pairs = [
         (mine.encoder_norm, their.encoder_norm),
         *zip(mine.encoder_blocks, their.encoder_blocks, strict=True),
